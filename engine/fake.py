@@ -1,0 +1,73 @@
+"""A deterministic stand-in backend for unit tests of pure logic.
+
+Tokens are runs of non-space characters and single spaces; "prefill" costs
+``seconds_per_token`` for each token after the longest common prefix with the
+previous prompt, and nothing is slept: the timings are computed, not measured.
+Never use it where a test claims to exercise the real engine.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, Sequence
+
+from .backend import ContextOverflow, Message, Timings
+
+_TOKEN = re.compile(r"\S+|\s")
+
+
+class FakeBackend:
+    """A :class:`~engine.backend.Backend` with a formula instead of a model."""
+
+    def __init__(self, n_ctx: int = 2048, seconds_per_token: float = 0.005, reply: str = "fake answer") -> None:
+        self._n_ctx = n_ctx
+        self.seconds_per_token = seconds_per_token
+        self.reply = reply
+        self._vocab: dict[str, int] = {}
+        self._cached: list[int] = []
+
+    @property
+    def name(self) -> str:
+        return "fake"
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """``<|role|>content`` per message, then ``<|assistant|>``."""
+        return "".join(f"<|{m.role}|>\n{m.content}\n" for m in messages) + "<|assistant|>\n"
+
+    def tokenize(self, text: str) -> list[int]:
+        """One id per run of non-space characters or single whitespace character."""
+        return [self._vocab.setdefault(piece, len(self._vocab)) for piece in _TOKEN.findall(text)]
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """Leading tokens shared with the previous prompt, the last one excepted."""
+        cached = 0
+        for a, b in zip(self._cached, tokens[:-1]):
+            if a != b:
+                break
+            cached += 1
+        return cached
+
+    def generate(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> Iterator[str | Timings]:
+        """The fixed reply, word by word, then Timings from the formula."""
+        tokens = self.tokenize(prompt)
+        if len(tokens) + max_tokens > self._n_ctx:
+            raise ContextOverflow(f"prompt of {len(tokens)} tokens + {max_tokens} exceeds {self._n_ctx}")
+        return self._stream(tokens, max_tokens)
+
+    def _stream(self, tokens: list[int], max_tokens: int) -> Iterator[str | Timings]:
+        cached = self.cached_prefix(tokens)
+        prefill = len(tokens) - cached
+        words = self.reply.split(" ")[:max_tokens]
+        for i, w in enumerate(words):
+            yield w if i == 0 else " " + w
+        self._cached = tokens
+        prefill_s = prefill * self.seconds_per_token
+        decode_s = len(words) * self.seconds_per_token
+        yield Timings(len(tokens), cached, prefill, prefill_s, prefill_s, len(words), decode_s, prefill_s + decode_s)
+
+    def info(self) -> dict[str, object]:
+        return {"engine": "fake", "n_ctx": self._n_ctx}

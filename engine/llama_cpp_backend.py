@@ -1,0 +1,229 @@
+"""The in-process llama.cpp backend, through llama-cpp-python.
+
+Loads a GGUF model once, renders prompts with the model's own chat template,
+streams tokens, and reads every request's timings from llama.cpp's own
+performance counters. It offloads every layer to the GPU when llama.cpp was
+built with GPU support, and otherwise runs one thread per physical core.
+
+Prefix reuse: llama-cpp-python keeps the KV cache of the previous request
+and evaluates only the tokens after the longest common prefix; the tokens it
+skipped are reported as ``cached_tokens``.
+
+Does not: keep per-session KV snapshots (a later addition) or choose prompts.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .backend import ContextOverflow, Message, Timings
+from .models import check_gguf, default_model_path
+
+DEFAULT_N_CTX = 4096
+DEFAULT_N_BATCH = 512
+
+
+def physical_cores() -> int:
+    """Physical CPU cores this process may run on (hyper-threads not counted)."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores: set[tuple[str, str]] = set()
+    try:
+        physical = core = ""
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    physical = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                    cores.add((physical, core))
+    except OSError:
+        pass
+    return max(1, min(allowed, len(cores) or allowed))
+
+
+def _build_kind(system_info: str, gpu_offload: bool) -> str:
+    for marker, kind in (("CUDA", "CUDA"), ("METAL", "Metal"), ("VULKAN", "Vulkan"), ("HIP", "ROCm"), ("SYCL", "SYCL")):
+        if marker in system_info.upper():
+            return kind
+    return "GPU" if gpu_offload else "CPU"
+
+
+class LlamaCppBackend:
+    """A :class:`~engine.backend.Backend` running a GGUF model in this process."""
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_threads: int | None = None,
+        n_batch: int = DEFAULT_N_BATCH,
+        n_gpu_layers: int | None = None,
+        repeat_penalty: float = 1.1,
+    ) -> None:
+        import llama_cpp
+
+        self._llama_cpp = llama_cpp
+        self.model_path = check_gguf(Path(model_path)) if model_path else default_model_path()
+        self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+        self.n_gpu_layers = n_gpu_layers if n_gpu_layers is not None else (-1 if self.gpu_offload else 0)
+        self.n_threads = n_threads or physical_cores()
+        self.n_batch = n_batch
+        # Greedy decoding of a small model loops on itself without a penalty.
+        self.repeat_penalty = repeat_penalty
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(self.model_path),
+                n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                n_gpu_layers=self.n_gpu_layers,
+                no_perf=False,  # keep llama.cpp's timing counters: Timings come from them
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ValueError(f"{self.model_path}: llama.cpp could not load this model ({exc})") from None
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ValueError(f"{self.model_path}: the model has no chat template in its metadata")
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        model = self._llm._model
+        eos_id, bos_id = self._llm.token_eos(), self._llm.token_bos()
+        self._formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=model.token_get_text(eos_id) if eos_id != -1 else "",
+            bos_token=model.token_get_text(bos_id) if bos_id != -1 else "",
+        )
+        self._vocab = model.vocab
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        """``llama.cpp:<model file name>``."""
+        return f"llama.cpp:{self.model_path.name}"
+
+    @property
+    def n_ctx(self) -> int:
+        """The context window in tokens."""
+        return int(self._llm.n_ctx())
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text for ``messages`` under the model's chat template,
+        ending where the assistant's answer begins."""
+        return self._formatter(messages=[{"role": m.role, "content": m.content} for m in messages]).prompt
+
+    def tokenize(self, text: str) -> list[int]:
+        """The model's tokens for ``text``; the template's special tokens are
+        parsed as such, and no BOS is added (templates write their own)."""
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """Leading ``tokens`` that llama-cpp-python will reuse from the KV
+        cache of the previous request."""
+        llm = self._llm
+        held = llm._input_ids[: llm.n_tokens]
+        common = 0
+        for a, b in zip(held, tokens):
+            if a != b:
+                break
+            common += 1
+        if tokens and common == len(tokens):
+            # Mirrors Llama.generate: an exact repeat with live logits samples
+            # at once; otherwise the last token is replayed for fresh logits.
+            if llm.n_tokens == len(tokens) and not getattr(llm, "_requires_eval", True):
+                return common
+            return common - 1
+        return common
+
+    def generate(
+        self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> Iterator[str | Timings]:
+        """Stream the completion of ``prompt``: text pieces, then one Timings.
+
+        Raises ContextOverflow before any work if the prompt plus
+        ``max_tokens`` exceed the context window.
+        """
+        tokens = self.tokenize(prompt)
+        if len(tokens) + max_tokens > self.n_ctx:
+            raise ContextOverflow(
+                f"prompt of {len(tokens)} tokens + {max_tokens} answer tokens exceeds the context window of {self.n_ctx}"
+            )
+        return self._stream(tokens, max_tokens, temperature)
+
+    def _stream(self, tokens: list[int], max_tokens: int, temperature: float) -> Iterator[str | Timings]:
+        lc = self._llama_cpp
+        with self._lock:
+            started = time.perf_counter()
+            lc.llama_perf_context_reset(self._llm.ctx)
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            ttft = None
+            prefill_tokens, prefill_s = 0, 0.0
+            generated = 0
+            sampler = {"temp": temperature, "top_k": 1} if temperature <= 0 else {"temp": temperature}
+            for token in self._llm.generate(tokens, repeat_penalty=self.repeat_penalty, **sampler):
+                if ttft is None:
+                    ttft = time.perf_counter() - started
+                    prefill_tokens, prefill_s = _evaluated(lc.llama_perf_context(self._llm.ctx))
+                if lc.llama_vocab_is_eog(self._vocab, token):
+                    break
+                generated += 1
+                piece = decoder.decode(self._llm.detokenize([token], special=False))
+                if piece:
+                    yield piece
+                if generated >= max_tokens:
+                    break
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                yield tail
+            total = time.perf_counter() - started
+            all_tokens, all_s = _evaluated(lc.llama_perf_context(self._llm.ctx))
+        yield Timings(
+            prompt_tokens=len(tokens),
+            cached_tokens=len(tokens) - prefill_tokens,
+            prefill_tokens=prefill_tokens,
+            ttft_s=ttft if ttft is not None else total,
+            prefill_s=prefill_s,
+            decode_tokens=generated,
+            decode_s=max(all_s - prefill_s, 0.0),
+            total_s=total,
+        )
+
+    def info(self) -> dict[str, object]:
+        """Engine facts for ``rag doctor``."""
+        lc = self._llama_cpp
+        system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
+        return {
+            "engine": "llama.cpp (llama-cpp-python)",
+            "llama_cpp_python": lc.__version__,
+            "build": _build_kind(system_info, self.gpu_offload),
+            "device": "GPU" if self.gpu_offload and self.n_gpu_layers != 0 else "CPU",
+            "gpu_offload_supported": self.gpu_offload,
+            "n_gpu_layers": self.n_gpu_layers,
+            "model_path": str(self.model_path),
+            "model_bytes": self.model_path.stat().st_size,
+            "n_ctx": self.n_ctx,
+            "n_threads": self.n_threads,
+            "n_batch": self.n_batch,
+            "system_info": system_info,
+        }
+
+
+def _evaluated(perf) -> tuple[int, float]:
+    """Tokens llama.cpp evaluated since the last reset, and the seconds it took.
+
+    llama.cpp reports each count as at least 1 even when nothing ran, so a
+    count whose time is zero is read as zero. A one-token batch is counted
+    as "eval", not "prompt eval"; both are summed.
+    """
+    n_p = perf.n_p_eval if perf.t_p_eval_ms > 0 else 0
+    n_e = perf.n_eval if perf.t_eval_ms > 0 else 0
+    return n_p + n_e, (perf.t_p_eval_ms + perf.t_eval_ms) / 1000.0

@@ -1,0 +1,57 @@
+"""The result of a question: the answer, its sources, the budget and the timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.backend import Timings
+
+
+@dataclass(frozen=True)
+class Source:
+    """A chunk that was put into the prompt."""
+
+    chunk_id: str
+    source: str
+    score: float
+    page: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much context was chosen and what it was predicted to cost."""
+
+    target_ttft_s: float | None
+    predicted_ttft_s: float
+    candidates: int
+    chosen: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "target_ttft_s": self.target_ttft_s,
+            "predicted_ttft_s": self.predicted_ttft_s,
+            "candidates": self.candidates,
+            "chosen": self.chosen,
+        }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer with what it came from and what it cost."""
+
+    answer: str
+    sources: tuple[Source, ...]
+    budget: Budget
+    timings: Timings
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``rag ask --json`` object of DESIGN.md."""
+        return {
+            "answer": self.answer,
+            "sources": [s.to_dict() for s in self.sources],
+            "budget": self.budget.to_dict(),
+            "timings": self.timings.to_dict(),
+        }

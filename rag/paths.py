@@ -1,0 +1,40 @@
+"""Where rag-budget keeps things on disk, resolved when asked, never at import."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def default_index_dir() -> Path:
+    """``$RAG_INDEX``, else ``$XDG_DATA_HOME/rag-budget/index``
+    (``~/.local/share/rag-budget/index``)."""
+    env = os.environ.get("RAG_INDEX")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "rag-budget" / "index"
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/rag-budget`` (``~/.cache/rag-budget``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rag-budget"
+
+
+def sample_data_dir() -> Path:
+    """The sample corpus: ``data/`` of a source checkout, else the copy
+    packed into the wheel as ``rag/sample_data``."""
+    here = Path(__file__).resolve().parent
+    packed = here / "sample_data"
+    if packed.is_dir():
+        return packed
+    checkout = here.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "data").is_dir():
+        return checkout / "data"
+    raise FileNotFoundError(f"the sample corpus is missing (looked in {packed} and {checkout / 'data'})")
+
+
+def sample_index_dir() -> Path:
+    """Where the index of the sample corpus is cached."""
+    return cache_dir() / "sample-index"

@@ -1,0 +1,94 @@
+"""Shared fixtures: the real embedder and the real GGUF model, loaded once
+per test session, and small corpora written per test."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Before anything imports the libraries: nothing may be downloaded, and no
+# test may touch the user's own index or cache.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.pop("RAG_INDEX", None)
+os.environ.pop("RAG_MODEL", None)
+_HOME = Path(tempfile.mkdtemp(prefix="rag-test-home-"))
+os.environ["XDG_DATA_HOME"] = str(_HOME / "data")
+os.environ["XDG_CACHE_HOME"] = str(_HOME / "cache")
+
+from tests.pdfgen import make_pdf  # noqa: E402
+
+CORPUS = {
+    "prefill.md": (
+        "# Prefill\n\nPrefill reads the whole prompt in one parallel pass and fills the KV cache. "
+        "It is compute-bound, and the user feels it as the time to first token.\n"
+    ),
+    "decode.txt": (
+        "Decode emits one token per forward pass. It re-reads all the weights for every token, "
+        "so it is limited by memory bandwidth rather than by arithmetic.\n"
+    ),
+    "guide/cooking.rst": (
+        "Baking bread\n============\n\nMix flour, water, salt and yeast. Let the dough rise for two hours, "
+        "then bake it at 230 degrees Celsius for forty minutes until the crust is brown.\n"
+    ),
+    "guide/garden.html": (
+        "<html><head><title>Garden</title><style>p {color: red}</style>"
+        "<script>var hidden = 'do not index me';</script></head>"
+        "<body><p>Tomatoes need full sun and regular watering. Stake the plants so the fruit "
+        "stays off the ground.</p></body></html>"
+    ),
+}
+
+
+def write_corpus(root: Path, files: dict[str, str | bytes] = CORPUS) -> Path:
+    """Write ``files`` (path -> text or bytes) under ``root`` and return it."""
+    for rel, content in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The real all-MiniLM-L6-v2 embedder from its package."""
+    from rag.embed import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def backend():
+    """The real bundled SmolLM2-135M GGUF through llama.cpp, loaded once."""
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    return LlamaCppBackend(n_ctx=2048)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A small corpus of four documents in three formats, one in a subfolder."""
+    return write_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture
+def pdf_bytes() -> bytes:
+    """A two-page PDF with distinct text on each page."""
+    return make_pdf(["The first page talks about llamas.", "The second page talks about alpacas."])
+
+
+@pytest.fixture
+def pipeline_factory(embedder, backend):
+    """Pipelines over a given index that share the session's loaded models."""
+    from rag import Pipeline
+
+    def make(index_dir: Path | None = None) -> Pipeline:
+        return Pipeline.open(index_dir, embedder=embedder, backend=backend)
+
+    return make

@@ -1,0 +1,164 @@
+"""The `rag` command through typer's CliRunner, on the real parts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rag import Pipeline, cli
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@pytest.fixture
+def run(monkeypatch, embedder, backend):
+    """Invoke `rag ARGS...`; the commands share the session's loaded models
+    unless --model names another file."""
+
+    def open_pipeline(index, model=None):
+        return Pipeline.open(index, model, embedder=embedder, backend=None if model else backend)
+
+    monkeypatch.setattr(cli, "_open_pipeline", open_pipeline)
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(cli.app, [str(a) for a in args])
+
+    return invoke
+
+
+def _assert_clean_error(result, *fragments):
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    line = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(line) == 1, result.stderr
+    for f in fragments:
+        assert f in line[0]
+
+
+def test_ingest_then_reingest_prints_counts(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    first = run("ingest", corpus, "--index", index)
+    assert first.exit_code == 0, first.output
+    assert "added 4, updated 0, removed 0, skipped 0, failed 0" in first.stderr
+    second = run("ingest", corpus, "--index", index, "--json")
+    assert second.exit_code == 0
+    assert json.loads(second.stdout)["skipped"] == 4
+
+
+def test_ingest_reports_bad_files_and_exits_nonzero(run, corpus, tmp_path):
+    (corpus / "latin1.txt").write_bytes("na\xefve".encode("latin-1"))
+    (corpus / "empty.md").write_text("")
+    result = run("ingest", corpus, "--index", tmp_path / "index")
+    assert result.exit_code == 1
+    assert "added 4" in result.stderr and "failed 2" in result.stderr
+    assert re.search(r"failed: latin1.txt: not UTF-8", result.stderr)
+    assert re.search(r"failed: empty.md: no text", result.stderr)
+    assert "Traceback" not in result.output
+    assert run("search", "bread", "--index", tmp_path / "index").exit_code == 0
+
+
+def test_search_json_contract(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+    result = run("search", "tomatoes need sun", "--index", index, "-k", "2", "--json")
+    assert result.exit_code == 0, result.output
+    results = json.loads(result.stdout)["results"]
+    assert len(results) == 2 and results[0]["source"] == "guide/garden.html"
+    for r in results:
+        assert {"chunk_id", "source", "score", "text"} <= set(r)
+        assert isinstance(r["score"], float) and isinstance(r["chunk_id"], str)
+
+
+def test_ask_json_contract_through_the_cli(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+    result = run("ask", "What is prefill?", "--index", index, "--max-tokens", "12", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["sources"] and d["budget"]["chosen"] == len(d["sources"])
+    t = d["timings"]
+    assert t["cached_tokens"] + t["prefill_tokens"] == t["prompt_tokens"]
+
+
+def test_ask_streams_the_answer_then_lists_sources(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+    result = run("ask", "What limits decode?", "--index", index, "--max-tokens", "16", "-k", "2")
+    assert result.exit_code == 0, result.output
+    answer, _, sources = result.stdout.partition("Sources")
+    assert answer.strip() and "[1] decode.txt" in sources
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (("search", "x", "--index", "{tmp}/missing"), ("no index at", "rag ingest")),
+        (("ask", "x", "--index", "{tmp}/missing"), ("no index at",)),
+        (("ask", "x", "--model", "{tmp}/none.gguf"), ("no such model file",)),
+        (("ask", "x", "--model", "{corpus}/prefill.md"), ("not a GGUF",)),
+        (("ingest", "{tmp}/does-not-exist", "--index", "{tmp}/i"), ()),
+        (("ingest", "{corpus}", "--index", "{tmp}/i", "--chunk-tokens", "4"), ("too small",)),
+        (("search", "   "), ("query is empty",)),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(run, corpus, tmp_path, args, fragments):
+    args = [a.format(tmp=tmp_path, corpus=corpus) for a in args]
+    result = run(*args)
+    if args[0] == "ingest" and not fragments:
+        assert result.exit_code == 1 and "no such file or folder" in result.stderr
+        assert "Traceback" not in result.output
+    else:
+        _assert_clean_error(result, *fragments)
+
+
+def test_question_longer_than_context_is_a_clean_error(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+    _assert_clean_error(run("ask", "why " * 3000, "--index", index), "question is too long")
+
+
+def test_index_from_another_version_is_refused(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+    manifest = next(index.glob("gen-*/manifest.json"))
+    raw = json.loads(manifest.read_text())
+    raw["format_version"] = 99
+    manifest.write_text(json.dumps(raw))
+    _assert_clean_error(run("search", "bread", "--index", index), "format version 99", "rebuild")
+    _assert_clean_error(run("ingest", corpus, "--index", index), "format version 99")
+
+
+def test_doctor_reports_engine_and_index(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+    result = run("doctor", "--index", index, "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["versions"]["llama-cpp-python"] and d["engine"]["build"] and d["engine"]["n_threads"] >= 1
+    assert d["index"]["files"] == 4 and d["index"]["chunks"] >= 4
+    text = run("doctor", "--index", index)
+    assert "model_path" in text.stdout and "index.chunks" in text.stdout
+
+
+def _quick_start_commands() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(?:sh|bash|console)?\n(.*?)```", section, re.S)
+    return [line for block in blocks for line in block.strip().splitlines() if line.strip()]
+
+
+def test_readme_quick_start_is_two_commands_and_its_question_is_answered(run):
+    commands = _quick_start_commands()
+    assert len(commands) == 2
+    ask = shlex.split(commands[0].rsplit("&&", 1)[1])
+    assert ask[:2] == ["rag", "ask"]
+    assert "pytest" in commands[1] and "[test]" in commands[1]
+    result = run(*ask[1:], "--max-tokens", "24")
+    assert result.exit_code == 0, result.output
+    assert "Sources" in result.stdout and ".md" in result.stdout.partition("Sources")[2]

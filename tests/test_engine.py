@@ -1,0 +1,74 @@
+"""The llama.cpp backend on the real bundled GGUF: streaming and measured timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import Backend, ContextOverflow, FakeBackend, Message, Timings
+
+SYSTEM = Message("system", "You are a terse assistant. Answer in one short sentence.")
+
+
+def _run(backend, prompt, max_tokens=8):
+    pieces, timings = [], None
+    for item in backend.generate(prompt, max_tokens=max_tokens):
+        if isinstance(item, Timings):
+            assert timings is None
+            timings = item
+        else:
+            assert timings is None, "text after the timings"
+            pieces.append(item)
+    assert timings is not None
+    return "".join(pieces), timings
+
+
+def test_backends_implement_the_protocol(backend):
+    assert isinstance(backend, Backend)
+    assert isinstance(FakeBackend(), Backend)
+
+
+def test_prompt_uses_the_models_own_chat_template(backend):
+    prompt = backend.render([SYSTEM, Message("user", "Hi")])
+    assert prompt.startswith("<|im_start|>system\nYou are a terse assistant.")
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_timings_come_from_the_engine_and_add_up(backend):
+    prompt = backend.render([SYSTEM, Message("user", "Name one colour of the sky.")])
+    text, t = _run(backend, prompt, max_tokens=6)
+    assert text.strip()
+    assert t.prompt_tokens == len(backend.tokenize(prompt))
+    assert t.cached_tokens + t.prefill_tokens == t.prompt_tokens
+    assert 0 < t.decode_tokens <= 6
+    assert 0 < t.prefill_s <= t.ttft_s <= t.total_s
+    assert t.decode_s >= 0
+
+
+def test_a_shared_prefix_is_reused_and_reported_as_cached(backend):
+    first = backend.render([SYSTEM, Message("user", "What is two plus two?")])
+    second = backend.render([SYSTEM, Message("user", "What colour is grass?")])
+    _run(backend, first)
+    tokens = backend.tokenize(second)
+    predicted = backend.cached_prefix(tokens)
+    _, t = _run(backend, second)
+    system_tokens = len(backend.tokenize(backend.render([SYSTEM])))
+    assert t.cached_tokens == predicted
+    assert t.cached_tokens >= system_tokens - 2
+    assert t.prefill_tokens == t.prompt_tokens - t.cached_tokens < t.prompt_tokens
+    # The same prompt again: all but the token replayed for fresh logits is cached.
+    _, again = _run(backend, second)
+    assert again.prefill_tokens <= 1 and again.cached_tokens >= again.prompt_tokens - 1
+
+
+def test_prompt_over_the_context_is_refused_before_any_work(backend):
+    long_prompt = backend.render([Message("user", "word " * (backend.n_ctx + 10))])
+    with pytest.raises(ContextOverflow, match="context window"):
+        backend.generate(long_prompt, max_tokens=4)
+
+
+def test_info_reports_build_device_model_and_threads(backend):
+    info = backend.info()
+    assert info["build"] in {"CPU", "CUDA", "Metal", "Vulkan", "ROCm", "SYCL", "GPU"}
+    assert info["model_bytes"] > 10_000_000 and info["model_path"].endswith(".gguf")
+    assert info["n_ctx"] == backend.n_ctx and info["n_threads"] >= 1
+    assert (info["n_gpu_layers"] == -1) == info["gpu_offload_supported"]

@@ -1,0 +1,91 @@
+"""The Python API end to end, on the real model, embedder, FAISS and SQLite."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag import Answer, Pipeline, QuestionTooLong, RagError
+from rag.paths import sample_index_dir
+
+
+def test_ingest_search_ask_round_trip(tmp_path, corpus, pipeline_factory):
+    p = pipeline_factory(tmp_path / "index")
+    report = p.ingest([corpus])
+    assert report.counts()["added"] == 4
+    hits = p.search("How long should bread dough rise?", k=2)
+    assert hits[0].source == "guide/cooking.rst" and "rise" in hits[0].text
+    assert hits[0].score >= hits[1].score
+
+    answer = p.ask("How long should bread dough rise?", max_tokens=24, k=2)
+    assert answer.answer
+    assert answer.sources[0].source == "guide/cooking.rst"
+    assert answer.budget.chosen == len(answer.sources) == 2 and answer.budget.candidates == 2
+    t = answer.timings
+    assert t.cached_tokens + t.prefill_tokens == t.prompt_tokens
+    assert t.ttft_s >= t.prefill_s > 0 or t.prefill_tokens <= 1
+
+
+def test_stream_yields_text_then_the_answer(tmp_path, corpus, pipeline_factory):
+    p = pipeline_factory(tmp_path / "index")
+    p.ingest([corpus])
+    items = list(p.stream("What limits decode speed?", max_tokens=16))
+    assert isinstance(items[-1], Answer)
+    assert all(isinstance(i, str) for i in items[:-1]) and len(items) > 1
+    assert "".join(items[:-1]).strip() == items[-1].answer
+
+
+def test_json_contract_fields_and_invariants(tmp_path, corpus, pipeline_factory):
+    p = pipeline_factory(tmp_path / "index")
+    p.ingest([corpus])
+    d = p.ask("What is prefill?", max_tokens=12).to_dict()
+    assert set(d) >= {"answer", "sources", "budget", "timings"}
+    assert isinstance(d["answer"], str)
+    for s in d["sources"]:
+        assert isinstance(s["chunk_id"], str) and isinstance(s["source"], str) and isinstance(s["score"], float)
+    b = d["budget"]
+    assert b["target_ttft_s"] is None and isinstance(b["predicted_ttft_s"], float) and b["predicted_ttft_s"] > 0
+    assert isinstance(b["candidates"], int) and isinstance(b["chosen"], int) and b["chosen"] <= b["candidates"]
+    t = d["timings"]
+    ints = ("prompt_tokens", "cached_tokens", "prefill_tokens", "decode_tokens")
+    floats = ("ttft_s", "prefill_s", "decode_s", "total_s")
+    assert all(isinstance(t[k], int) for k in ints) and all(isinstance(t[k], float) for k in floats)
+    assert t["cached_tokens"] + t["prefill_tokens"] == t["prompt_tokens"]
+    assert t["ttft_s"] <= t["total_s"]
+
+
+def test_prompt_never_exceeds_the_context(tmp_path, embedder, pipeline_factory):
+    long_doc = tmp_path / "docs"
+    long_doc.mkdir()
+    for i in range(6):
+        (long_doc / f"part{i}.md").write_text(" ".join(f"Llamas graze on hill {i} near village {j}." for j in range(120)))
+    p = pipeline_factory(tmp_path / "index")
+    p.ingest([long_doc])
+    answer = p.ask("Where do llamas graze?", max_tokens=1500, k=12)
+    assert answer.timings.prompt_tokens + 1500 <= p.backend.n_ctx
+    assert answer.budget.chosen < answer.budget.candidates
+
+
+def test_a_question_longer_than_the_context_is_refused(tmp_path, corpus, pipeline_factory):
+    p = pipeline_factory(tmp_path / "index")
+    p.ingest([corpus])
+    with pytest.raises(QuestionTooLong, match="shorten the question"):
+        p.ask("why " * 3000, max_tokens=16)
+
+
+def test_without_an_index_questions_are_answered_from_the_sample(pipeline_factory):
+    p = pipeline_factory(None)
+    assert p.use_sample
+    hits = p.search("What does the KV cache store?", k=3)
+    assert sample_index_dir().is_dir()
+    assert hits[0].source == "kv-cache.md"
+
+
+def test_an_explicit_missing_index_is_an_error(tmp_path, pipeline_factory):
+    with pytest.raises(RagError, match="rag ingest"):
+        pipeline_factory(tmp_path / "missing").search("anything")
+
+
+def test_open_defaults_to_rag_index(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_INDEX", str(tmp_path / "from-env"))
+    p = Pipeline.open()
+    assert p.index_dir == tmp_path / "from-env" and not p.use_sample

@@ -1,0 +1,89 @@
+"""Pure prompt logic: the context-window fit, the layout and the cost model."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine import FakeBackend
+from prompt_budget import (
+    SYSTEM_PROMPT,
+    Candidate,
+    ContextPassage,
+    ContextTooSmall,
+    PrefillCostModel,
+    PrefillSample,
+    build_messages,
+    fit_to_context,
+)
+
+
+def test_fit_skips_a_long_candidate_for_a_shorter_one_after_it():
+    plan = fit_to_context(
+        [Candidate(50, 0.9), Candidate(90, 0.8), Candidate(20, 0.7)],
+        fixed_tokens=30, n_ctx=128, reserve_tokens=16, max_k=3,
+    )
+    assert plan.chosen == (0, 2)
+    assert plan.dropped == ((1, "context"),)
+    assert plan.prompt_tokens == 100
+
+
+def test_fit_refuses_when_the_fixed_part_alone_does_not_fit():
+    with pytest.raises(ContextTooSmall):
+        fit_to_context([], fixed_tokens=120, n_ctx=128, reserve_tokens=16, max_k=3)
+
+
+@given(
+    tokens=st.lists(st.integers(min_value=1, max_value=600), max_size=25),
+    fixed=st.integers(min_value=0, max_value=500),
+    n_ctx=st.integers(min_value=512, max_value=4096),
+    reserve=st.integers(min_value=1, max_value=512),
+    max_k=st.integers(min_value=0, max_value=25),
+)
+def test_fit_never_exceeds_the_context_window(tokens, fixed, n_ctx, reserve, max_k):
+    candidates = [Candidate(t, 1.0 - i / 100) for i, t in enumerate(tokens)]
+    try:
+        plan = fit_to_context(candidates, fixed_tokens=fixed, n_ctx=n_ctx, reserve_tokens=reserve, max_k=max_k)
+    except ContextTooSmall:
+        assert fixed + reserve > n_ctx
+        return
+    assert plan.prompt_tokens + reserve <= n_ctx
+    assert plan.prompt_tokens == fixed + sum(tokens[i] for i in plan.chosen)
+    assert len(plan.chosen) <= max_k
+    assert sorted(plan.chosen + tuple(i for i, _ in plan.dropped)) == list(range(len(tokens)))
+
+
+def test_system_prompt_is_the_stable_prefix_of_every_prompt():
+    backend = FakeBackend()
+    a = backend.tokenize(backend.render(build_messages("first question?", [ContextPassage("a.md", "alpha")])))
+    b = backend.tokenize(backend.render(build_messages("other?", [ContextPassage("b.md", "beta gamma")])))
+    system = backend.tokenize(backend.render(build_messages("q", [])[:1]))
+    common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    assert build_messages("q", [])[0].content == SYSTEM_PROMPT
+    assert common >= len(system) - 1  # all but the template's closing of the system turn at most
+
+
+def test_passages_come_before_the_question_with_their_sources():
+    user = build_messages("What is X?", [ContextPassage("a.md", "X is one."), ContextPassage("b.pdf", "X is two.", 3)])[1]
+    text = user.content
+    assert text.index("[1] (a.md)") < text.index("[2] (b.pdf, page 3)") < text.index("What is X?")
+
+
+def test_cost_model_recovers_a_noisy_line():
+    rng = random.Random(7)
+    model = PrefillCostModel(window=200)
+    a, b = 0.02, 1 / 180
+    for _ in range(150):
+        n = rng.randint(32, 2000)
+        model.observe(PrefillSample(0, n, (a + b * n) * rng.uniform(0.95, 1.05)))
+    assert model.b == pytest.approx(b, rel=0.05)
+    assert model.predict(1000) == pytest.approx(a + b * 1000, rel=0.05)
+    assert model.predict(0) == 0.0
+
+
+def test_cost_model_predicts_from_its_prior_before_any_sample():
+    model = PrefillCostModel(prior_tokens_per_s=100.0)
+    assert model.predict(250) == pytest.approx(2.5)
