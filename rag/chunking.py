@@ -64,7 +64,6 @@ class Chunker:
             chunk_size=settings.chunk_tokens,
             chunk_overlap=settings.overlap_tokens,
             length_function=count_tokens,
-            add_start_index=True,
             strip_whitespace=True,
         )
 
@@ -84,13 +83,17 @@ class Chunker:
 
     def _split_span(self, text: str, offset: int, page: int | None) -> list[TextChunk]:
         chunks = []
-        for piece in self._splitter.create_documents([text]):
-            chunk_text = piece.page_content
-            start = int(piece.metadata["start_index"])
-            if start < 0 or text[start : start + len(chunk_text)] != chunk_text:
-                # The splitter locates a chunk by searching for its text; fall
-                # back to a search from the start should that ever miss.
+        # Each chunk starts after the one before it (the overlap is smaller
+        # than a chunk), so searching from just past the previous start finds
+        # its true place even when the same text occurs earlier, as table
+        # borders do. The splitter's own start_index cannot be used: it
+        # subtracts the overlap, counted here in tokens, as characters.
+        previous = -1
+        for chunk_text in self._splitter.split_text(text):
+            start = text.find(chunk_text, previous + 1)
+            if start < 0:  # cannot happen for substrings; keep the span honest if it does
                 start = text.find(chunk_text)
+            previous = start
             chunks.append(
                 TextChunk(
                     text=chunk_text,

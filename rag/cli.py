@@ -49,7 +49,7 @@ def _user_errors() -> Iterator[None]:
         _err().print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
-        _err().print("interrupted; the index was left as it was before")
+        _err().print("interrupted; the index is as it was before this command")
         raise typer.Exit(130) from None
 
 
@@ -201,6 +201,8 @@ def doctor(
         _echo_json(report)
         return
     table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
     table.add_row("python", str(report["python"]))
     for name, version in report["versions"].items():
         table.add_row(name, version or "[red]not installed[/]")
@@ -212,7 +214,7 @@ def doctor(
         table.add_row(key, str(value))
     for key, value in report["index"].items():
         table.add_row(f"index.{key}", str(value))
-    Console(highlight=False).print(table)
+    Console(highlight=False, soft_wrap=False).print(table)
 
 
 def main() -> None:

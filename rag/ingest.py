@@ -23,7 +23,7 @@ from .chunking import Chunker, TextChunk
 from .embed import Embedder
 from .errors import DocumentError, RagError
 from .loaders import is_supported, load_document
-from .store import IndexWriter, Manifest, NewChunk, open_writer
+from .store import FileRecord, IndexWriter, Manifest, NewChunk, open_writer
 
 # Files are embedded in groups of at least this many chunks, so many small
 # files still fill the embedder's batches.
@@ -107,7 +107,7 @@ def find_files(
                 for name in sorted(filenames):
                     full = Path(dirpath) / name
                     source = full.relative_to(root).as_posix()
-                    if _selected(source, include, excludes) and (include or is_supported(full)):
+                    if is_supported(full) and _selected(source, include, excludes):
                         found.setdefault((str(root), source), SourceFile(str(root), source, full))
         elif path.is_file():
             full = path.resolve()
@@ -128,9 +128,9 @@ def _selected(source: str, include: Sequence[str], exclude: Sequence[str]) -> bo
     return (not include or _matches(source, include)) and not _matches(source, exclude)
 
 
-def chunk_id(root: str, source: str, chunk: TextChunk) -> str:
+def chunk_id(root: str, source: str, position: int, chunk: TextChunk) -> str:
     """A stable id for a chunk: the same file content gives the same ids."""
-    digest = hashlib.sha256(f"{root}\0{source}\0{chunk.start}\0{chunk.text}".encode("utf-8"))
+    digest = hashlib.sha256(f"{root}\0{source}\0{position}\0{chunk.start}\0{chunk.text}".encode("utf-8"))
     return digest.hexdigest()[:16]
 
 
@@ -140,7 +140,7 @@ class _Pending:
     sha256: str
     size: int
     chunks: list[TextChunk]
-    replaces: int | None  # id of the file record it updates
+    replaces: FileRecord | None  # the record of the version it updates
 
 
 def ingest(
@@ -194,7 +194,7 @@ def ingest(
     return report
 
 
-def _prepare(f: SourceFile, record, chunker: Chunker, report: IngestReport) -> _Pending | None:
+def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report: IngestReport) -> _Pending | None:
     try:
         data = f.path.read_bytes()
     except OSError as exc:
@@ -212,7 +212,7 @@ def _prepare(f: SourceFile, record, chunker: Chunker, report: IngestReport) -> _
     except RagError as exc:
         report.failed.append((f.source, str(exc)))
         return None
-    return _Pending(f, digest, len(data), chunks, record.id if record else None)
+    return _Pending(f, digest, len(data), chunks, record)
 
 
 def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, report: IngestReport, progress) -> None:
@@ -223,11 +223,12 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
     for p in pending:
         n = len(p.chunks)
         if p.replaces is not None:
-            writer.remove_file(p.replaces)
+            writer.remove_file(p.replaces.id)
+            report.chunks_removed += p.replaces.n_chunks
         writer.add_file(
             root=p.file.root, source=p.file.source, path=str(p.file.path), sha256=p.sha256, size=p.size,
             chunks=[
-                NewChunk(chunk_id(p.file.root, p.file.source, c), i, c.start, c.end, c.page, c.n_tokens, c.text)
+                NewChunk(chunk_id(p.file.root, p.file.source, i, c), i, c.start, c.end, c.page, c.n_tokens, c.text)
                 for i, c in enumerate(p.chunks)
             ],
             vectors=vectors[row : row + n],

@@ -235,7 +235,7 @@ class Index:
             "path": str(self.directory),
             "files": n_files,
             "chunks": n_chunks,
-            "chunk_tokens": n_tokens,
+            "tokens": n_tokens,
             "vectors": len(self),
             "bytes": size,
             "embedder": self.manifest.embedder,

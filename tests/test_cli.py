@@ -162,3 +162,9 @@ def test_readme_quick_start_is_two_commands_and_its_question_is_answered(run):
     result = run(*ask[1:], "--max-tokens", "24")
     assert result.exit_code == 0, result.output
     assert "Sources" in result.stdout and ".md" in result.stdout.partition("Sources")[2]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    assert _quick_start_commands()[1] in ci
+    assert "-eq 5" in ci  # pytest's "no tests collected" fails CI
