@@ -96,14 +96,20 @@ class Backend(Protocol):
         ...
 
     def generate(
-        self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0
+        self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0
     ) -> Iterator[str | Timings]:
-        """Stream the completion of ``prompt``: text pieces as they are
-        decoded, then exactly one :class:`Timings` as the last item.
+        """Stream the completion of ``prompt`` (text, or tokens as
+        :meth:`tokenize` gives them): text pieces as they are decoded, then
+        exactly one :class:`Timings` as the last item.
 
         Raises :class:`ContextOverflow` before any work if the prompt plus
         ``max_tokens`` exceed :attr:`n_ctx`.
         """
+        ...
+
+    def profile_key(self) -> dict[str, object]:
+        """What changes this engine's prefill rates (model file, build,
+        offload, context, threads, batch): equal keys may share a profile."""
         ...
 
     def info(self) -> dict[str, object]:

@@ -51,9 +51,11 @@ class FakeBackend:
             cached += 1
         return cached
 
-    def generate(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> Iterator[str | Timings]:
+    def generate(
+        self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> Iterator[str | Timings]:
         """The fixed reply, word by word, then Timings from the formula."""
-        tokens = self.tokenize(prompt)
+        tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if len(tokens) + max_tokens > self._n_ctx:
             raise ContextOverflow(f"prompt of {len(tokens)} tokens + {max_tokens} exceeds {self._n_ctx}")
         return self._stream(tokens, max_tokens)
@@ -68,6 +70,9 @@ class FakeBackend:
         prefill_s = prefill * self.seconds_per_token
         decode_s = len(words) * self.seconds_per_token
         yield Timings(len(tokens), cached, prefill, prefill_s, prefill_s, len(words), decode_s, prefill_s + decode_s)
+
+    def profile_key(self) -> dict[str, object]:
+        return {"engine": "fake", "seconds_per_token": self.seconds_per_token, "n_ctx": self._n_ctx}
 
     def info(self) -> dict[str, object]:
         return {"engine": "fake", "n_ctx": self._n_ctx}

@@ -15,6 +15,7 @@ Does not: keep per-session KV snapshots (a later addition) or choose prompts.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import os
 import threading
 import time
@@ -145,14 +146,15 @@ class LlamaCppBackend:
         return common
 
     def generate(
-        self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0
+        self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0
     ) -> Iterator[str | Timings]:
-        """Stream the completion of ``prompt``: text pieces, then one Timings.
+        """Stream the completion of ``prompt`` (text or tokens): text pieces,
+        then one Timings.
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
         """
-        tokens = self.tokenize(prompt)
+        tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if len(tokens) + max_tokens > self.n_ctx:
             raise ContextOverflow(
                 f"prompt of {len(tokens)} tokens + {max_tokens} answer tokens exceeds the context window of {self.n_ctx}"
@@ -196,6 +198,27 @@ class LlamaCppBackend:
             decode_s=max(all_s - prefill_s, 0.0),
             total_s=total,
         )
+
+    def profile_key(self) -> dict[str, object]:
+        """Model file identity, llama.cpp build, GPU layers, context, threads, batch."""
+        lc = self._llama_cpp
+        system_info = lc.llama_print_system_info().decode("utf-8", "replace")
+        return {
+            "engine": "llama.cpp",
+            "model": self._model_identity(),
+            "build": f"{lc.__version__}+{hashlib.sha256(system_info.encode()).hexdigest()[:12]}",
+            "n_gpu_layers": self.n_gpu_layers,
+            "n_ctx": self.n_ctx,
+            "n_threads": self.n_threads,
+            "n_batch": self.n_batch,
+        }
+
+    def _model_identity(self) -> str:
+        # Name, size and a hash of the first MiB: cheap even for large files,
+        # and different for any two real models.
+        with open(self.model_path, "rb") as fh:
+            head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
+        return f"{self.model_path.name}:{self.model_path.stat().st_size}:{head}"
 
     def info(self) -> dict[str, object]:
         """Engine facts for ``rag doctor``."""

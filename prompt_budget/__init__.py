@@ -3,12 +3,18 @@
 No model, no I/O: everything here is testable in milliseconds.
 """
 
-from .budgeter import Candidate, ContextTooSmall, Plan, fit_to_context
-from .cost import PrefillCostModel, PrefillSample
+from .budgeter import BudgetRequest, Candidate, ContextTooSmall, Decision, Plan, fit_to_context, plan_budget
+from .cost import Fit, PrefillCostModel, PrefillSample, best_fit, fit_samples
 from .layout import SYSTEM_PROMPT, ContextPassage, build_messages, format_passage
 
 __all__ = [
+    "BudgetRequest",
     "Candidate",
+    "Decision",
+    "Fit",
+    "best_fit",
+    "fit_samples",
+    "plan_budget",
     "ContextPassage",
     "ContextTooSmall",
     "Plan",

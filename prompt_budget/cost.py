@@ -1,22 +1,31 @@
 """Predicting prefill time from measured samples.
 
-A linear model ``t = a + b * n_new`` of prefill seconds for ``n_new``
-uncached prompt tokens, refitted by least squares on the most recent
-samples this process measured. Until two distinct lengths have been
-measured it predicts from a prior rate.
+Prefill seconds for ``n_new`` uncached tokens evaluated on top of
+``n_cached`` tokens already in the KV cache, in one of two forms:
 
-Does not: model decode, batching, or the attention term over a long
-cached context (a later refinement), and does not measure anything itself.
+    linear     t = a + b·n_new
+    attention  t = a + b·n_new + c·n_new·(n_cached + n_new/2)
+
+The attention form adds the work of every new token attending to the whole
+context before it (``n_cached + n_new/2`` on average). Both are fitted by
+least squares on relative error (so a 50 ms prefill counts as much as a 5 s
+one), with outliers beyond a few median absolute deviations dropped, and
+report their own mean absolute percentage error (MAPE).
+
+Does not: model decode, batching, or queueing; measure anything itself.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 # Prefill rate measured on the development machine (SmolLM2-135M Q4_1,
 # 2 threads; DESIGN.md), used only before any sample of this machine exists.
 PRIOR_TOKENS_PER_S = 200.0
+FORMS = ("linear", "attention")
 
 
 @dataclass(frozen=True)
@@ -28,44 +37,196 @@ class PrefillSample:
     seconds: float
 
 
-class PrefillCostModel:
-    """Prefill seconds as a linear function of uncached tokens."""
+def features(form: str, n_new: float, n_cached: float) -> list[float]:
+    """The regressors of ``form``: ``features("linear", 10, 5) -> [1, 10]``."""
+    if form == "linear":
+        return [1.0, float(n_new)]
+    if form == "attention":
+        return [1.0, float(n_new), float(n_new) * (n_cached + n_new / 2.0)]
+    raise ValueError(f"unknown cost model form {form!r}; expected one of {FORMS}")
 
-    def __init__(self, window: int = 64, prior_tokens_per_s: float = PRIOR_TOKENS_PER_S) -> None:
-        self._samples: deque[PrefillSample] = deque(maxlen=window)
-        self.a = 0.0
-        self.b = 1.0 / prior_tokens_per_s
+
+@dataclass(frozen=True)
+class Fit:
+    """Fitted coefficients of one form, with the fit's error on its samples."""
+
+    form: str
+    coef: tuple[float, ...]
+    mape: float
+    samples: int
+    outliers: int = 0
+
+    def predict(self, n_new: int, n_cached: int = 0) -> float:
+        """Predicted prefill seconds (0 for no new tokens, never negative)."""
+        if n_new <= 0:
+            return 0.0
+        return max(sum(c * x for c, x in zip(self.coef, features(self.form, n_new, n_cached))), 0.0)
+
+
+def prior_fit(tokens_per_s: float = PRIOR_TOKENS_PER_S) -> Fit:
+    """A linear fit through the origin at a given rate, for before any sample."""
+    return Fit("linear", (0.0, 1.0 / tokens_per_s), math.nan, 0)
+
+
+def _solve(rows: list[list[float]], ys: list[float]) -> list[float]:
+    # Weighted least squares on relative error: divide each row by its y.
+    import numpy as np
+
+    a = np.array([[x / y for x in row] for row, y in zip(rows, ys)])
+    b = np.ones(len(ys))
+    coef, *_ = np.linalg.lstsq(a, b, rcond=None)
+    return [float(c) for c in coef]
+
+
+def _mape(form: str, coef: Sequence[float], samples: Sequence[PrefillSample]) -> float:
+    fit = Fit(form, tuple(coef), 0.0, len(samples))
+    errors = [abs(fit.predict(s.n_new, s.n_cached) - s.seconds) / s.seconds for s in samples]
+    return sum(errors) / len(errors) if errors else math.nan
+
+
+def fit_samples(samples: Sequence[PrefillSample], form: str = "attention", *, outlier_mads: float = 4.0) -> Fit:
+    """Least-squares fit of ``form`` to ``samples`` (relative error), refitted
+    once without the samples whose relative residual is more than
+    ``outlier_mads`` median absolute deviations from the median.
+
+    Raises ValueError when there are fewer usable samples than coefficients.
+    """
+    usable = [s for s in samples if s.n_new > 0 and s.seconds > 0]
+    k = len(features(form, 1, 0))
+    if len(usable) < k:
+        raise ValueError(f"{len(usable)} samples cannot fit the {form} form's {k} coefficients")
+    coef = _solve([features(form, s.n_new, s.n_cached) for s in usable], [s.seconds for s in usable])
+    fit = Fit(form, tuple(coef), 0.0, len(usable))
+    residuals = [(s.seconds - fit.predict(s.n_new, s.n_cached)) / s.seconds for s in usable]
+    median = sorted(residuals)[len(residuals) // 2]
+    mad = sorted(abs(r - median) for r in residuals)[len(residuals) // 2] or 1e-9
+    kept = [s for s, r in zip(usable, residuals) if abs(r - median) <= outlier_mads * max(mad, 0.01)]
+    if len(kept) >= k and len(kept) < len(usable):
+        coef = _solve([features(form, s.n_new, s.n_cached) for s in kept], [s.seconds for s in kept])
+    return Fit(form, tuple(coef), _mape(form, coef, kept), len(kept), len(usable) - len(kept))
+
+
+def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
+    """The form the samples support best, and the fit of every form tried.
+
+    The attention form is kept only if its quadratic coefficient is positive
+    and it lowers the MAPE; otherwise the simpler linear form wins.
+    """
+    fits: dict[str, Fit] = {}
+    for form in FORMS:
+        try:
+            fits[form] = fit_samples(samples, form)
+        except ValueError:
+            continue
+    if not fits:
+        raise ValueError("no samples to fit")
+    attention = fits.get("attention")
+    linear = fits.get("linear")
+    if attention and attention.coef[2] > 0 and (linear is None or attention.mape < linear.mape):
+        return attention, fits
+    return (linear or attention), fits
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` by linear interpolation:
+    ``quantile([1, 2, 3, 4], 0.5) -> 2.5``."""
+    if not values:
+        raise ValueError("quantile of no values")
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+class PrefillCostModel:
+    """A prefill cost model that keeps learning from what it measures.
+
+    It keeps a bounded window of recent samples and refits on each new one,
+    and tracks the ratio of measured to predicted time of each prediction it
+    made *before* seeing the measurement, so callers can plan against a high
+    quantile of its real error rather than its mean.
+    """
+
+    def __init__(
+        self,
+        fit: Fit | None = None,
+        samples: Iterable[PrefillSample] = (),
+        *,
+        anchors: Iterable[PrefillSample] = (),
+        window: int = 128,
+        ratios: Iterable[float] = (),
+        ratio_window: int = 64,
+        overheads: Iterable[float] = (),
+        prior_tokens_per_s: float = PRIOR_TOKENS_PER_S,
+    ) -> None:
+        # Calibration samples stay as anchors, so the fit still spans short
+        # and long prompts when recent requests all have similar lengths.
+        self.anchors: tuple[PrefillSample, ...] = tuple(anchors)
+        self._samples: deque[PrefillSample] = deque(samples, maxlen=window)
+        self._ratios: deque[float] = deque(ratios, maxlen=ratio_window)
+        self._overheads: deque[float] = deque(overheads, maxlen=ratio_window)
+        self.fit = fit or prior_fit(prior_tokens_per_s)
 
     @property
     def samples(self) -> tuple[PrefillSample, ...]:
-        """The samples the current fit is made from, oldest first."""
+        """The window of samples the current fit is made from, oldest first."""
         return tuple(self._samples)
 
-    def predict(self, n_new: int, n_cached: int = 0) -> float:
-        """Predicted prefill seconds for ``n_new`` uncached tokens (never negative)."""
-        if n_new <= 0:
-            return 0.0
-        return max(self.a + self.b * n_new, 0.0)
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """Measured ÷ predicted prefill of recent requests, oldest first."""
+        return tuple(self._ratios)
 
-    def observe(self, sample: PrefillSample) -> None:
-        """Add a measurement and refit."""
+    @property
+    def overheads(self) -> tuple[float, ...]:
+        """Recent seconds to first token spent outside prefill, oldest first."""
+        return tuple(self._overheads)
+
+    def overhead(self, default: float = 0.02) -> float:
+        """The median of recent non-prefill seconds to first token."""
+        return quantile(list(self._overheads), 0.5) if self._overheads else default
+
+    def observe_overhead(self, seconds: float) -> None:
+        """Record time to first token that prefill does not explain."""
+        if seconds >= 0:
+            self._overheads.append(seconds)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the fit comes from measurements rather than the prior."""
+        return self.fit.samples > 0
+
+    def predict(self, n_new: int, n_cached: int = 0) -> float:
+        """Predicted prefill seconds for ``n_new`` tokens on top of ``n_cached``."""
+        return self.fit.predict(n_new, n_cached)
+
+    def safety_factor(self, q: float = 0.95, min_ratios: int = 8, default: float = 1.15) -> float:
+        """The ``q`` quantile of recent measured ÷ predicted ratios (at least
+        1), or ``default`` until ``min_ratios`` have been seen."""
+        if len(self._ratios) < min_ratios:
+            return default
+        return max(quantile(list(self._ratios), q), 1.0)
+
+    def observe(self, sample: PrefillSample, *, refit: bool = True) -> None:
+        """Record a measurement: its ratio to the prediction made now, then
+        add it to the window and refit the form in use."""
         if sample.n_new <= 0 or sample.seconds <= 0:
             return
+        predicted = self.predict(sample.n_new, sample.n_cached)
+        if predicted > 0 and self.calibrated:
+            self._ratios.append(sample.seconds / predicted)
         self._samples.append(sample)
-        self._fit()
+        if refit:
+            self.refit()
 
-    def _fit(self) -> None:
-        xs = [s.n_new for s in self._samples]
-        ys = [s.seconds for s in self._samples]
-        n = len(xs)
-        mean_x, mean_y = sum(xs) / n, sum(ys) / n
-        var_x = sum((x - mean_x) ** 2 for x in xs)
-        if var_x == 0:
-            # One length only: keep the line through the origin and the mean.
-            self.a, self.b = 0.0, mean_y / mean_x
+    def refit(self) -> None:
+        """Refit the current form on the window (the prior stays until the
+        window holds enough distinct lengths)."""
+        samples = list(self.anchors) + list(self._samples)
+        if len({s.n_new for s in samples}) < 3:
             return
-        b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / var_x
-        if b <= 0:
-            self.a, self.b = 0.0, mean_y / mean_x
-            return
-        self.a, self.b = mean_y - b * mean_x, b
+        form = self.fit.form if self.calibrated else "linear"
+        try:
+            self.fit = fit_samples(samples, form)
+        except ValueError:
+            pass

@@ -21,13 +21,41 @@ class Source:
 
 
 @dataclass(frozen=True)
+class BudgetDecision:
+    """What the budgeter did with one candidate chunk."""
+
+    chunk_id: str
+    source: str
+    tokens: int
+    score: float
+    ttft_s: float  # predicted TTFT with this and every chunk chosen before it
+    chosen: bool
+    reason: str | None  # why dropped: ttft, context, relevance, near-duplicate, max_k
+    trimmed: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "chunk_id": self.chunk_id, "source": self.source, "tokens": self.tokens, "score": self.score,
+            "ttft_s": self.ttft_s, "chosen": self.chosen, "reason": self.reason, "trimmed": self.trimmed,
+        }
+
+
+@dataclass(frozen=True)
 class Budget:
-    """How much context was chosen and what it was predicted to cost."""
+    """How much context was chosen and what it was predicted to cost.
+
+    ``predicted_ttft_s`` is the cost model's central prediction;
+    ``planned_ttft_s`` the one with the safety margin the target was held to.
+    """
 
     target_ttft_s: float | None
     predicted_ttft_s: float
     candidates: int
     chosen: int
+    planned_ttft_s: float | None = None
+    feasible: bool = True
+    safety: float = 1.0
+    decisions: tuple[BudgetDecision, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -35,6 +63,10 @@ class Budget:
             "predicted_ttft_s": self.predicted_ttft_s,
             "candidates": self.candidates,
             "chosen": self.chosen,
+            "planned_ttft_s": self.planned_ttft_s,
+            "feasible": self.feasible,
+            "safety": self.safety,
+            "decisions": [d.to_dict() for d in self.decisions],
         }
 
 

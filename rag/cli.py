@@ -20,7 +20,7 @@ from rich.text import Text
 
 from .answer import Answer
 from .errors import RagError
-from .pipeline import DEFAULT_MAX_TOKENS, DEFAULT_TOP_K, Pipeline
+from .pipeline import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, Pipeline
 
 app = typer.Typer(
     name="rag",
@@ -56,6 +56,12 @@ def _user_errors() -> Iterator[None]:
 def _open_pipeline(index: Optional[Path], model: Optional[Path] = None) -> Pipeline:
     """The pipeline a command works on (one place, so tests can share loaded models)."""
     return Pipeline.open(index, model)
+
+
+def _pipeline(index: Optional[Path], model: Optional[Path] = None) -> Pipeline:
+    pipeline = _open_pipeline(index, model)
+    pipeline.notice = lambda message: _err().print(f"[yellow]note:[/] {message}", soft_wrap=True)
+    return pipeline
 
 
 def _echo_json(obj: object) -> None:
@@ -103,7 +109,7 @@ def ingest(
 ) -> None:
     """Index documents (.txt .md .rst .html .pdf), incrementally."""
     with _user_errors():
-        pipeline = _open_pipeline(index)
+        pipeline = _pipeline(index)
         with Progress(
             TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
             _RateColumn(), TimeElapsedColumn(), console=_err(), transient=as_json,
@@ -138,7 +144,7 @@ def search(
 ) -> None:
     """Show the chunks most similar to QUERY, without asking the model."""
     with _user_errors():
-        hits = _open_pipeline(index).search(query, k=k)
+        hits = _pipeline(index).search(query, k=k)
     if as_json:
         _echo_json({"results": [h.to_dict() for h in hits]})
         return
@@ -156,19 +162,31 @@ def search(
 def ask(
     question: str = typer.Argument(..., help="The question to answer from your documents."),
     index: Optional[Path] = INDEX_OPTION,
-    model: Optional[Path] = MODEL_OPTION,
+    target_ttft: Optional[float] = typer.Option(
+        None, "--target-ttft", help="Seconds to first token to plan for [default: $RAG_TARGET_TTFT, else 2.0]."
+    ),
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in the answer."),
-    k: int = typer.Option(DEFAULT_TOP_K, "-k", help="Chunks to retrieve into the prompt."),
+    session: Optional[str] = typer.Option(None, "--session", help="Conversation id (not yet supported)."),
+    model: Optional[Path] = MODEL_OPTION,
+    max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help="Most chunks in the prompt."),
+    candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates", help="Chunks retrieved for the budgeter to choose from."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer, sources, budget and timings as JSON."),
+    explain: bool = typer.Option(False, "--explain", help="Show the budget decision for every candidate."),
 ) -> None:
     """Answer QUESTION from the index, streaming, then list the sources."""
     with _user_errors():
-        pipeline = _open_pipeline(index, model)
+        if session is not None:
+            raise RagError("--session needs conversation history, which is not built yet; ask without it")
+        pipeline = _pipeline(index, model)
+        options = dict(target_ttft=target_ttft, max_tokens=max_tokens, max_k=max_k, candidates=candidates)
         if as_json:
-            _echo_json(pipeline.ask(question, max_tokens=max_tokens, k=k).to_dict())
+            answer = pipeline.ask(question, **options)
+            _echo_json(answer.to_dict())
+            if explain:
+                _print_explain(answer, _err())
             return
         answer = None
-        for item in pipeline.stream(question, max_tokens=max_tokens, k=k):
+        for item in pipeline.stream(question, **options):
             if isinstance(item, Answer):
                 answer = item
             else:
@@ -181,11 +199,130 @@ def ask(
     for n, s in enumerate(answer.sources, start=1):
         where = s.source if s.page is None else f"{s.source} p.{s.page}"
         console.print(f"  [{n}] {where}  (score {s.score:.3f})")
-    t = answer.timings
+    if explain:
+        _print_explain(answer, console)
+    t, b = answer.timings, answer.budget
+    target = "no target" if b.target_ttft_s is None else f"target {b.target_ttft_s:.2f} s"
     _err().print(
-        f"[dim]{t.prompt_tokens} prompt tokens ({t.cached_tokens} cached), TTFT {t.ttft_s:.2f} s, "
+        f"[dim]{b.chosen}/{b.candidates} chunks, {t.prompt_tokens} prompt tokens ({t.cached_tokens} cached), "
+        f"TTFT {t.ttft_s:.2f} s ({target}, predicted {b.predicted_ttft_s:.2f} s), "
         f"{t.decode_tokens} tokens in {t.total_s:.2f} s[/]"
     )
+
+
+def _print_explain(answer: Answer, console: Console) -> None:
+    b, t = answer.budget, answer.timings
+    table = Table(title="budget decision", title_justify="left")
+    for column in ("#", "source", "tokens", "score", "cum. TTFT s", "decision"):
+        table.add_column(column, justify="right" if column in {"#", "tokens", "score", "cum. TTFT s"} else "left")
+    for n, d in enumerate(b.decisions, start=1):
+        decision = ("chosen, trimmed" if d.trimmed else "chosen") if d.chosen else f"dropped: {d.reason}"
+        table.add_row(str(n), d.source, str(d.tokens), f"{d.score:.3f}", f"{d.ttft_s:.2f}" if d.ttft_s else "",
+                      decision, style=None if d.chosen else "dim")
+    console.print(table)
+    target = "none" if b.target_ttft_s is None else f"{b.target_ttft_s:.2f} s"
+    console.print(
+        f"target {target}; predicted {b.predicted_ttft_s:.2f} s (planned with x{b.safety:.2f} margin: "
+        f"{(b.planned_ttft_s or 0):.2f} s); measured {t.ttft_s:.2f} s"
+        + ("" if b.feasible else "  [red]infeasible: even one chunk exceeds the target[/]")
+    )
+
+
+@app.command()
+def calibrate(
+    model: Optional[Path] = MODEL_OPTION,
+    quick: bool = typer.Option(False, "--quick", help="A few short prompts only (seconds)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON."),
+) -> None:
+    """Measure this machine's prefill rates and fit the TTFT cost model."""
+    with _user_errors():
+        pipeline = _pipeline(None, model)
+        with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=_err(), transient=as_json) as bar:
+            task = bar.add_task("calibrating", total=None)
+            profile = pipeline.calibrate(quick=quick, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if as_json:
+        sys.stdout.write(profile.to_json() + "\n")
+        return
+    console = Console(highlight=False)
+    table = Table(title="measured prefill (medians)", title_justify="left")
+    forms = list(profile.fits)
+    for column in ["cached", "new", "runs", "median s", "tok/s"] + [f"{f} s" for f in forms]:
+        table.add_column(column, justify="right")
+    for row in profile.table:
+        table.add_row(str(row["n_cached"]), str(row["n_new"]), str(row["runs"]), f"{row['median_s']:.3f}",
+                      f"{row['tok_per_s']:.0f}", *(f"{row[f + '_s']:.3f}" for f in forms))
+    console.print(table)
+    for form, fit in profile.fits.items():
+        chosen = " (kept)" if form == profile.fit.form else ""
+        coef = ", ".join(f"{c:.4g}" for c in fit.coef)
+        console.print(f"{form}: coefficients [{coef}], MAPE {fit.mape * 100:.1f}% over {fit.samples} points{chosen}")
+    console.print(f"profile saved in {pipeline.profile_dir}")
+
+
+bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("ttft")
+def bench_ttft(
+    corpus: Path = typer.Option(..., "--corpus", help="Folder of documents (ingested incrementally into --index)."),
+    questions: Path = typer.Option(..., "--questions", help="JSON lines of {question, gold}."),
+    targets: str = typer.Option("0.5,1,2,4", "--targets", help="Comma-separated TTFT targets in seconds."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus [default: a cache folder per corpus]."),
+    include: List[str] = typer.Option([], "--include", help="Only corpus files matching this glob (repeatable)."),
+    max_tokens: int = typer.Option(16, "--max-tokens", help="Answer tokens per request (TTFT does not depend on it)."),
+    no_learn: bool = typer.Option(False, "--no-learn", help="Freeze the cost model: no online learning."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Answer every question under every TTFT target; report how well the target held."""
+    import hashlib
+
+    from . import paths
+    from .bench import bench_ttft as run_bench
+    from .evaluate import load_questions
+
+    with _user_errors():
+        try:
+            wanted = [float(t) for t in targets.split(",") if t.strip()]
+        except ValueError:
+            raise RagError(f"--targets {targets!r}: expected seconds separated by commas, e.g. 0.5,1,2,4") from None
+        if not wanted or min(wanted) <= 0:
+            raise RagError("--targets: give at least one positive number of seconds")
+        qs = load_questions(questions)
+        if not qs:
+            raise RagError(f"{questions}: no questions in the file")
+        if index is None:
+            tag = hashlib.sha256(f"{corpus.resolve()}|{sorted(include)}".encode()).hexdigest()[:10]
+            index = paths.cache_dir() / f"bench-index-{tag}"
+        pipeline = _pipeline(index, model)
+        pipeline.learn = not no_learn
+        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      _RateColumn(), TimeElapsedColumn(), console=_err(), transient=True) as bar:
+            pipeline.ingest([corpus], include=include, progress=_RichIngestProgress(bar))
+        pipeline.cost_model  # calibrate, if needed, before anything is timed
+        with Progress(TextColumn("asking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=_err(), transient=True) as bar:
+            task = bar.add_task("asking", total=len(qs) * len(wanted))
+            result = run_bench(pipeline, qs, wanted, max_tokens=max_tokens,
+                               progress=lambda done, total: bar.update(task, completed=done))
+    if as_json:
+        _echo_json(result)
+        return
+    table = Table(title=f"rag bench ttft ({len(qs)} questions, learning {'off' if no_learn else 'on'})", title_justify="left")
+    columns = ["target s", "feasible", "requests", "p50 meas/target", "p95 meas/target", "over target",
+               "mean chunks", "mean prompt tok", "pred err p50", "pred err p95"]
+    for c in columns:
+        table.add_column(c, justify="right")
+    for row in result["summary"]["targets"]:
+        table.add_row(
+            f"{row['target_s']:g}", "yes" if row["feasible"] else f"no ({row['infeasible_requests']})", str(row["requests"]),
+            f"{row['p50_ratio']:.2f}", f"{row['p95_ratio']:.2f}", f"{row['over_share'] * 100:.0f}%",
+            f"{row['mean_chunks']:.1f}", f"{row['mean_prompt_tokens']:.0f}",
+            f"{row['pred_err_p50'] * 100:.1f}%", f"{row['pred_err_p95'] * 100:.1f}%",
+        )
+    Console(highlight=False).print(table)
 
 
 @app.command()
@@ -196,7 +333,7 @@ def doctor(
 ) -> None:
     """Versions, llama.cpp build, device, model, context, threads and index statistics."""
     with _user_errors():
-        report = _open_pipeline(index, model).doctor()
+        report = _pipeline(index, model).doctor()
     if as_json:
         _echo_json(report)
         return

@@ -36,5 +36,9 @@ def sample_data_dir() -> Path:
 
 
 def sample_index_dir() -> Path:
-    """Where the index of the sample corpus is cached."""
-    return cache_dir() / "sample-index"
+    """Where the index of the sample corpus is cached: one per copy of the
+    corpus, so a checkout and an installed wheel do not mix their files."""
+    import hashlib
+
+    tag = hashlib.sha256(str(sample_data_dir()).encode("utf-8")).hexdigest()[:10]
+    return cache_dir() / f"sample-index-{tag}"

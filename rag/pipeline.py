@@ -17,26 +17,49 @@ from typing import Iterator, Sequence
 
 from engine.backend import Backend, ContextOverflow, Timings
 from prompt_budget import (
+    BudgetRequest,
     Candidate,
     ContextPassage,
     ContextTooSmall,
     PrefillCostModel,
     PrefillSample,
     build_messages,
-    fit_to_context,
     format_passage,
+    plan_budget,
 )
+from prompt_budget.profile import Profile, load_profile, save_profile
+from prompt_budget.trim import trim_to_tokens
 
 from . import paths
-from .answer import Answer, Budget, Source
+from .answer import Answer, Budget, BudgetDecision, Source
 from .chunking import Chunker, ChunkerSettings
 from .embed import Embedder, SentenceTransformerEmbedder
 from .errors import IndexNotFound, ModelNotFound, QuestionTooLong, RagError
 from .ingest import IngestProgress, IngestReport, ingest
 from .store import Hit, Index, index_exists, live_manifest
 
-DEFAULT_TOP_K = 4
 DEFAULT_MAX_TOKENS = 256
+DEFAULT_CANDIDATES = 20  # top-N retrieved for the budgeter to choose from
+DEFAULT_MAX_K = 8
+DEFAULT_MIN_K = 1
+DEFAULT_RELEVANCE_FLOOR = 0.05  # cosine; below it a chunk is noise, whatever the budget
+FALLBACK_TARGET_TTFT = 2.0
+
+
+def default_target_ttft() -> float | None:
+    """``$RAG_TARGET_TTFT`` in seconds (``none`` for no target), else 2.0."""
+    raw = os.environ.get("RAG_TARGET_TTFT", "").strip().lower()
+    if not raw:
+        return FALLBACK_TARGET_TTFT
+    if raw in {"none", "off", "inf"}:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise RagError(f"RAG_TARGET_TTFT={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise RagError(f"RAG_TARGET_TTFT must be positive seconds, not {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -44,7 +67,8 @@ class _Prompt:
     text: str
     tokens: int
     hits: tuple[Hit, ...]
-    candidates: int
+    budget: Budget
+    elapsed_at_plan: float
 
 
 class Pipeline:
@@ -62,15 +86,23 @@ class Pipeline:
         n_ctx: int | None = None,
         embedder: Embedder | None = None,
         backend: Backend | None = None,
+        profile_dir: Path | None = None,
+        learn: bool = True,
+        notice=None,
     ) -> None:
         self.index_dir = Path(index_dir)
+        self.profile_dir = Path(profile_dir) if profile_dir else paths.cache_dir() / "profiles"
+        self.learn = learn
+        # Where the pipeline says what it is doing on its own (a quick calibration).
+        self.notice = notice or (lambda message: None)
+        self._profile: Profile | None = None
+        self._cost: PrefillCostModel | None = None
         self.use_sample = use_sample
         self.model = model
         self.n_ctx = n_ctx
         self._embedder = embedder
         self._backend = backend
         self._index: Index | None = None
-        self.cost_model = PrefillCostModel()
 
     @classmethod
     def open(
@@ -129,6 +161,43 @@ class Pipeline:
             embedder = self.embedder
             self._index = Index.open(directory, embedder=embedder.name, dim=embedder.dim)
         return self._index
+
+    @property
+    def cost_model(self) -> PrefillCostModel:
+        """The prefill cost model of this machine set-up: the saved profile,
+        else a quick calibration run now (and saved)."""
+        if self._cost is None:
+            profile = load_profile(self.profile_dir, self.backend.profile_key())
+            if profile is None:
+                self.notice(
+                    "no prefill profile for this model and machine yet: running a quick calibration "
+                    "(a few seconds; `rag calibrate` measures a full one)"
+                )
+                profile = self.calibrate(quick=True)
+            self._profile, self._cost = profile, profile.cost_model()
+        return self._cost
+
+    def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
+        """Measure prefill on this backend, fit the cost model, save the
+        profile and use it from now on."""
+        from .calibrate import calibrate
+
+        profile = calibrate(self.backend, quick=quick, progress=progress)
+        save_profile(self.profile_dir, profile)
+        self._profile, self._cost = profile, profile.cost_model()
+        return profile
+
+    def _learn(self, timings: Timings, elapsed_at_plan: float) -> None:
+        """Fold one request's measurements into the cost model and its profile."""
+        model = self.cost_model
+        model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s), refit=self.learn)
+        model.observe_overhead(timings.ttft_s - elapsed_at_plan - timings.prefill_s)
+        if self.learn and self._profile is not None:
+            self._profile.absorb(model)
+            try:
+                save_profile(self.profile_dir, self._profile)
+            except OSError:
+                pass  # a read-only cache must not fail an answer
 
     def _sample_index(self) -> Path:
         directory = paths.sample_index_dir()
@@ -189,34 +258,65 @@ class Pipeline:
         index = self.index()
         return index.search(self.embedder.embed([query])[0], k)
 
-    def ask(self, question: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, k: int = DEFAULT_TOP_K) -> Answer:
-        """Answer ``question`` from the index, with sources and timings."""
+    def ask(
+        self,
+        question: str,
+        *,
+        target_ttft: float | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        candidates: int = DEFAULT_CANDIDATES,
+        max_k: int = DEFAULT_MAX_K,
+        min_k: int = DEFAULT_MIN_K,
+        relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
+        no_target: bool = False,
+    ) -> Answer:
+        """Answer ``question`` from the index, with sources, budget and timings.
+
+        See :meth:`stream` for the parameters."""
         answer = None
-        for item in self.stream(question, max_tokens=max_tokens, k=k):
+        for item in self.stream(
+            question, target_ttft=target_ttft, max_tokens=max_tokens, candidates=candidates,
+            max_k=max_k, min_k=min_k, relevance_floor=relevance_floor, no_target=no_target,
+        ):
             if isinstance(item, Answer):
                 answer = item
         assert answer is not None
         return answer
 
     def stream(
-        self, question: str, *, max_tokens: int = DEFAULT_MAX_TOKENS, k: int = DEFAULT_TOP_K
+        self,
+        question: str,
+        *,
+        target_ttft: float | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        candidates: int = DEFAULT_CANDIDATES,
+        max_k: int = DEFAULT_MAX_K,
+        min_k: int = DEFAULT_MIN_K,
+        relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
+        no_target: bool = False,
     ) -> Iterator[str | Answer]:
         """Answer ``question`` as it is generated: text pieces, then the
         final :class:`Answer`.
 
-        Raises QuestionTooLong if the question alone cannot fit the model's
+        The top ``candidates`` chunks are retrieved and the budgeter puts as
+        many of them into the prompt (between ``min_k`` and ``max_k``) as
+        keep the predicted time to first token within ``target_ttft``
+        seconds (default: :func:`default_target_ttft`; ``no_target`` for
+        none). Raises QuestionTooLong if the question alone cannot fit the
         context window with ``max_tokens`` left for the answer.
         """
         if max_tokens < 1:
             raise RagError(f"max_tokens must be at least 1, not {max_tokens}")
-        backend, _ = self.backend, self.index()  # load before the clock starts
+        if target_ttft is not None and target_ttft <= 0:
+            raise RagError(f"the TTFT target must be positive seconds, not {target_ttft}")
+        if not 0 <= min_k <= max_k or max_k < 1:
+            raise RagError(f"need 0 <= min_k <= max_k and max_k >= 1, not min_k={min_k}, max_k={max_k}")
+        target = None if no_target else (target_ttft if target_ttft is not None else default_target_ttft())
+        backend, _, cost = self.backend, self.index(), self.cost_model  # load before the clock starts
         received = time.perf_counter()
-        hits = self.search(question, k=k)
-        prompt = self._prompt(question, hits, max_tokens)
-        tokens = backend.tokenize(prompt.text)
-        cached = backend.cached_prefix(tokens)
+        hits = self.search(question, k=max(candidates, 1))
+        prompt = self._prompt(question, hits, max_tokens, target, min_k, max_k, relevance_floor, cost, received)
         engine_start = time.perf_counter()
-        predicted = (engine_start - received) + self.cost_model.predict(len(tokens) - cached, cached)
         pieces: list[str] = []
         timings: Timings | None = None
         try:
@@ -229,47 +329,94 @@ class Pipeline:
         except ContextOverflow as exc:  # the budget below should make this unreachable
             raise QuestionTooLong(str(exc)) from None
         assert timings is not None
-        self.cost_model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s))
+        timings = timings.shifted(engine_start - received)
+        self._learn(timings, prompt.elapsed_at_plan)
         yield Answer(
             answer="".join(pieces).strip(),
             sources=tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits),
-            budget=Budget(target_ttft_s=None, predicted_ttft_s=predicted, candidates=prompt.candidates, chosen=len(prompt.hits)),
-            timings=timings.shifted(engine_start - received),
+            budget=prompt.budget,
+            timings=timings,
         )
 
-    def _prompt(self, question: str, hits: list[Hit], max_tokens: int) -> _Prompt:
-        """The prompt with as many of ``hits`` as fit the context window."""
+    def _prompt(
+        self, question: str, hits: list[Hit], max_tokens: int, target: float | None,
+        min_k: int, max_k: int, floor: float, cost: PrefillCostModel, received: float,
+    ) -> _Prompt:
+        """The prompt with the chunks the budgeter chose from ``hits``."""
         backend = self.backend
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
-        fixed = len(backend.tokenize(backend.render(build_messages(question, []))))
+        fixed_tokens = backend.tokenize(backend.render(build_messages(question, [])))
+
+        def block_tokens(number: int, passage: ContextPassage) -> int:
+            return len(backend.tokenize(format_passage(number, passage) + "\n\n"))
+
         candidates = [
-            Candidate(tokens=len(backend.tokenize(format_passage(i, p) + "\n\n")), score=h.score)
-            for i, (p, h) in enumerate(zip(passages, hits), start=1)
+            Candidate(tokens=block_tokens(n, p), score=h.score, source=h.source, start=h.char_start, end=h.char_end)
+            for n, (p, h) in enumerate(zip(passages, hits), start=1)
         ]
+        cached = backend.cached_prefix(fixed_tokens)
+        safety = cost.safety_factor()
+        elapsed = time.perf_counter() - received
+        request = BudgetRequest(
+            fixed_tokens=len(fixed_tokens), n_ctx=backend.n_ctx, reserve_tokens=max_tokens,
+            target_ttft_s=target, cached_tokens=cached, overhead_s=elapsed + cost.overhead(),
+            safety=safety, min_k=min_k, max_k=max_k, relevance_floor=floor,
+        )
         try:
-            plan = fit_to_context(
-                candidates, fixed_tokens=fixed, n_ctx=backend.n_ctx, reserve_tokens=max_tokens, max_k=len(hits)
-            )
+            plan = plan_budget(candidates, request, cost.predict)
         except ContextTooSmall as exc:
             raise QuestionTooLong(
                 f"the question is too long: {exc.fixed_tokens} prompt tokens + {max_tokens} answer tokens exceed "
                 f"the model's context of {exc.n_ctx} tokens; shorten the question or lower --max-tokens"
             ) from None
-        chosen = list(plan.chosen)
+        chosen: list[int] = []
+        shown: list[ContextPassage] = []
+        for i in plan.chosen:
+            p = passages[i]
+            if i in plan.trim:
+                number = len(shown) + 1
+                keep = trim_to_tokens(p.text, plan.trim[i], lambda t: block_tokens(number, ContextPassage(p.source, t, p.page)))
+                if not keep.strip():
+                    continue  # not even one word fits: leave it out
+                p = ContextPassage(p.source, keep, p.page)
+            chosen.append(i)
+            shown.append(p)
         # Token counts of separately tokenized parts can differ slightly from
         # the whole; check the real prompt and drop passages until it fits.
         while True:
-            text = backend.render(build_messages(question, [passages[i] for i in chosen]))
+            text = backend.render(build_messages(question, shown))
             n = len(backend.tokenize(text))
-            if n + max_tokens <= backend.n_ctx or not chosen:
+            if n + max_tokens <= backend.n_ctx or not shown:
                 break
+            shown.pop()
             chosen.pop()
         if n + max_tokens > backend.n_ctx:
             raise QuestionTooLong(
                 f"the question is too long: {n} prompt tokens + {max_tokens} answer tokens exceed "
                 f"the model's context of {backend.n_ctx} tokens; shorten the question or lower --max-tokens"
             )
-        return _Prompt(text, n, tuple(hits[i] for i in chosen), len(hits))
+        new = max(n - cached, 0)
+        decisions = tuple(
+            BudgetDecision(
+                chunk_id=hits[d.index].chunk_id, source=hits[d.index].source,
+                tokens=d.tokens if d.chosen else candidates[d.index].tokens, score=hits[d.index].score,
+                ttft_s=d.ttft_s, chosen=d.index in chosen,
+                # A chunk the plan chose can still fall out when the whole prompt is checked.
+                reason=d.reason if d.index in chosen or not d.chosen else "context", trimmed=d.trimmed,
+            )
+            for d in plan.decisions
+        )
+        budget = Budget(
+            target_ttft_s=target,
+            predicted_ttft_s=request.overhead_s + cost.predict(new, cached),
+            candidates=len(hits),
+            chosen=len(chosen),
+            planned_ttft_s=request.overhead_s + safety * cost.predict(new, cached),
+            feasible=plan.feasible,
+            safety=safety,
+            decisions=decisions,
+        )
+        return _Prompt(text, n, tuple(hits[i] for i in chosen), budget, elapsed)
 
     def doctor(self) -> dict[str, object]:
         """Versions, engine build and device, model, context, threads and index statistics."""

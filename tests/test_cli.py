@@ -89,10 +89,11 @@ def test_ask_json_contract_through_the_cli(run, corpus, tmp_path):
 def test_ask_streams_the_answer_then_lists_sources(run, corpus, tmp_path):
     index = tmp_path / "index"
     run("ingest", corpus, "--index", index)
-    result = run("ask", "What limits decode?", "--index", index, "--max-tokens", "16", "-k", "2")
+    result = run("ask", "What limits decode?", "--index", index, "--max-tokens", "16", "-k", "2", "--explain")
     assert result.exit_code == 0, result.output
     answer, _, sources = result.stdout.partition("Sources")
     assert answer.strip() and "[1] decode.txt" in sources
+    assert "budget decision" in sources and "measured" in sources
 
 
 @pytest.mark.parametrize(

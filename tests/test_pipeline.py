@@ -16,7 +16,7 @@ def test_ingest_search_ask_round_trip(tmp_path, corpus, pipeline_factory):
     assert hits[0].source == "guide/cooking.rst" and "rise" in hits[0].text
     assert hits[0].score >= hits[1].score
 
-    answer = p.ask("How long should bread dough rise?", max_tokens=24, k=2)
+    answer = p.ask("How long should bread dough rise?", max_tokens=24, candidates=2, no_target=True)
     assert answer.answer
     assert answer.sources[0].source == "guide/cooking.rst"
     assert answer.budget.chosen == len(answer.sources) == 2 and answer.budget.candidates == 2
@@ -43,7 +43,7 @@ def test_json_contract_fields_and_invariants(tmp_path, corpus, pipeline_factory)
     for s in d["sources"]:
         assert isinstance(s["chunk_id"], str) and isinstance(s["source"], str) and isinstance(s["score"], float)
     b = d["budget"]
-    assert b["target_ttft_s"] is None and isinstance(b["predicted_ttft_s"], float) and b["predicted_ttft_s"] > 0
+    assert b["target_ttft_s"] == 2.0 and isinstance(b["predicted_ttft_s"], float) and b["predicted_ttft_s"] > 0
     assert isinstance(b["candidates"], int) and isinstance(b["chosen"], int) and b["chosen"] <= b["candidates"]
     t = d["timings"]
     ints = ("prompt_tokens", "cached_tokens", "prefill_tokens", "decode_tokens")
@@ -60,7 +60,7 @@ def test_prompt_never_exceeds_the_context(tmp_path, embedder, pipeline_factory):
         (long_doc / f"part{i}.md").write_text(" ".join(f"Llamas graze on hill {i} near village {j}." for j in range(120)))
     p = pipeline_factory(tmp_path / "index")
     p.ingest([long_doc])
-    answer = p.ask("Where do llamas graze?", max_tokens=1500, k=12)
+    answer = p.ask("Where do llamas graze?", max_tokens=1500, candidates=12, max_k=12, no_target=True)
     assert answer.timings.prompt_tokens + 1500 <= p.backend.n_ctx
     assert answer.budget.chosen < answer.budget.candidates
 

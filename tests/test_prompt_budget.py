@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,8 +12,6 @@ from prompt_budget import (
     Candidate,
     ContextPassage,
     ContextTooSmall,
-    PrefillCostModel,
-    PrefillSample,
     build_messages,
     fit_to_context,
 )
@@ -52,7 +48,7 @@ def test_fit_never_exceeds_the_context_window(tokens, fixed, n_ctx, reserve, max
         return
     assert plan.prompt_tokens + reserve <= n_ctx
     assert plan.prompt_tokens == fixed + sum(tokens[i] for i in plan.chosen)
-    assert len(plan.chosen) <= max_k
+    assert len(plan.chosen) <= max(max_k, 0)
     assert sorted(plan.chosen + tuple(i for i, _ in plan.dropped)) == list(range(len(tokens)))
 
 
@@ -72,18 +68,3 @@ def test_passages_come_before_the_question_with_their_sources():
     assert text.index("[1] (a.md)") < text.index("[2] (b.pdf, page 3)") < text.index("What is X?")
 
 
-def test_cost_model_recovers_a_noisy_line():
-    rng = random.Random(7)
-    model = PrefillCostModel(window=200)
-    a, b = 0.02, 1 / 180
-    for _ in range(150):
-        n = rng.randint(32, 2000)
-        model.observe(PrefillSample(0, n, (a + b * n) * rng.uniform(0.95, 1.05)))
-    assert model.b == pytest.approx(b, rel=0.05)
-    assert model.predict(1000) == pytest.approx(a + b * 1000, rel=0.05)
-    assert model.predict(0) == 0.0
-
-
-def test_cost_model_predicts_from_its_prior_before_any_sample():
-    model = PrefillCostModel(prior_tokens_per_s=100.0)
-    assert model.predict(250) == pytest.approx(2.5)

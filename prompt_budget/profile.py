@@ -1,0 +1,148 @@
+"""The prefill profile of one machine set-up, saved as JSON.
+
+A profile holds the fitted cost model of one combination of what changes
+prefill rates (model file, llama.cpp build, GPU layers, context, threads,
+batch size: the *key*), the calibration measurements, and the recent online
+samples. It is the only file this package reads or writes.
+
+Does not: measure (see ``rag.calibrate``) or decide where profiles live.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cost import Fit, PrefillCostModel, PrefillSample
+
+PROFILE_FORMAT = "rag-budget-prefill-profile"
+PROFILE_VERSION = 1
+
+
+def profile_id(key: dict[str, object]) -> str:
+    """A short stable id of a key: equal keys give equal ids."""
+    canonical = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass
+class Profile:
+    """A calibrated cost model and what it was measured on."""
+
+    key: dict[str, object]
+    fit: Fit
+    fits: dict[str, Fit] = field(default_factory=dict)
+    anchors: list[PrefillSample] = field(default_factory=list)
+    samples: list[PrefillSample] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)
+    overheads: list[float] = field(default_factory=list)
+    table: list[dict[str, float]] = field(default_factory=list)
+    quick: bool = False
+
+    def cost_model(self) -> PrefillCostModel:
+        """A live cost model starting from this profile."""
+        return PrefillCostModel(
+            self.fit, self.samples, anchors=self.anchors, ratios=self.ratios, overheads=self.overheads
+        )
+
+    def absorb(self, model: PrefillCostModel) -> None:
+        """Take the current state of a live model (after online updates)."""
+        self.fit = model.fit
+        self.samples = list(model.samples)
+        self.ratios = list(model.ratios)
+        self.overheads = list(model.overheads)
+
+    def to_json(self) -> str:
+        """The profile as a JSON document with a format version."""
+        def fit_dict(f: Fit) -> dict[str, object]:
+            return {"form": f.form, "coef": list(f.coef), "mape": None if math.isnan(f.mape) else f.mape,
+                    "samples": f.samples, "outliers": f.outliers}
+
+        def sample_list(samples: list[PrefillSample]) -> list[list[float]]:
+            return [[s.n_cached, s.n_new, s.seconds] for s in samples]
+
+        return json.dumps(
+            {
+                "format": PROFILE_FORMAT,
+                "version": PROFILE_VERSION,
+                "id": profile_id(self.key),
+                "key": self.key,
+                "fit": fit_dict(self.fit),
+                "fits": {k: fit_dict(v) for k, v in self.fits.items()},
+                "anchors": sample_list(self.anchors),
+                "samples": sample_list(self.samples),
+                "ratios": self.ratios,
+                "overheads": self.overheads,
+                "table": self.table,
+                "quick": self.quick,
+            },
+            indent=1,
+            default=str,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Profile":
+        """Parse :meth:`to_json` output; ValueError if it is not a profile of this version."""
+        try:
+            raw = json.loads(text)
+            if raw.get("format") != PROFILE_FORMAT or raw.get("version") != PROFILE_VERSION:
+                raise ValueError(f"not a version {PROFILE_VERSION} prefill profile")
+
+            def fit_of(d: dict) -> Fit:
+                mape = d.get("mape")
+                return Fit(str(d["form"]), tuple(float(c) for c in d["coef"]),
+                           math.nan if mape is None else float(mape), int(d["samples"]), int(d.get("outliers", 0)))
+
+            def samples_of(rows: list) -> list[PrefillSample]:
+                return [PrefillSample(int(a), int(b), float(c)) for a, b, c in rows]
+
+            return cls(
+                key=dict(raw["key"]),
+                fit=fit_of(raw["fit"]),
+                fits={k: fit_of(v) for k, v in raw.get("fits", {}).items()},
+                anchors=samples_of(raw.get("anchors", [])),
+                samples=samples_of(raw.get("samples", [])),
+                ratios=[float(x) for x in raw.get("ratios", [])],
+                overheads=[float(x) for x in raw.get("overheads", [])],
+                table=list(raw.get("table", [])),
+                quick=bool(raw.get("quick", False)),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed prefill profile ({exc})") from None
+
+
+def profile_path(directory: Path, key: dict[str, object]) -> Path:
+    """Where the profile of ``key`` lives under ``directory``."""
+    return Path(directory) / f"prefill-{profile_id(key)}.json"
+
+
+def load_profile(directory: Path, key: dict[str, object]) -> Profile | None:
+    """The saved profile of ``key``, or None if there is none (or it is
+    unreadable, or of another version: then it is measured again)."""
+    path = profile_path(directory, key)
+    try:
+        profile = Profile.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return profile if profile_id(profile.key) == profile_id(key) else None
+
+
+def save_profile(directory: Path, profile: Profile) -> Path:
+    """Write ``profile`` atomically (a crash leaves the old one) and return its path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = profile_path(directory, profile.key)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".prefill-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(profile.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

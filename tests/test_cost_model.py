@@ -1,0 +1,103 @@
+"""The prefill cost model: fitting, online learning, and the saved profile."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from prompt_budget.cost import PrefillCostModel, PrefillSample, best_fit, fit_samples, quantile
+from prompt_budget.profile import Profile, load_profile, profile_id, save_profile
+
+A, B, C = 0.015, 1 / 210, 2.5e-7  # seconds, s/token, s/token² (about 158 tok/s at 4k tokens)
+
+
+def _truth(n_new: int, n_cached: int) -> float:
+    return A + B * n_new + C * n_new * (n_cached + n_new / 2)
+
+
+def _samples(rng: random.Random, n: int, noise: float = 0.05) -> list[PrefillSample]:
+    out = []
+    for _ in range(n):
+        n_new = rng.choice([32, 64, 128, 256, 512, 1024, 2048])
+        n_cached = rng.choice([0, 0, 512, 1024, 2048])
+        out.append(PrefillSample(n_cached, n_new, _truth(n_new, n_cached) * rng.uniform(1 - noise, 1 + noise)))
+    return out
+
+
+def test_attention_fit_recovers_known_coefficients_from_noisy_samples():
+    fit = fit_samples(_samples(random.Random(1), 200), "attention")
+    a, b, c = fit.coef
+    assert b == pytest.approx(B, rel=0.05)
+    assert c == pytest.approx(C, rel=0.25)
+    assert fit.mape < 0.05
+
+
+def test_the_form_the_data_supports_is_kept():
+    rng = random.Random(2)
+    quadratic = _samples(rng, 120, noise=0.02)
+    chosen, fits = best_fit(quadratic)
+    assert chosen.form == "attention" and fits["attention"].mape < fits["linear"].mape
+    linear = [PrefillSample(c, n, 0.01 + n / 200 * rng.uniform(0.98, 1.02)) for c, n, _ in
+              [(s.n_cached, s.n_new, 0) for s in quadratic]]
+    assert best_fit(linear)[0].form == "linear"
+
+
+def test_outliers_do_not_pull_the_fit():
+    rng = random.Random(3)
+    samples = _samples(rng, 100, noise=0.02)
+    samples += [PrefillSample(0, 512, _truth(512, 0) * 5) for _ in range(5)]  # a few stalls
+    fit = fit_samples(samples, "attention")
+    assert fit.outliers >= 5
+    assert fit.predict(512) == pytest.approx(_truth(512, 0), rel=0.05)
+
+
+def test_online_learning_follows_a_slower_machine():
+    rng = random.Random(4)
+    start = fit_samples(_samples(rng, 60, 0.02), "attention")
+    model = PrefillCostModel(start, window=64)
+    for _ in range(200):  # the machine became 1.5x slower
+        n = rng.choice([64, 256, 700, 1500])
+        model.observe(PrefillSample(0, n, 1.5 * _truth(n, 0) * rng.uniform(0.97, 1.03)))
+    assert model.predict(700) == pytest.approx(1.5 * _truth(700, 0), rel=0.08)
+    assert len(model.samples) == 64  # the window is bounded
+
+
+def test_safety_factor_is_a_high_quantile_of_real_errors():
+    model = PrefillCostModel(fit_samples(_samples(random.Random(5), 50, 0.0), "attention"))
+    rng = random.Random(6)
+    for _ in range(64):
+        n = rng.choice([100, 400, 900])
+        model.observe(PrefillSample(0, n, _truth(n, 0) * rng.uniform(0.9, 1.1)), refit=False)
+    assert 1.05 < model.safety_factor(0.95) <= 1.1
+    assert model.safety_factor(0.95) >= quantile(list(model.ratios), 0.5)
+
+
+def test_cached_tokens_never_cost_more_than_uncached():
+    fit = fit_samples(_samples(random.Random(7), 100), "attention")
+    for total in (64, 512, 2000):
+        for cached in (0, total // 4, total // 2, total - 1):
+            assert fit.predict(total - cached, cached) <= fit.predict(total, 0) + 1e-12
+
+
+def test_quantile_interpolates():
+    assert quantile([1, 2, 3, 4], 0.5) == 2.5
+    assert quantile([5], 0.95) == 5
+
+
+def test_profile_round_trips_and_is_keyed(tmp_path):
+    key = {"model": "m.gguf:1:abc", "build": "0.3+x", "n_gpu_layers": 0, "n_ctx": 4096, "n_threads": 2, "n_batch": 512}
+    samples = _samples(random.Random(8), 30)
+    best, fits = best_fit(samples)
+    profile = Profile(key=key, fit=best, fits=fits, anchors=samples[:10], samples=samples[10:], ratios=[1.0, 1.1])
+    path = save_profile(tmp_path, profile)
+    assert json.loads(path.read_text())["version"] == 1
+    loaded = load_profile(tmp_path, dict(key))
+    assert loaded is not None and loaded.fit == best and loaded.anchors == samples[:10]
+    assert loaded.cost_model().predict(500, 100) == pytest.approx(best.predict(500, 100))
+    for changed in ({"n_threads": 4}, {"n_ctx": 2048}, {"model": "other.gguf:1:def"}, {"n_gpu_layers": -1}):
+        assert load_profile(tmp_path, key | changed) is None
+        assert profile_id(key | changed) != profile_id(key)
+    path.write_text("{not json")
+    assert load_profile(tmp_path, key) is None  # unreadable: measured again, never a crash

@@ -1,0 +1,24 @@
+"""Trimming at sentence boundaries."""
+
+from prompt_budget.trim import sentence_ends, trim_to_tokens
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_sentence_ends():
+    assert sentence_ends("A b. C d.") == [4, 9]
+    assert sentence_ends("No end") == [6]
+
+
+def test_trim_keeps_whole_sentences_within_the_budget():
+    text = "One two three. Four five six seven. Eight nine."
+    assert trim_to_tokens(text, 100, words) == text
+    assert trim_to_tokens(text, 8, words) == "One two three. Four five six seven."
+    assert trim_to_tokens(text, 4, words) == "One two three."
+
+
+def test_trim_falls_back_to_words_when_no_sentence_fits():
+    assert trim_to_tokens("alpha beta gamma delta.", 2, words) == "alpha beta"
+    assert trim_to_tokens("alpha beta", 0, words) == ""
