@@ -5,7 +5,7 @@
 Importing this package loads no model and no native library.
 """
 
-from .backend import Backend, ContextOverflow, Message, Timings
+from .backend import Backend, ContextOverflow, Message, Timings, complete
 from .fake import FakeBackend
 from .models import ModelFileError, check_gguf, default_model_path
 
@@ -18,6 +18,7 @@ __all__ = [
     "ModelFileError",
     "Timings",
     "check_gguf",
+    "complete",
     "default_model_path",
 ]
 

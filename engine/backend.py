@@ -116,3 +116,17 @@ class Backend(Protocol):
         """Facts about the engine for ``rag doctor``: build, device, model
         path and size, context, threads."""
         ...
+
+
+def complete(backend: Backend, prompt: str | Sequence[int], *, max_tokens: int = 256) -> tuple[str, Timings]:
+    """Run ``backend.generate`` to the end: the whole text and its Timings."""
+    pieces: list[str] = []
+    timings: Timings | None = None
+    for item in backend.generate(prompt, max_tokens=max_tokens):
+        if isinstance(item, Timings):
+            timings = item
+        else:
+            pieces.append(item)
+    if timings is None:
+        raise RuntimeError(f"{backend.name} ended a generation without reporting its timings")
+    return "".join(pieces), timings

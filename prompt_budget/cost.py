@@ -166,6 +166,8 @@ class PrefillCostModel:
         self._ratios: deque[float] = deque(ratios, maxlen=ratio_window)
         self._overheads: deque[float] = deque(overheads, maxlen=ratio_window)
         self.fit = fit or prior_fit(prior_tokens_per_s)
+        self._corrections: dict[int, float] = {}
+        self._update_corrections()
 
     @property
     def samples(self) -> tuple[PrefillSample, ...]:
@@ -197,8 +199,41 @@ class PrefillCostModel:
         return self.fit.samples > 0
 
     def predict(self, n_new: int, n_cached: int = 0) -> float:
-        """Predicted prefill seconds for ``n_new`` tokens on top of ``n_cached``."""
-        return self.fit.predict(n_new, n_cached)
+        """Predicted prefill seconds for ``n_new`` tokens on top of ``n_cached``:
+        the fitted form, times what recent requests of about this size
+        measured against it."""
+        base = self.fit.predict(n_new, n_cached)
+        return base * self.correction(n_new) if base > 0 else base
+
+    def correction(self, n_new: int) -> float:
+        """The local measured ÷ fitted ratio at this prompt size (1 where
+        too few recent requests were this size), interpolated between
+        half-octave size bins: ``n_new`` of 90 and 128 may differ."""
+        if not self._corrections or n_new <= 0:
+            return 1.0
+        x = 2.0 * math.log2(n_new)
+        lo, hi = math.floor(x), math.ceil(x)
+        r_lo, r_hi = self._corrections.get(lo), self._corrections.get(hi)
+        if r_lo is None or r_hi is None:
+            return r_lo or r_hi or 1.0
+        return r_lo + (r_hi - r_lo) * (x - lo)
+
+    def _update_corrections(self, min_samples: int = 8, recent: int = 128) -> None:
+        # The form fits every size at once; what it gets wrong at one size
+        # (small prompts run faster per token here than the form allows), and
+        # how the machine has drifted lately, is learned from the most recent
+        # requests of that size, within half an octave.
+        bins: dict[int, list[float]] = {}
+        for s in list(self._samples)[-recent:]:
+            base = self.fit.predict(s.n_new, s.n_cached)
+            if base <= 0:
+                continue
+            k = 2.0 * math.log2(s.n_new)
+            for b in (math.floor(k), math.ceil(k)):
+                bins.setdefault(b, []).append(s.seconds / base)
+        self._corrections = {
+            b: min(max(quantile(v, 0.5), 0.6), 1.6) for b, v in bins.items() if len(v) >= min_samples
+        }
 
     def safety_factor(self, q: float = 0.95, min_ratios: int = 8, default: float = 1.15) -> float:
         """The ``q`` quantile of recent measured ÷ predicted ratios (at least
@@ -230,3 +265,4 @@ class PrefillCostModel:
             self.fit = fit_samples(samples, form)
         except ValueError:
             pass
+        self._update_corrections()

@@ -20,18 +20,23 @@ def sentence_ends(text: str) -> list[int]:
     return ends
 
 
-def trim_to_tokens(text: str, max_tokens: int, count_tokens: Callable[[str], int]) -> str:
+def trim_to_tokens(
+    text: str, max_tokens: int, count_tokens: Callable[[str], int], min_fill: float = 0.7
+) -> str:
     """The longest run of whole sentences from the start of ``text`` that
-    ``count_tokens`` puts at no more than ``max_tokens``; when not even the
-    first sentence fits, the longest run of whole words that does ("" if none)."""
+    ``count_tokens`` puts at no more than ``max_tokens``. When whole
+    sentences would use less than ``min_fill`` of the budget (a heading
+    followed by one long sentence, a code block), the longest run of whole
+    words is taken instead ("" if not even one word fits)."""
     if count_tokens(text) <= max_tokens:
         return text
     ends = sentence_ends(text)
     best = _longest_fitting([text[:e] for e in ends], max_tokens, count_tokens)
-    if best:
+    if best and count_tokens(best) >= min_fill * max_tokens:
         return best
     words = [m.end() for m in re.finditer(r"\S+", text)]
-    return _longest_fitting([text[:e] for e in words], max_tokens, count_tokens)
+    by_words = _longest_fitting([text[:e] for e in words], max_tokens, count_tokens)
+    return by_words if len(by_words) > len(best) else best
 
 
 def _longest_fitting(prefixes: list[str], max_tokens: int, count_tokens: Callable[[str], int]) -> str:

@@ -16,9 +16,9 @@ import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
-from engine.backend import Backend, Timings
+from engine.backend import Backend, complete
 from prompt_budget.cost import PrefillSample, best_fit
 from prompt_budget.profile import Profile
 
@@ -63,15 +63,6 @@ def filler_tokens(backend: Backend, n: int) -> list[int]:
     return tokens
 
 
-def _prefill(backend: Backend, tokens: Sequence[int]) -> Timings:
-    timings = None
-    for item in backend.generate(tokens, max_tokens=1):
-        if isinstance(item, Timings):
-            timings = item
-    assert timings is not None
-    return timings
-
-
 def calibrate(
     backend: Backend,
     *,
@@ -106,7 +97,7 @@ def calibrate(
                 tokens = chain[: m.n_cached] + stream[fresh : fresh + m.n_new]
                 fresh += m.n_new
             last_first = tokens[0]
-            t = _prefill(backend, tokens)
+            _, t = complete(backend, tokens, max_tokens=1)
             if t.prefill_tokens > 0 and t.prefill_s > 0:
                 samples.append(PrefillSample(t.cached_tokens, t.prefill_tokens, t.prefill_s))
                 measured[(t.cached_tokens, t.prefill_tokens)].append(t.prefill_s)

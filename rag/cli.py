@@ -302,6 +302,7 @@ def bench_ttft(
                       _RateColumn(), TimeElapsedColumn(), console=_err(), transient=True) as bar:
             pipeline.ingest([corpus], include=include, progress=_RichIngestProgress(bar))
         pipeline.cost_model  # calibrate, if needed, before anything is timed
+        pipeline.warm_up()
         with Progress(TextColumn("asking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=_err(), transient=True) as bar:
             task = bar.add_task("asking", total=len(qs) * len(wanted))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from engine.backend import Backend, ContextOverflow, Timings
+from engine.backend import Backend, ContextOverflow, Timings, complete
 from prompt_budget import (
     BudgetRequest,
     Candidate,
@@ -187,6 +187,12 @@ class Pipeline:
         self._profile, self._cost = profile, profile.cost_model()
         return profile
 
+    def warm_up(self) -> Timings:
+        """Prefill the system prompt now, so the first question finds it in
+        the KV cache as every later one does; returns what that cost."""
+        backend = self.backend
+        return complete(backend, backend.render(build_messages("", [])[:1]), max_tokens=1)[1]
+
     def _learn(self, timings: Timings, elapsed_at_plan: float) -> None:
         """Fold one request's measurements into the cost model and its profile."""
         model = self.cost_model
@@ -258,26 +264,11 @@ class Pipeline:
         index = self.index()
         return index.search(self.embedder.embed([query])[0], k)
 
-    def ask(
-        self,
-        question: str,
-        *,
-        target_ttft: float | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        candidates: int = DEFAULT_CANDIDATES,
-        max_k: int = DEFAULT_MAX_K,
-        min_k: int = DEFAULT_MIN_K,
-        relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
-        no_target: bool = False,
-    ) -> Answer:
-        """Answer ``question`` from the index, with sources, budget and timings.
-
-        See :meth:`stream` for the parameters."""
+    def ask(self, question: str, **options) -> Answer:
+        """Answer ``question`` from the index, with sources, budget and
+        timings; ``options`` are those of :meth:`stream`."""
         answer = None
-        for item in self.stream(
-            question, target_ttft=target_ttft, max_tokens=max_tokens, candidates=candidates,
-            max_k=max_k, min_k=min_k, relevance_floor=relevance_floor, no_target=no_target,
-        ):
+        for item in self.stream(question, **options):
             if isinstance(item, Answer):
                 answer = item
         assert answer is not None

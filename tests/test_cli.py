@@ -169,3 +169,28 @@ def test_ci_runs_the_readme_test_command():
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert _quick_start_commands()[1] in ci
     assert "-eq 5" in ci  # pytest's "no tests collected" fails CI
+
+
+def test_calibrate_prints_the_table_the_fits_and_their_error(run):
+    result = run("calibrate", "--quick")
+    assert result.exit_code == 0, result.output
+    assert "measured prefill" in result.stdout and "MAPE" in result.stdout and "(kept)" in result.stdout
+
+
+def test_bench_ttft_json_follows_the_bench_convention(run, corpus, tmp_path):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        '{"question": "What limits decode?", "gold": ["decode.txt"]}\n'
+        '{"question": "How long does bread rise?", "gold": ["guide/cooking.rst"]}\n'
+    )
+    result = run("bench", "ttft", "--corpus", corpus, "--questions", questions, "--targets", "0.4,3",
+                 "--index", tmp_path / "index", "--max-tokens", "2", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["bench"] == "ttft" and d["config"]["targets"] == [0.4, 3.0] and len(d["rows"]) == 4
+    keys = {"target_s", "feasible", "requests", "p50_ratio", "p95_ratio", "over_share", "mean_chunks",
+            "mean_prompt_tokens", "pred_err_p50", "pred_err_p95"}
+    assert [t["target_s"] for t in d["summary"]["targets"]] == [0.4, 3.0]
+    assert all(keys <= set(t) for t in d["summary"]["targets"])
+    bad = run("bench", "ttft", "--corpus", corpus, "--questions", questions, "--targets", "fast")
+    _assert_clean_error(bad, "--targets")

@@ -64,6 +64,21 @@ def test_online_learning_follows_a_slower_machine():
     assert len(model.samples) == 64  # the window is bounded
 
 
+def test_a_size_the_form_gets_wrong_is_corrected_from_recent_requests():
+    fit = fit_samples(_samples(random.Random(9), 80, 0.0), "attention")
+    model = PrefillCostModel(fit)
+    rng = random.Random(10)
+    for _ in range(40):  # short prompts run 15 % faster than the form says; long ones as it says
+        n = rng.choice([90, 100, 110])
+        model.observe(PrefillSample(74, n, 0.85 * _truth(n, 74) * rng.uniform(0.99, 1.01)), refit=False)
+        n = rng.choice([700, 800])
+        model.observe(PrefillSample(74, n, _truth(n, 74) * rng.uniform(0.99, 1.01)), refit=False)
+    model.refit()
+    assert model.predict(100, 74) == pytest.approx(0.85 * _truth(100, 74), rel=0.03)
+    assert model.predict(750, 74) == pytest.approx(_truth(750, 74), rel=0.03)
+    assert model.correction(5000) == 1.0  # no requests that large: the form alone
+
+
 def test_safety_factor_is_a_high_quantile_of_real_errors():
     model = PrefillCostModel(fit_samples(_samples(random.Random(5), 50, 0.0), "attention"))
     rng = random.Random(6)
@@ -95,7 +110,7 @@ def test_profile_round_trips_and_is_keyed(tmp_path):
     assert json.loads(path.read_text())["version"] == 1
     loaded = load_profile(tmp_path, dict(key))
     assert loaded is not None and loaded.fit == best and loaded.anchors == samples[:10]
-    assert loaded.cost_model().predict(500, 100) == pytest.approx(best.predict(500, 100))
+    assert loaded.cost_model().predict(500, 100) == pytest.approx(profile.cost_model().predict(500, 100))
     for changed in ({"n_threads": 4}, {"n_ctx": 2048}, {"model": "other.gguf:1:def"}, {"n_gpu_layers": -1}):
         assert load_profile(tmp_path, key | changed) is None
         assert profile_id(key | changed) != profile_id(key)

@@ -89,3 +89,38 @@ def test_open_defaults_to_rag_index(tmp_path, monkeypatch):
     monkeypatch.setenv("RAG_INDEX", str(tmp_path / "from-env"))
     p = Pipeline.open()
     assert p.index_dir == tmp_path / "from-env" and not p.use_sample
+
+
+def test_a_quick_calibration_on_the_real_model_gives_a_usable_profile(tmp_path, embedder, backend, corpus):
+    notices = []
+    p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend,
+                      profile_dir=tmp_path / "profiles", notice=notices.append)
+    p.ingest([corpus])
+    first = p.ask("What is prefill?", max_tokens=4, target_ttft=1.5)
+    assert len(notices) == 1 and "quick calibration" in notices[0]  # no profile yet: it said so
+    profile_files = list((tmp_path / "profiles").glob("prefill-*.json"))
+    assert len(profile_files) == 1
+    model = p.cost_model
+    assert model.calibrated and model.fit.samples >= 3
+    assert 0 < model.predict(100) < model.predict(400)
+    assert first.budget.target_ttft_s == 1.5 and first.budget.predicted_ttft_s > 0
+
+    again = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend,
+                          profile_dir=tmp_path / "profiles", notice=notices.append)
+    again.ask("What is decode?", max_tokens=4)
+    assert len(notices) == 1  # the saved profile was found: no second calibration
+    assert len(again.cost_model.samples) >= 2  # both requests were learned from
+
+
+def test_a_tight_target_takes_less_context_than_a_loose_one(tmp_path, corpus, pipeline_factory):
+    p = pipeline_factory(tmp_path / "index")
+    for i in range(4):
+        (corpus / f"extra{i}.md").write_text(" ".join(f"Prefill fact {i}.{j}: prompts are read in parallel." for j in range(40)))
+    p.ingest([corpus])
+    p.warm_up()
+    tight = p.ask("How is the prompt read during prefill?", target_ttft=0.3, max_tokens=4)
+    loose = p.ask("How is the prompt read during prefill?", target_ttft=6.0, max_tokens=4)
+    assert tight.timings.prompt_tokens < loose.timings.prompt_tokens
+    assert tight.budget.chosen <= loose.budget.chosen
+    reasons = {d.reason for d in tight.budget.decisions if not d.chosen}
+    assert "ttft" in reasons

@@ -19,6 +19,11 @@ def test_trim_keeps_whole_sentences_within_the_budget():
     assert trim_to_tokens(text, 4, words) == "One two three."
 
 
+def test_trim_takes_words_when_sentences_would_waste_the_budget():
+    text = "Heading. " + " ".join(f"w{i}" for i in range(50)) + "."
+    assert trim_to_tokens(text, 20, words) == "Heading. " + " ".join(f"w{i}" for i in range(19))
+
+
 def test_trim_falls_back_to_words_when_no_sentence_fits():
     assert trim_to_tokens("alpha beta gamma delta.", 2, words) == "alpha beta"
     assert trim_to_tokens("alpha beta", 0, words) == ""
