@@ -214,7 +214,9 @@ def _print_explain(answer: Answer, console: Console) -> None:
     b, t = answer.budget, answer.timings
     table = Table(title="budget decision", title_justify="left")
     for column in ("#", "source", "tokens", "score", "cum. TTFT s", "decision"):
-        table.add_column(column, justify="right" if column in {"#", "tokens", "score", "cum. TTFT s"} else "left")
+        right = column in {"#", "tokens", "score", "cum. TTFT s"}
+        table.add_column(column, justify="right" if right else "left", no_wrap=column != "source",
+                         overflow="fold" if column == "source" else "ellipsis")
     for n, d in enumerate(b.decisions, start=1):
         decision = ("chosen, trimmed" if d.trimmed else "chosen") if d.chosen else f"dropped: {d.reason}"
         table.add_row(str(n), d.source, str(d.tokens), f"{d.score:.3f}", f"{d.ttft_s:.2f}" if d.ttft_s else "",
