@@ -167,6 +167,7 @@ class PrefillCostModel:
         self._overheads: deque[float] = deque(overheads, maxlen=ratio_window)
         self.fit = fit or prior_fit(prior_tokens_per_s)
         self._corrections: dict[int, float] = {}
+        self._levels: dict[int, float] = {}
         self._update_corrections()
 
     @property
@@ -203,7 +204,7 @@ class PrefillCostModel:
         the fitted form, times what recent requests of about this size
         measured against it."""
         base = self.fit.predict(n_new, n_cached)
-        return base * self.correction(n_new) if base > 0 else base
+        return base * self.correction(n_new) * self.level(n_new) if base > 0 else base
 
     def correction(self, n_new: int) -> float:
         """The local measured ÷ fitted ratio at this prompt size (1 where
@@ -218,11 +219,17 @@ class PrefillCostModel:
             return r_lo or r_hi or 1.0
         return r_lo + (r_hi - r_lo) * (x - lo)
 
-    def _update_corrections(self, min_samples: int = 8, recent: int = 128) -> None:
+    def level(self, n_new: int) -> float:
+        """How the last few requests of about this size ran against the
+        size-corrected fit (1 with too few of them): recent drift."""
+        if not self._levels or n_new <= 0:
+            return 1.0
+        return self._levels.get(round(2.0 * math.log2(n_new)), 1.0)
+
+    def _update_corrections(self, min_samples: int = 8, recent: int = 128, level_samples: int = 8) -> None:
         # The form fits every size at once; what it gets wrong at one size
-        # (small prompts run faster per token here than the form allows), and
-        # how the machine has drifted lately, is learned from the most recent
-        # requests of that size, within half an octave.
+        # (small prompts run faster per token here than the form allows) is
+        # learned from the recent requests of that size, within half an octave.
         bins: dict[int, list[float]] = {}
         for s in list(self._samples)[-recent:]:
             base = self.fit.predict(s.n_new, s.n_cached)
@@ -234,13 +241,37 @@ class PrefillCostModel:
         self._corrections = {
             b: min(max(quantile(v, 0.5), 0.6), 1.6) for b, v in bins.items() if len(v) >= min_samples
         }
+        # A second, faster time scale: the size bins above span a long window
+        # and lag when the whole machine speeds up or slows down (here by up
+        # to 20 % between runs); the last few requests within an octave of a
+        # size say how it runs now.
+        latest: list[tuple[float, float]] = []
+        for s in list(self._samples)[-4 * level_samples:]:
+            base = self.fit.predict(s.n_new, s.n_cached)
+            if base > 0:
+                latest.append((2.0 * math.log2(s.n_new), s.seconds / (base * self.correction(s.n_new))))
+        self._levels = {}
+        for b in sorted({round(k) + d for k, _ in latest for d in (-2, -1, 0, 1, 2)}):
+            near = [r for k, r in latest if abs(k - b) <= 2][-level_samples:]
+            if len(near) >= level_samples // 2:
+                self._levels[b] = min(max(quantile(near, 0.5), 0.7), 1.4)
 
-    def safety_factor(self, q: float = 0.95, min_ratios: int = 8, default: float = 1.15) -> float:
-        """The ``q`` quantile of recent measured ÷ predicted ratios (at least
-        1), or ``default`` until ``min_ratios`` have been seen."""
+    def safety_factor(
+        self, q: float = 0.95, min_ratios: int = 8, default: float = 1.15, stall: float = 2.0, cap: float = 1.5
+    ) -> float:
+        """The ``q`` quantile of recent measured ÷ predicted ratios, between
+        1 and ``cap``, or ``default`` until ``min_ratios`` have been seen.
+
+        Ratios beyond ``stall`` times the median are left out: they are the
+        machine stalling (another process, a page fault), not the model's
+        error, and a burst of them would otherwise starve every later prompt.
+        """
         if len(self._ratios) < min_ratios:
             return default
-        return max(quantile(list(self._ratios), q), 1.0)
+        ratios = list(self._ratios)
+        typical = quantile(ratios, 0.5)
+        kept = [r for r in ratios if r <= stall * typical]
+        return min(max(quantile(kept, q), 1.0), cap)
 
     def observe(self, sample: PrefillSample, *, refit: bool = True) -> None:
         """Record a measurement: its ratio to the prediction made now, then

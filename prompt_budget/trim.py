@@ -21,7 +21,7 @@ def sentence_ends(text: str) -> list[int]:
 
 
 def trim_to_tokens(
-    text: str, max_tokens: int, count_tokens: Callable[[str], int], min_fill: float = 0.7
+    text: str, max_tokens: int, count_tokens: Callable[[str], int], min_fill: float = 0.85
 ) -> str:
     """The longest run of whole sentences from the start of ``text`` that
     ``count_tokens`` puts at no more than ``max_tokens``. When whole

@@ -79,6 +79,19 @@ def test_a_size_the_form_gets_wrong_is_corrected_from_recent_requests():
     assert model.correction(5000) == 1.0  # no requests that large: the form alone
 
 
+def test_a_sudden_slowdown_is_followed_within_a_few_requests():
+    rng = random.Random(11)
+    model = PrefillCostModel(fit_samples(_samples(rng, 60, 0.0), "attention"))
+    for _ in range(100):  # a long steady stretch
+        n = rng.choice([100, 300, 800])
+        model.observe(PrefillSample(74, n, _truth(n, 74) * rng.uniform(0.98, 1.02)))
+    for _ in range(6):  # then the machine runs 25 % slower
+        n = rng.choice([250, 300, 350])
+        model.observe(PrefillSample(74, n, 1.25 * _truth(n, 74) * rng.uniform(0.98, 1.02)))
+    assert model.predict(300, 74) == pytest.approx(1.25 * _truth(300, 74), rel=0.06)
+    assert model.level(3000) == 1.0  # no recent request of that size: no drift assumed
+
+
 def test_safety_factor_is_a_high_quantile_of_real_errors():
     model = PrefillCostModel(fit_samples(_samples(random.Random(5), 50, 0.0), "attention"))
     rng = random.Random(6)
@@ -87,6 +100,9 @@ def test_safety_factor_is_a_high_quantile_of_real_errors():
         model.observe(PrefillSample(0, n, _truth(n, 0) * rng.uniform(0.9, 1.1)), refit=False)
     assert 1.05 < model.safety_factor(0.95) <= 1.1
     assert model.safety_factor(0.95) >= quantile(list(model.ratios), 0.5)
+    for _ in range(6):  # a burst of stalls (another process hogging the cores)
+        model.observe(PrefillSample(0, 400, _truth(400, 0) * 3.0), refit=False)
+    assert model.safety_factor(0.95) <= 1.12
 
 
 def test_cached_tokens_never_cost_more_than_uncached():

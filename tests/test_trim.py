@@ -16,7 +16,9 @@ def test_trim_keeps_whole_sentences_within_the_budget():
     text = "One two three. Four five six seven. Eight nine."
     assert trim_to_tokens(text, 100, words) == text
     assert trim_to_tokens(text, 8, words) == "One two three. Four five six seven."
-    assert trim_to_tokens(text, 4, words) == "One two three."
+    assert trim_to_tokens(text, 3, words) == "One two three."
+    # Whole sentences would fill only 3 of 4: under the 85 % floor, words are taken.
+    assert trim_to_tokens(text, 4, words) == "One two three. Four"
 
 
 def test_trim_takes_words_when_sentences_would_waste_the_budget():
