@@ -13,7 +13,6 @@ Does not: print (the CLI does) or choose where profiles live.
 from __future__ import annotations
 
 import statistics
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
@@ -129,9 +128,3 @@ def calibrate(
         quick=quick,
     )
 
-
-def timed_calibration(backend: Backend, **kwargs) -> tuple[Profile, float]:
-    """:func:`calibrate`, and how many seconds it took."""
-    started = time.perf_counter()
-    profile = calibrate(backend, **kwargs)
-    return profile, time.perf_counter() - started

@@ -65,10 +65,16 @@ def default_target_ttft() -> float | None:
 @dataclass(frozen=True)
 class _Prompt:
     text: str
-    tokens: int
     hits: tuple[Hit, ...]
     budget: Budget
     elapsed_at_plan: float
+
+
+def _too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong:
+    return QuestionTooLong(
+        f"the question is too long: {prompt_tokens} prompt tokens + {max_tokens} answer tokens exceed "
+        f"the model's context of {n_ctx} tokens; shorten the question or lower --max-tokens"
+    )
 
 
 class Pipeline:
@@ -356,10 +362,7 @@ class Pipeline:
         try:
             plan = plan_budget(candidates, request, cost.predict)
         except ContextTooSmall as exc:
-            raise QuestionTooLong(
-                f"the question is too long: {exc.fixed_tokens} prompt tokens + {max_tokens} answer tokens exceed "
-                f"the model's context of {exc.n_ctx} tokens; shorten the question or lower --max-tokens"
-            ) from None
+            raise _too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         chosen: list[int] = []
         shown: list[ContextPassage] = []
         for i in plan.chosen:
@@ -382,10 +385,7 @@ class Pipeline:
             shown.pop()
             chosen.pop()
         if n + max_tokens > backend.n_ctx:
-            raise QuestionTooLong(
-                f"the question is too long: {n} prompt tokens + {max_tokens} answer tokens exceed "
-                f"the model's context of {backend.n_ctx} tokens; shorten the question or lower --max-tokens"
-            )
+            raise _too_long(n, max_tokens, backend.n_ctx)
         new = max(n - cached, 0)
         decisions = tuple(
             BudgetDecision(
@@ -407,7 +407,7 @@ class Pipeline:
             safety=safety,
             decisions=decisions,
         )
-        return _Prompt(text, n, tuple(hits[i] for i in chosen), budget, elapsed)
+        return _Prompt(text, tuple(hits[i] for i in chosen), budget, elapsed)
 
     def doctor(self) -> dict[str, object]:
         """Versions, engine build and device, model, context, threads and index statistics."""
