@@ -42,6 +42,9 @@ class Timings:
     decode_tokens: int
     decode_s: float
     total_s: float
+    restored_tokens: int = 0  # of cached_tokens, those read back from a saved snapshot
+    restore_s: float = 0.0  # spent reading that snapshot back (inside ttft_s)
+    snapshot_s: float = 0.0  # spent saving the state after the answer (after total_s)
 
     def to_dict(self) -> dict[str, int | float]:
         """The ``timings`` object of the ``rag ask --json`` contract."""
@@ -59,6 +62,9 @@ class Timings:
             decode_tokens=self.decode_tokens,
             decode_s=self.decode_s,
             total_s=self.total_s + seconds,
+            restored_tokens=self.restored_tokens,
+            restore_s=self.restore_s,
+            snapshot_s=self.snapshot_s,
         )
 
 
@@ -92,19 +98,46 @@ class Backend(Protocol):
 
     def cached_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the engine would reuse from its KV
-        cache, not evaluating them again, if they were prompted now."""
+        cache or its saved snapshots, not evaluating them again, if they were
+        prompted now."""
         ...
 
     def generate(
-        self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        session: str | None = None,
     ) -> Iterator[str | Timings]:
         """Stream the completion of ``prompt`` (text, or tokens as
         :meth:`tokenize` gives them): text pieces as they are decoded, then
         exactly one :class:`Timings` as the last item.
 
+        The longest prefix of the prompt held in the KV cache or in a saved
+        snapshot is not evaluated again. With a ``session`` key, the state
+        after the answer is saved under that key for the session's next
+        prompt, which will start with this one.
+
         Raises :class:`ContextOverflow` before any work if the prompt plus
         ``max_tokens`` exceed :attr:`n_ctx`.
         """
+        ...
+
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
+        """Evaluate ``tokens`` now (reusing any cached prefix) and save the
+        state under ``session``, so a later prompt that starts with them
+        finds them cached; ``pin`` keeps it from eviction (the system
+        prompt's state)."""
+        ...
+
+    def forget(self, session: str) -> None:
+        """Drop the saved state of ``session``, if any."""
+        ...
+
+    def cache_stats(self) -> dict[str, object]:
+        """What the engine's snapshot store holds: entries and bytes in RAM
+        and on disk, and its caps."""
         ...
 
     def profile_key(self) -> dict[str, object]:

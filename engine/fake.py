@@ -2,7 +2,8 @@
 
 Tokens are runs of non-space characters and single spaces; "prefill" costs
 ``seconds_per_token`` for each token after the longest common prefix with the
-previous prompt, and nothing is slept: the timings are computed, not measured.
+previous prompt or a saved session state, and nothing is slept: the timings
+are computed, not measured.
 Never use it where a test claims to exercise the real engine.
 """
 
@@ -25,6 +26,7 @@ class FakeBackend:
         self.reply = reply
         self._vocab: dict[str, int] = {}
         self._cached: list[int] = []
+        self.saved: dict[str, list[int]] = {}  # session -> the tokens its state holds
 
     @property
     def name(self) -> str:
@@ -42,34 +44,57 @@ class FakeBackend:
         """One id per run of non-space characters or single whitespace character."""
         return [self._vocab.setdefault(piece, len(self._vocab)) for piece in _TOKEN.findall(text)]
 
-    def cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Leading tokens shared with the previous prompt, the last one excepted."""
-        cached = 0
-        for a, b in zip(self._cached, tokens[:-1]):
+    @staticmethod
+    def _common(held: Sequence[int], tokens: Sequence[int]) -> int:
+        n = 0
+        for a, b in zip(held, tokens[:-1]):
             if a != b:
                 break
-            cached += 1
-        return cached
+            n += 1
+        return n
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """Leading tokens shared with the previous prompt or a saved state,
+        the last one excepted."""
+        return max([self._common(self._cached, tokens)] + [self._common(s, tokens) for s in self.saved.values()])
 
     def generate(
-        self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0
+        self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
+        session: str | None = None,
     ) -> Iterator[str | Timings]:
         """The fixed reply, word by word, then Timings from the formula."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         if len(tokens) + max_tokens > self._n_ctx:
             raise ContextOverflow(f"prompt of {len(tokens)} tokens + {max_tokens} exceeds {self._n_ctx}")
-        return self._stream(tokens, max_tokens)
+        return self._stream(tokens, max_tokens, session)
 
-    def _stream(self, tokens: list[int], max_tokens: int) -> Iterator[str | Timings]:
+    def _stream(self, tokens: list[int], max_tokens: int, session: str | None) -> Iterator[str | Timings]:
         cached = self.cached_prefix(tokens)
         prefill = len(tokens) - cached
         words = self.reply.split(" ")[:max_tokens]
         for i, w in enumerate(words):
             yield w if i == 0 else " " + w
-        self._cached = tokens
+        self._cached = tokens + self.tokenize(self.reply)
+        if session is not None:
+            self.saved[session] = list(self._cached)
         prefill_s = prefill * self.seconds_per_token
         decode_s = len(words) * self.seconds_per_token
         yield Timings(len(tokens), cached, prefill, prefill_s, prefill_s, len(words), decode_s, prefill_s + decode_s)
+
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
+        """Hold ``tokens`` as ``session``'s state; Timings from the formula."""
+        tokens = list(tokens)
+        cached = min(self.cached_prefix(tokens + [-1]), len(tokens))
+        self._cached = tokens
+        self.saved[session] = tokens
+        s = (len(tokens) - cached) * self.seconds_per_token
+        return Timings(len(tokens), cached, len(tokens) - cached, s, s, 0, 0.0, s)
+
+    def forget(self, session: str) -> None:
+        self.saved.pop(session, None)
+
+    def cache_stats(self) -> dict[str, object]:
+        return {"ram_entries": len(self.saved)}
 
     def profile_key(self) -> dict[str, object]:
         return {"engine": "fake", "seconds_per_token": self.seconds_per_token, "n_ctx": self._n_ctx}

@@ -6,23 +6,34 @@ performance counters. It offloads every layer to the GPU when llama.cpp was
 built with GPU support, and otherwise runs one thread per physical core.
 
 Prefix reuse: llama-cpp-python keeps the KV cache of the previous request
-and evaluates only the tokens after the longest common prefix; the tokens it
-skipped are reported as ``cached_tokens``.
+and evaluates only the tokens after the longest common prefix. Beyond the
+last request, the KV state of each session is saved after its answer (the
+KV of sequence 0 only, about 22.5 KiB a token for SmolLM2-135M, not
+llama-cpp-python's ``save_state``, which also copies a 512 x vocabulary
+logits array, 100 MB here) into a :class:`~engine.kv_snapshots.SnapshotCache`;
+a prompt whose longest cached prefix is in a snapshot rather than in the live
+KV cache has that snapshot restored first. The tokens not evaluated are
+reported as ``cached_tokens``, read from llama.cpp's own counters.
 
-Does not: keep per-session KV snapshots (a later addition) or choose prompts.
+Does not: choose prompts or decide what a session is.
 """
 
 from __future__ import annotations
 
 import codecs
+import ctypes
 import hashlib
+import json
 import os
 import threading
 import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from .backend import ContextOverflow, Message, Timings
+from .kv_snapshots import Snapshot, SnapshotCache, common_prefix
 from .models import check_gguf, default_model_path
 
 DEFAULT_N_CTX = 4096
@@ -68,6 +79,10 @@ class LlamaCppBackend:
         n_batch: int = DEFAULT_N_BATCH,
         n_gpu_layers: int | None = None,
         repeat_penalty: float = 1.1,
+        snapshots: SnapshotCache | None = None,
+        snapshot_dir: str | os.PathLike[str] | None = None,
+        snapshot_ram_bytes: int = 512 << 20,
+        snapshot_disk_bytes: int = 2 << 30,
     ) -> None:
         import llama_cpp
 
@@ -106,6 +121,13 @@ class LlamaCppBackend:
         )
         self._vocab = model.vocab
         self._lock = threading.Lock()
+        if snapshots is None:
+            # On disk, one folder per model, build and context: a state is
+            # only meaningful to the set-up that wrote it.
+            key = json.dumps(self.profile_key(), sort_keys=True)
+            disk = Path(snapshot_dir) / hashlib.sha256(key.encode()).hexdigest()[:16] if snapshot_dir else None
+            snapshots = SnapshotCache(snapshot_ram_bytes, disk, snapshot_disk_bytes)
+        self.snapshots = snapshots
 
     @property
     def name(self) -> str:
@@ -128,28 +150,38 @@ class LlamaCppBackend:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
     def cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Leading ``tokens`` that llama-cpp-python will reuse from the KV
-        cache of the previous request."""
+        """Leading ``tokens`` that will not be evaluated again: those shared
+        with the live KV cache or, if longer, with a saved snapshot."""
+        live = self._live_prefix(tokens)
+        _, saved = self.snapshots.best(tokens)
+        return max(live, self._reusable(saved, len(tokens), exact=False))
+
+    def _live_prefix(self, tokens: Sequence[int]) -> int:
         llm = self._llm
-        held = llm._input_ids[: llm.n_tokens]
-        common = 0
-        for a, b in zip(held, tokens):
-            if a != b:
-                break
-            common += 1
-        if tokens and common == len(tokens):
-            # Mirrors Llama.generate: an exact repeat with live logits samples
-            # at once; otherwise the last token is replayed for fresh logits.
-            if llm.n_tokens == len(tokens) and not getattr(llm, "_requires_eval", True):
-                return common
-            return common - 1
+        held = np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32)
+        common = common_prefix(held, np.asarray(tokens, dtype=np.int32))
+        exact = llm.n_tokens == len(tokens) and not getattr(llm, "_requires_eval", True)
+        return self._reusable(common, len(tokens), exact=exact)
+
+    @staticmethod
+    def _reusable(common: int, n_prompt: int, *, exact: bool) -> int:
+        # Mirrors Llama.generate: a prompt held whole is sampled from at once
+        # only with live logits; otherwise its last token is evaluated again.
+        if n_prompt and common >= n_prompt:
+            return n_prompt if exact else n_prompt - 1
         return common
 
     def generate(
-        self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        session: str | None = None,
     ) -> Iterator[str | Timings]:
         """Stream the completion of ``prompt`` (text or tokens): text pieces,
-        then one Timings.
+        then one Timings. With ``session``, the state after the answer is
+        saved under that key.
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
@@ -159,13 +191,88 @@ class LlamaCppBackend:
             raise ContextOverflow(
                 f"prompt of {len(tokens)} tokens + {max_tokens} answer tokens exceeds the context window of {self.n_ctx}"
             )
-        return self._stream(tokens, max_tokens, temperature)
+        return self._stream(tokens, max_tokens, temperature, session)
 
-    def _stream(self, tokens: list[int], max_tokens: int, temperature: float) -> Iterator[str | Timings]:
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
+        """Evaluate ``tokens`` (reusing any cached prefix) and save the state
+        under ``session``; ``pin`` keeps it from eviction."""
+        tokens = list(tokens)
+        if not tokens or len(tokens) >= self.n_ctx:
+            raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
+        lc, llm = self._llama_cpp, self._llm
+        with self._lock:
+            started = time.perf_counter()
+            lc.llama_perf_context_reset(llm.ctx)
+            restored, restore_s = self._restore(tokens)
+            common = common_prefix(np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32),
+                                   np.asarray(tokens, dtype=np.int32))
+            if common < len(tokens):
+                llm.n_tokens = common
+                llm.eval(tokens[common:])
+            n, seconds = _evaluated(lc.llama_perf_context(llm.ctx))
+            total = time.perf_counter() - started
+            snapshot_s = self._save(session, pin=pin)
+        return Timings(len(tokens), len(tokens) - n, n, total, seconds, 0, 0.0, total,
+                       restored_tokens=restored, restore_s=restore_s, snapshot_s=snapshot_s)
+
+    def forget(self, session: str) -> None:
+        """Drop the saved state of ``session`` (RAM and disk)."""
+        self.snapshots.discard(session)
+
+    def cache_stats(self) -> dict[str, object]:
+        """Entries and bytes of the snapshot store, in RAM and on disk."""
+        return self.snapshots.stats()
+
+    def _restore(self, tokens: Sequence[int]) -> tuple[int, float]:
+        """Load the snapshot sharing the longest prefix with ``tokens`` when
+        it shares more than the live KV cache does; returns the prefix it
+        brought and the seconds it took (0, 0.0 when none was loaded)."""
+        llm = self._llm
+        key, saved = self.snapshots.best(tokens)
+        live = common_prefix(np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32),
+                             np.asarray(tokens, dtype=np.int32))
+        if key is None or saved <= live:
+            return 0, 0.0
+        started = time.perf_counter()
+        snap = self.snapshots.get(key)
+        if snap is None or len(snap.tokens) > self.n_ctx:
+            return 0, 0.0
+        lc = self._llama_cpp
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        buf = (ctypes.c_uint8 * len(snap.data)).from_buffer_copy(snap.data)
+        if lc.llama_state_seq_set_data(llm.ctx, buf, len(snap.data), 0) == 0:
+            # Not a state of this model and context: forget it, prefill instead.
+            self.snapshots.discard(key)
+            llm.n_tokens = 0
+            return 0, time.perf_counter() - started
+        n = len(snap.tokens)
+        llm.input_ids[:n] = snap.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True  # no logits came with the KV: sample only after a decode
+        return min(saved, n), time.perf_counter() - started
+
+    def _save(self, session: str | None, *, pin: bool = False) -> float:
+        """Save the live KV state under ``session``; returns the seconds it took."""
+        if session is None or self._llm.n_tokens == 0:
+            return 0.0
+        lc, llm = self._llama_cpp, self._llm
+        started = time.perf_counter()
+        size = lc.llama_state_seq_get_size(llm.ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        written = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
+        if written:
+            tokens = np.array(llm.input_ids[: llm.n_tokens], dtype=np.int32)
+            self.snapshots.put(session, Snapshot(tokens, bytes(buf)[:written]), pin=pin)
+        return time.perf_counter() - started
+
+    def _stream(
+        self, tokens: list[int], max_tokens: int, temperature: float, session: str | None
+    ) -> Iterator[str | Timings]:
         lc = self._llama_cpp
         with self._lock:
             started = time.perf_counter()
             lc.llama_perf_context_reset(self._llm.ctx)
+            restored, restore_s = self._restore(tokens)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             ttft = None
             prefill_tokens, prefill_s = 0, 0.0
@@ -188,15 +295,21 @@ class LlamaCppBackend:
                 yield tail
             total = time.perf_counter() - started
             all_tokens, all_s = _evaluated(lc.llama_perf_context(self._llm.ctx))
+            # After the answer is out: the state is saved for the session's next turn.
+            snapshot_s = self._save(session)
+        cached = len(tokens) - prefill_tokens
         yield Timings(
             prompt_tokens=len(tokens),
-            cached_tokens=len(tokens) - prefill_tokens,
+            cached_tokens=cached,
             prefill_tokens=prefill_tokens,
             ttft_s=ttft if ttft is not None else total,
             prefill_s=prefill_s,
             decode_tokens=generated,
             decode_s=max(all_s - prefill_s, 0.0),
             total_s=total,
+            restored_tokens=min(restored, cached),
+            restore_s=restore_s,
+            snapshot_s=snapshot_s,
         )
 
     def profile_key(self) -> dict[str, object]:

@@ -5,10 +5,17 @@ No model, no I/O: everything here is testable in milliseconds.
 
 from .budgeter import BudgetRequest, Candidate, ContextTooSmall, Decision, Plan, fit_to_context, plan_budget
 from .cost import Fit, PrefillCostModel, PrefillSample, best_fit, fit_samples
-from .layout import SYSTEM_PROMPT, ContextPassage, build_messages, format_passage
+from .history import HistoryPolicy, turns_to_fold, turns_to_skip
+from .layout import SYSTEM_PROMPT, ContextPassage, PastTurn, build_messages, canonical_order, format_passage, system_message
 
 __all__ = [
     "BudgetRequest",
+    "HistoryPolicy",
+    "PastTurn",
+    "canonical_order",
+    "system_message",
+    "turns_to_fold",
+    "turns_to_skip",
     "Candidate",
     "Decision",
     "Fit",

@@ -1,11 +1,17 @@
 """The order and wording of a prompt.
 
-A prompt is ``[system prompt][retrieved passages][question]``: the system
-prompt comes first and never changes, byte for byte, so an engine can reuse
-its cached KV prefix from one request to the next.
+A prompt is ``[system prompt][conversation summary][recent turns][retrieved
+passages][question]``, most stable first, so that consecutive prompts of one
+conversation share the longest token prefix and an engine reuses its cached
+KV for it: the system prompt never changes, byte for byte; the summary
+changes only when older turns are folded into it; a recent turn is shown
+exactly as it was prompted (its passages included) until it is folded, so
+each prompt starts with the whole of the previous one and its answer.
+Passages inside one prompt go in a canonical order (source, then position
+in the source), so overlapping retrievals share longer prefixes.
 
 Does not: apply a chat template (the backend does, with the model's own)
-or decide which passages go in (see ``budgeter``).
+or decide which passages or turns go in (see ``budgeter`` and ``history``).
 """
 
 from __future__ import annotations
@@ -49,9 +55,56 @@ def user_message(question: str, passages: Sequence[ContextPassage]) -> str:
     return f"Context:\n\n{blocks}\n\nQuestion: {question.strip()}"
 
 
+@dataclass(frozen=True)
+class PastTurn:
+    """An earlier turn as it is shown again: the user message (as it was
+    prompted, or the question alone) and the answer."""
+
+    user: str
+    answer: str
+
+
+SUMMARY_HEADING = "Summary of the conversation so far:"
+
+
+def system_message(summary: str | None = None, system: str = SYSTEM_PROMPT) -> Message:
+    """The system message: the byte-stable system prompt, then the summary
+    of older turns, if there is one."""
+    if summary and summary.strip():
+        return Message("system", f"{system}\n\n{SUMMARY_HEADING}\n{summary.strip()}")
+    return Message("system", system)
+
+
+def history_messages(turns: Sequence[PastTurn]) -> list[Message]:
+    """The recent turns as user and assistant messages, oldest first."""
+    messages: list[Message] = []
+    for turn in turns:
+        messages += [Message("user", turn.user), Message("assistant", turn.answer)]
+    return messages
+
+
 def build_messages(
-    question: str, passages: Sequence[ContextPassage], system: str = SYSTEM_PROMPT
+    question: str,
+    passages: Sequence[ContextPassage],
+    *,
+    summary: str | None = None,
+    turns: Sequence[PastTurn] = (),
+    system: str = SYSTEM_PROMPT,
 ) -> list[Message]:
-    """The chat messages of one request: the system prompt, then one user
-    turn holding the passages and the question."""
-    return [Message("system", system), Message("user", user_message(question, passages))]
+    """The chat messages of one request: the system prompt (with the
+    conversation summary), the recent turns, then one user turn holding the
+    passages and the question."""
+    return [
+        system_message(summary, system),
+        *history_messages(turns),
+        Message("user", user_message(question, passages)),
+    ]
+
+
+def canonical_order(places: Sequence[tuple[str, int]]) -> list[int]:
+    """Indices of passages at ``places`` (source, position in the source)
+    in the order they go into a prompt: by source, then position.
+
+    ``canonical_order([("b.md", 0), ("a.md", 3), ("a.md", 1)]) -> [2, 1, 0]``
+    """
+    return sorted(range(len(places)), key=lambda i: (places[i][0], places[i][1]))

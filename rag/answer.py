@@ -56,6 +56,7 @@ class Budget:
     feasible: bool = True
     safety: float = 1.0
     decisions: tuple[BudgetDecision, ...] = ()
+    cached_tokens: int = 0  # prompt tokens expected in the KV cache when planned
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -66,6 +67,7 @@ class Budget:
             "planned_ttft_s": self.planned_ttft_s,
             "feasible": self.feasible,
             "safety": self.safety,
+            "cached_tokens": self.cached_tokens,
             "decisions": [d.to_dict() for d in self.decisions],
         }
 
@@ -78,6 +80,9 @@ class Answer:
     sources: tuple[Source, ...]
     budget: Budget
     timings: Timings
+    session: str | None = None  # the conversation it belongs to
+    turn: int | None = None  # its number in that conversation
+    turns_shown: int = 0  # earlier turns replayed in its prompt
 
     def to_dict(self) -> dict[str, object]:
         """The ``rag ask --json`` object of DESIGN.md."""
@@ -86,4 +91,7 @@ class Answer:
             "sources": [s.to_dict() for s in self.sources],
             "budget": self.budget.to_dict(),
             "timings": self.timings.to_dict(),
+            "session": self.session,
+            "turn": self.turn,
+            "turns_shown": self.turns_shown,
         }

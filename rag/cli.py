@@ -53,9 +53,9 @@ def _user_errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def _open_pipeline(index: Optional[Path], model: Optional[Path] = None) -> Pipeline:
+def _open_pipeline(index: Optional[Path], model: Optional[Path] = None, **options) -> Pipeline:
     """The pipeline a command works on (one place, so tests can share loaded models)."""
-    return Pipeline.open(index, model)
+    return Pipeline.open(index, model, **options)
 
 
 def _pipeline(index: Optional[Path], model: Optional[Path] = None) -> Pipeline:
@@ -166,7 +166,9 @@ def ask(
         None, "--target-ttft", help="Seconds to first token to plan for [default: $RAG_TARGET_TTFT, else 2.0]."
     ),
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in the answer."),
-    session: Optional[str] = typer.Option(None, "--session", help="Conversation id (not yet supported)."),
+    session: Optional[str] = typer.Option(
+        None, "--session", help="Continue (or start) the conversation with this id; its history goes into the prompt."
+    ),
     model: Optional[Path] = MODEL_OPTION,
     max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help="Most chunks in the prompt."),
     candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates", help="Chunks retrieved for the budgeter to choose from."),
@@ -175,32 +177,46 @@ def ask(
 ) -> None:
     """Answer QUESTION from the index, streaming, then list the sources."""
     with _user_errors():
-        if session is not None:
-            raise RagError("--session needs conversation history, which is not built yet; ask without it")
         pipeline = _pipeline(index, model)
-        options = dict(target_ttft=target_ttft, max_tokens=max_tokens, max_k=max_k, candidates=candidates)
+        options = dict(target_ttft=target_ttft, max_tokens=max_tokens, max_k=max_k, candidates=candidates, session=session)
         if as_json:
             answer = pipeline.ask(question, **options)
             _echo_json(answer.to_dict())
             if explain:
                 _print_explain(answer, _err())
+            _finish_background(pipeline)
             return
-        answer = None
-        for item in pipeline.stream(question, **options):
-            if isinstance(item, Answer):
-                answer = item
-            else:
-                sys.stdout.write(item)
-                sys.stdout.flush()
+        answer = _stream_answer(pipeline, question, options)
+        console = Console(highlight=False)
+        _print_sources(answer, console)
+        if explain:
+            _print_explain(answer, console)
+        _print_cost_line(answer)
+        _finish_background(pipeline)
+
+
+def _stream_answer(pipeline: Pipeline, question: str, options: dict) -> Answer:
+    """Write the answer to stdout as it is generated; return the Answer."""
+    answer = None
+    for item in pipeline.stream(question, **options):
+        if isinstance(item, Answer):
+            answer = item
+        else:
+            sys.stdout.write(item)
+            sys.stdout.flush()
     assert answer is not None
     sys.stdout.write("\n")
-    console = Console(highlight=False)
+    return answer
+
+
+def _print_sources(answer: Answer, console: Console) -> None:
     console.print("\n[bold]Sources[/]")
     for n, s in enumerate(answer.sources, start=1):
         where = s.source if s.page is None else f"{s.source} p.{s.page}"
         console.print(f"  [{n}] {where}  (score {s.score:.3f})")
-    if explain:
-        _print_explain(answer, console)
+
+
+def _print_cost_line(answer: Answer) -> None:
     t, b = answer.timings, answer.budget
     target = "no target" if b.target_ttft_s is None else f"target {b.target_ttft_s:.2f} s"
     _err().print(
@@ -208,6 +224,103 @@ def ask(
         f"TTFT {t.ttft_s:.2f} s ({target}, predicted {b.predicted_ttft_s:.2f} s), "
         f"{t.decode_tokens} tokens in {t.total_s:.2f} s[/]"
     )
+
+
+def _finish_background(pipeline: Pipeline) -> None:
+    """Let a summary that is being written finish before the process ends
+    (the answer is already out)."""
+    if pipeline._pending and not all(f.done() for f in pipeline._pending):
+        _err().print("[dim]folding older turns into the conversation summary...[/]")
+    pipeline.wait_idle()
+
+
+@app.command()
+def chat(
+    session: Optional[str] = typer.Option(None, "--session", help="Conversation id to continue [default: a new one]."),
+    index: Optional[Path] = INDEX_OPTION,
+    target_ttft: Optional[float] = typer.Option(
+        None, "--target-ttft", help="Seconds to first token to plan for [default: $RAG_TARGET_TTFT, else 2.0]."
+    ),
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in each answer."),
+    model: Optional[Path] = MODEL_OPTION,
+) -> None:
+    """Talk with your documents: each question continues the conversation.
+
+    Commands: /sources (of the last answer), /stats (tokens and TTFT per
+    turn), /reset (forget this conversation), /quit.
+    """
+    import time as _time
+
+    from .conversations import check_session_id
+
+    with _user_errors():
+        session = session or _time.strftime("chat-%Y%m%d-%H%M%S")
+        check_session_id(session)
+        pipeline = _pipeline(index, model)
+        console = Console(highlight=False)
+        err = _err()
+        earlier = pipeline.conversation(session)
+        resumed = f", resuming after {earlier.next_number - 1} turns" if earlier.next_number > 1 else ""
+        err.print(f"[dim]session {session}{resumed}; /sources /stats /reset /quit[/]")
+        last: Answer | None = None
+        stats: list[Answer] = []
+        while True:
+            try:
+                line = console.input("[bold green]you>[/] ").strip()
+            except EOFError:
+                console.print()
+                break
+            if not line:
+                continue
+            if line in {"/quit", "/exit", "/q"}:
+                break
+            if line == "/reset":
+                pipeline.reset(session)
+                last, stats = None, []
+                err.print(f"[dim]session {session} forgotten; starting over[/]")
+                continue
+            if line == "/sources":
+                if last is None:
+                    err.print("[dim]no answer yet[/]")
+                else:
+                    _print_sources(last, console)
+                continue
+            if line == "/stats":
+                _print_chat_stats(stats, console, pipeline)
+                continue
+            if line.startswith("/"):
+                err.print(f"[yellow]unknown command {line.split()[0]}[/]; try /sources /stats /reset /quit")
+                continue
+            try:
+                console.print("[bold blue]rag>[/] ", end="")
+                last = _stream_answer(pipeline, line, dict(target_ttft=target_ttft, max_tokens=max_tokens, session=session))
+            except RagError as exc:  # one bad question does not end the conversation
+                err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+                continue
+            stats.append(last)
+            _print_cost_line(last)
+        _finish_background(pipeline)
+        err.print(f"[dim]continue later with: rag chat --session {session}[/]")
+
+
+def _print_chat_stats(answers: list[Answer], console: Console, pipeline: Pipeline) -> None:
+    table = Table(title="this conversation", title_justify="left")
+    for column in ("turn", "prompt tok", "cached", "prefilled", "restored", "chunks", "TTFT s", "predicted s"):
+        table.add_column(column, justify="right")
+    for a in answers:
+        t = a.timings
+        table.add_row(str(a.turn), str(t.prompt_tokens), str(t.cached_tokens), str(t.prefill_tokens),
+                      str(t.restored_tokens), str(a.budget.chosen), f"{t.ttft_s:.2f}", f"{a.budget.predicted_ttft_s:.2f}")
+    console.print(table)
+    if answers:
+        prompt = sum(a.timings.prompt_tokens for a in answers)
+        cached = sum(a.timings.cached_tokens for a in answers)
+        console.print(f"cached/prompt tokens: {cached / prompt:.2f}")
+    folds = [e for e in pipeline.background_log if e.get("kind") == "summary" and not e.get("interrupted")]
+    if folds:
+        spent = sum(float(e["seconds"]) for e in folds)
+        console.print(f"summaries: {len(folds)} ({', '.join(str(e['method']) for e in folds)}), "
+                      f"{spent:.1f} s in the background")
 
 
 def _print_explain(answer: Answer, console: Console) -> None:
@@ -279,9 +392,6 @@ def bench_ttft(
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
     """Answer every question under every TTFT target; report how well the target held."""
-    import hashlib
-
-    from . import paths
     from .bench import bench_ttft as run_bench
     from .evaluate import load_questions
 
@@ -295,14 +405,8 @@ def bench_ttft(
         qs = load_questions(questions)
         if not qs:
             raise RagError(f"{questions}: no questions in the file")
-        if index is None:
-            tag = hashlib.sha256(f"{corpus.resolve()}|{sorted(include)}".encode()).hexdigest()[:10]
-            index = paths.cache_dir() / f"bench-index-{tag}"
-        pipeline = _pipeline(index, model)
+        pipeline = _bench_pipeline(corpus, include, index, model)
         pipeline.learn = not no_learn
-        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      _RateColumn(), TimeElapsedColumn(), console=_err(), transient=True) as bar:
-            pipeline.ingest([corpus], include=include, progress=_RichIngestProgress(bar))
         pipeline.cost_model  # calibrate, if needed, before anything is timed
         pipeline.warm_up()
         with Progress(TextColumn("asking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -326,6 +430,99 @@ def bench_ttft(
             f"{row['pred_err_p50'] * 100:.1f}%", f"{row['pred_err_p95'] * 100:.1f}%",
         )
     Console(highlight=False).print(table)
+
+
+def _bench_pipeline(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], **options) -> Pipeline:
+    """A pipeline over an index of ``corpus``, brought up to date first
+    (default: a cache folder per corpus and include patterns)."""
+    import hashlib
+
+    from . import paths
+
+    if index is None:
+        tag = hashlib.sha256(f"{corpus.resolve()}|{sorted(include)}".encode()).hexdigest()[:10]
+        index = paths.cache_dir() / f"bench-index-{tag}"
+    pipeline = _open_pipeline(index, model, **options)
+    pipeline.notice = lambda message: _err().print(f"[yellow]note:[/] {message}", soft_wrap=True)
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  _RateColumn(), TimeElapsedColumn(), console=_err(), transient=True) as bar:
+        report = pipeline.ingest([corpus], include=include, progress=_RichIngestProgress(bar))
+    if report.failed and not (report.added or report.updated or report.skipped):
+        raise RagError(f"{corpus}: nothing could be indexed ({report.failed[0][1]})")
+    return pipeline
+
+
+DEFAULT_CHAT_CORPUS = Path("/usr/share/doc/python3.11/html/_sources")
+
+
+@bench_app.command("chat")
+def bench_chat(
+    turns: int = typer.Option(10, "--turns", help="Questions per conversation."),
+    sessions: int = typer.Option(3, "--sessions", help="Conversations."),
+    interleave: bool = typer.Option(False, "--interleave", help="Take turns between conversations (A1 B1 C1 A2 ...)."),
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    conversations: Optional[Path] = typer.Option(None, "--conversations", help="JSON of follow-up questions [default: the bundled Python-docs set]."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus [default: a cache folder per corpus]."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Answer tokens per turn."),
+    target_ttft: Optional[float] = typer.Option(None, "--target-ttft", help="rag-budget's TTFT target [default: 2.0]."),
+    history: str = typer.Option("prompted", "--history", help="How recent turns are replayed: prompted (with their passages) or qa."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Follow-up conversations answered by rag-budget and by a naive pipeline
+    (full history, k=8, chunks first) side by side: tokens and TTFT per turn."""
+    import tempfile
+
+    from .bench import bench_chat as run_bench
+    from .bench import load_conversations
+
+    with _user_errors():
+        if history not in ("prompted", "qa"):
+            raise RagError(f"--history must be prompted or qa, not {history!r}")
+        source = conversations or Path(__file__).parent / "benchdata" / "python_docs_chat.json"
+        scripts = load_conversations(source)
+        with tempfile.TemporaryDirectory(prefix="rag-bench-chat-") as tmp:
+            # Its own conversation store and RAM-only snapshots: a bench leaves nothing behind.
+            pipeline = _bench_pipeline(corpus, include, index, model, conversations=Path(tmp) / "conversations.sqlite",
+                                       kv_dir=False, history_mode=history)
+            pipeline.cost_model  # calibrate, if needed, before anything is timed
+            pipeline.warm_up()
+            with Progress(TextColumn("turns"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=_err(), transient=True) as bar:
+                task = bar.add_task("turns", total=turns * sessions)
+                result = run_bench(pipeline, scripts, turns=turns, sessions=sessions, interleave=interleave,
+                                   max_tokens=max_tokens, target_ttft=target_ttft,
+                                   progress=lambda done, total: bar.update(task, completed=done))
+            pipeline.close()
+    if as_json:
+        _echo_json(result)
+        return
+    summary = result["summary"]
+    title = (f"rag bench chat ({sessions} sessions x {turns} turns, {'interleaved' if interleave else 'one after another'}, "
+             f"history {history}; means over sessions)")
+    table = Table(title=title, title_justify="left")
+    for column in ("turn", "ours prompt", "ours cached", "ours prefilled", "ours TTFT s",
+                   "naive prompt", "naive cached", "naive prefilled", "naive TTFT s", "naive/ours TTFT"):
+        table.add_column(column, justify="right")
+    for row in summary["per_turn"]:
+        table.add_row(
+            str(row["turn"]), f"{row['ours_prompt_tokens']:.0f}", f"{row['ours_cached_tokens']:.0f}",
+            f"{row['ours_prefill_tokens']:.0f}", f"{row['ours_ttft_s']:.2f}", f"{row['naive_prompt_tokens']:.0f}",
+            f"{row['naive_cached_tokens']:.0f}", f"{row['naive_prefill_tokens']:.0f}", f"{row['naive_ttft_s']:.2f}",
+            f"{row['ttft_ratio']:.1f}x" if row["ttft_ratio"] else "",
+        )
+    console = Console(highlight=False)
+    console.print(table)
+    console.print(
+        f"cached/prompt from turn 2: ours {summary['ours_cached_ratio']:.2f}, naive {summary['naive_cached_ratio']:.2f}; "
+        f"TTFT naive/ours: last turn {summary['ttft_ratio_last_turn']:.1f}x, overall {summary['ttft_ratio_overall']:.1f}x"
+    )
+    console.print(
+        f"summaries: {summary['summaries']} ({', '.join(summary['summary_methods']) or 'none'}), "
+        f"{summary['summary_s_total']:.1f} s writing them and {summary['background_prefill_s_total']:.1f} s prefilling "
+        f"the new prefix, in the background between turns"
+    )
 
 
 @app.command()

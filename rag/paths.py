@@ -16,6 +16,15 @@ def default_index_dir() -> Path:
     return Path(base) / "rag-budget" / "index"
 
 
+def conversations_path() -> Path:
+    """``$RAG_CONVERSATIONS``, else ``$XDG_DATA_HOME/rag-budget/conversations.sqlite``."""
+    env = os.environ.get("RAG_CONVERSATIONS")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "rag-budget" / "conversations.sqlite"
+
+
 def cache_dir() -> Path:
     """``$XDG_CACHE_HOME/rag-budget`` (``~/.cache/rag-budget``)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"

@@ -9,30 +9,41 @@ Does not: print, parse arguments or talk HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
-from engine.backend import Backend, ContextOverflow, Timings, complete
+from engine.backend import Backend, ContextOverflow, Message, Timings
 from prompt_budget import (
     BudgetRequest,
     Candidate,
     ContextPassage,
     ContextTooSmall,
+    HistoryPolicy,
+    PastTurn,
     PrefillCostModel,
     PrefillSample,
     build_messages,
+    canonical_order,
     format_passage,
     plan_budget,
+    system_message,
+    turns_to_fold,
+    turns_to_skip,
 )
+from prompt_budget.layout import history_messages
 from prompt_budget.profile import Profile, load_profile, save_profile
 from prompt_budget.trim import trim_to_tokens
 
 from . import paths
 from .answer import Answer, Budget, BudgetDecision, Source
 from .chunking import Chunker, ChunkerSettings
+from .conversations import Conversation, ConversationStore, Turn, check_session_id
 from .embed import Embedder, SentenceTransformerEmbedder
 from .errors import IndexNotFound, ModelNotFound, QuestionTooLong, RagError
 from .ingest import IngestProgress, IngestReport, ingest
@@ -44,6 +55,15 @@ DEFAULT_MAX_K = 8
 DEFAULT_MIN_K = 1
 DEFAULT_RELEVANCE_FLOOR = 0.05  # cosine; below it a chunk is noise, whatever the budget
 FALLBACK_TARGET_TTFT = 2.0
+SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
+KV_RAM_BYTES = 512 << 20
+KV_DISK_BYTES = 2 << 30
+HistoryMode = Literal["prompted", "qa"]
+
+
+def kv_key(session: str) -> str:
+    """The engine's snapshot key of a conversation."""
+    return f"session:{session}"
 
 
 def default_target_ttft() -> float | None:
@@ -68,6 +88,8 @@ class _Prompt:
     hits: tuple[Hit, ...]
     budget: Budget
     elapsed_at_plan: float
+    user: str  # the last user message, as it is kept in the history
+    turns_shown: int  # recent turns replayed in the prompt
 
 
 def _too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong:
@@ -78,9 +100,17 @@ def _too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLon
 
 
 class Pipeline:
-    """Ingest, search and ask over one index with one model.
+    """Ingest, search and ask over one index with one model, alone or in
+    conversations.
 
-    Models load on first use, not when the pipeline is opened.
+    Models load on first use, not when the pipeline is opened. Options:
+    ``conversations`` (a store or its SQLite path; default
+    ``paths.conversations_path()``), ``history`` (when turns are folded into
+    the summary; default from the context size), ``history_mode``
+    (``"prompted"``: turns replayed as prompted, passages included, so their
+    KV stays cached; ``"qa"``: questions and answers only), ``kv_dir`` (where
+    KV snapshots are kept on disk; default under the cache folder, ``False``
+    for RAM only) and ``kv_ram_bytes`` (the RAM cap of the snapshots).
     """
 
     def __init__(
@@ -95,6 +125,11 @@ class Pipeline:
         profile_dir: Path | None = None,
         learn: bool = True,
         notice=None,
+        conversations: ConversationStore | Path | None = None,
+        history: HistoryPolicy | None = None,
+        history_mode: HistoryMode = "prompted",
+        kv_dir: Path | None | Literal[False] = None,
+        kv_ram_bytes: int = KV_RAM_BYTES,
     ) -> None:
         self.index_dir = Path(index_dir)
         self.profile_dir = Path(profile_dir) if profile_dir else paths.cache_dir() / "profiles"
@@ -109,6 +144,23 @@ class Pipeline:
         self._embedder = embedder
         self._backend = backend
         self._index: Index | None = None
+        if history_mode not in ("prompted", "qa"):
+            raise RagError(f"history_mode must be 'prompted' or 'qa', not {history_mode!r}")
+        # "prompted": a turn is replayed as it was prompted, passages included
+        # (append-only, so its KV stays cached); "qa": question and answer only.
+        self.history_mode: HistoryMode = history_mode
+        self._history = history
+        self._conversations = conversations
+        self.kv_dir = kv_dir
+        self.kv_ram_bytes = kv_ram_bytes
+        self._system_state = False
+        # Background work (folding turns into summaries) runs on one thread,
+        # after answers, and gives way to questions that are waiting.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-history")
+        self._pending: list[Future] = []
+        self._active = 0
+        self._active_lock = threading.Lock()
+        self.background_log: list[dict[str, object]] = []
 
     @classmethod
     def open(
@@ -148,11 +200,29 @@ class Pipeline:
             from engine.models import ModelFileError
 
             model = self.model or os.environ.get("RAG_MODEL") or None
+            kv_dir = None if self.kv_dir is False else (self.kv_dir or paths.cache_dir() / "kv")
             try:
-                self._backend = LlamaCppBackend(model, n_ctx=self.n_ctx or DEFAULT_N_CTX)
+                self._backend = LlamaCppBackend(
+                    model, n_ctx=self.n_ctx or DEFAULT_N_CTX, snapshot_dir=kv_dir,
+                    snapshot_ram_bytes=self.kv_ram_bytes, snapshot_disk_bytes=KV_DISK_BYTES,
+                )
             except (ModelFileError, ValueError) as exc:
                 raise ModelNotFound(str(exc)) from None
         return self._backend
+
+    @property
+    def conversations(self) -> ConversationStore:
+        """The conversation store (``paths.conversations_path()`` unless given)."""
+        if not isinstance(self._conversations, ConversationStore):
+            self._conversations = ConversationStore(self._conversations or paths.conversations_path())
+        return self._conversations
+
+    @property
+    def history(self) -> HistoryPolicy:
+        """When old turns are folded into the summary (default: from the context size)."""
+        if self._history is None:
+            self._history = HistoryPolicy.for_context(self.backend.n_ctx)
+        return self._history
 
     def index(self) -> Index:
         """The index questions are answered from, opened once."""
@@ -194,16 +264,32 @@ class Pipeline:
         return profile
 
     def warm_up(self) -> Timings:
-        """Prefill the system prompt now, so the first question finds it in
-        the KV cache as every later one does; returns what that cost."""
+        """Prefill the system prompt now and keep its KV state pinned, so
+        every question, in any conversation, finds it cached; returns what
+        that cost."""
+        timings = self.backend.prefill(self._stable_prefix([system_message()]), session=SYSTEM_STATE_KEY, pin=True)
+        self._system_state = True
+        return timings
+
+    def _stable_prefix(self, messages: Sequence[Message]) -> list[int]:
+        """The tokens every prompt that continues ``messages`` with a user
+        turn starts with, under this model's template."""
         backend = self.backend
-        return complete(backend, backend.render(build_messages("", [])[:1]), max_tokens=1)[1]
+        a = backend.tokenize(backend.render([*messages, Message("user", "a")]))
+        b = backend.tokenize(backend.render([*messages, Message("user", "b")]))
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            n += 1
+        return a[:n]
 
     def _learn(self, timings: Timings, elapsed_at_plan: float) -> None:
         """Fold one request's measurements into the cost model and its profile."""
         model = self.cost_model
         model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s), refit=self.learn)
-        model.observe_overhead(timings.ttft_s - elapsed_at_plan - timings.prefill_s)
+        # A snapshot restore is its own cost, not the engine's fixed overhead.
+        model.observe_overhead(timings.ttft_s - elapsed_at_plan - timings.prefill_s - timings.restore_s)
         if self.learn and self._profile is not None:
             self._profile.absorb(model)
             try:
@@ -291,6 +377,7 @@ class Pipeline:
         min_k: int = DEFAULT_MIN_K,
         relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
         no_target: bool = False,
+        session: str | None = None,
     ) -> Iterator[str | Answer]:
         """Answer ``question`` as it is generated: text pieces, then the
         final :class:`Answer`.
@@ -299,8 +386,13 @@ class Pipeline:
         many of them into the prompt (between ``min_k`` and ``max_k``) as
         keep the predicted time to first token within ``target_ttft``
         seconds (default: :func:`default_target_ttft`; ``no_target`` for
-        none). Raises QuestionTooLong if the question alone cannot fit the
-        context window with ``max_tokens`` left for the answer.
+        none); tokens already in the engine's KV cache cost only their
+        attention term. With a ``session`` id the question continues that
+        conversation: its summary and recent turns go before the passages,
+        the turn is stored when answered, and older turns are folded into
+        the summary afterwards, in the background. Raises QuestionTooLong if
+        the question alone cannot fit the context window with
+        ``max_tokens`` left for the answer.
         """
         if max_tokens < 1:
             raise RagError(f"max_tokens must be at least 1, not {max_tokens}")
@@ -308,41 +400,172 @@ class Pipeline:
             raise RagError(f"the TTFT target must be positive seconds, not {target_ttft}")
         if not 0 <= min_k <= max_k or max_k < 1:
             raise RagError(f"need 0 <= min_k <= max_k and max_k >= 1, not min_k={min_k}, max_k={max_k}")
+        if session is not None:
+            check_session_id(session)
         target = None if no_target else (target_ttft if target_ttft is not None else default_target_ttft())
         backend, _, cost = self.backend, self.index(), self.cost_model  # load before the clock starts
-        received = time.perf_counter()
-        hits = self.search(question, k=max(candidates, 1))
-        prompt = self._prompt(question, hits, max_tokens, target, min_k, max_k, relevance_floor, cost, received)
-        engine_start = time.perf_counter()
-        pieces: list[str] = []
-        timings: Timings | None = None
-        try:
-            for item in backend.generate(prompt.text, max_tokens=max_tokens):
-                if isinstance(item, Timings):
-                    timings = item
-                else:
-                    pieces.append(item)
-                    yield item
-        except ContextOverflow as exc:  # the budget below should make this unreachable
-            raise QuestionTooLong(str(exc)) from None
-        assert timings is not None
-        timings = timings.shifted(engine_start - received)
-        self._learn(timings, prompt.elapsed_at_plan)
+        if not self._system_state:
+            self.warm_up()
+        conversation = self.conversations.load(session) if session is not None else None
+        with self._foreground():
+            received = time.perf_counter()
+            hits = self.search(question, k=max(candidates, 1))
+            prompt = self._prompt(
+                question, hits, max_tokens, target, min_k, max_k, relevance_floor, cost, received, conversation
+            )
+            engine_start = time.perf_counter()
+            pieces: list[str] = []
+            timings: Timings | None = None
+            try:
+                for item in backend.generate(
+                    prompt.text, max_tokens=max_tokens, session=kv_key(session) if session is not None else None
+                ):
+                    if isinstance(item, Timings):
+                        timings = item
+                    else:
+                        pieces.append(item)
+                        yield item
+            except ContextOverflow as exc:  # the budget below should make this unreachable
+                raise QuestionTooLong(str(exc)) from None
+            assert timings is not None
+            timings = timings.shifted(engine_start - received)
+            self._learn(timings, prompt.elapsed_at_plan)
+        text = "".join(pieces).strip()
+        sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
+        number = None
+        if conversation is not None and session is not None:
+            number = conversation.next_number
+            self._remember(session, number, question, prompt.user, text, sources, timings)
         yield Answer(
-            answer="".join(pieces).strip(),
-            sources=tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits),
-            budget=prompt.budget,
-            timings=timings,
+            answer=text, sources=sources, budget=prompt.budget, timings=timings,
+            session=session, turn=number, turns_shown=prompt.turns_shown,
         )
+
+    # -- conversations -----------------------------------------------------
+
+    @contextlib.contextmanager
+    def _foreground(self) -> Iterator[None]:
+        """Mark a question as in progress, so background work gives way."""
+        with self._active_lock:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._active_lock:
+                self._active -= 1
+
+    def _busy(self) -> bool:
+        with self._active_lock:
+            return self._active > 0
+
+    def _turn_tokens(self, turn: Turn) -> int:
+        if self.history_mode == "prompted":
+            return turn.tokens
+        backend = self.backend
+        return len(backend.tokenize(turn.question)) + len(backend.tokenize(turn.answer)) + 10
+
+    def _past(self, conversation: Conversation | None) -> list[PastTurn]:
+        if conversation is None:
+            return []
+        return [PastTurn(t.prompted if self.history_mode == "prompted" else t.question, t.answer)
+                for t in conversation.turns]
+
+    def _remember(self, session: str, number: int, question: str, user: str, answer: str,
+                  sources: Sequence[Source], timings: Timings) -> None:
+        """Store the answered turn, then fold old turns in the background if due."""
+        backend = self.backend
+        # The template adds a few tokens around each message.
+        tokens = len(backend.tokenize(user)) + len(backend.tokenize(answer)) + 10
+        self.conversations.append(session, Turn(
+            number, question, user, answer, tokens, tuple(s.to_dict() for s in sources), timings.to_dict(),
+        ))
+        conversation = self.conversations.load(session)
+        if turns_to_fold([self._turn_tokens(t) for t in conversation.turns], self.history):
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._worker.submit(self._fold, session))
+
+    def _fold(self, session: str) -> None:
+        """Fold the oldest turns of ``session`` into its summary, then
+        prefill the new stable prefix so the next question finds it cached."""
+        from .summarise import Interrupted, summarise
+
+        conversation = self.conversations.load(session)
+        n = turns_to_fold([self._turn_tokens(t) for t in conversation.turns], self.history)
+        if not n:
+            return
+        started = time.perf_counter()
+        try:
+            summary, method = summarise(
+                self.backend, conversation.summary, conversation.turns[:n], self.history.summary_tokens, self._busy
+            )
+        except Interrupted:
+            # A question came in: it goes first; the fold is retried after its answer.
+            self.background_log.append({"session": session, "kind": "summary", "interrupted": True,
+                                        "seconds": time.perf_counter() - started})
+            return
+        seconds = time.perf_counter() - started
+        tokens = len(self.backend.tokenize(summary))
+        folded = self.conversations.fold(
+            session, through=conversation.turns[n - 1].number, summary=summary,
+            expected_version=conversation.summary_version, method=method, tokens=tokens, seconds=seconds,
+        )
+        self.background_log.append({"session": session, "kind": "summary", "method": method, "turns": n,
+                                    "tokens": tokens, "seconds": seconds, "stored": folded})
+        if not folded or self._busy():
+            return
+        # The summary changed right after the system prompt: the kept turns
+        # must be prefilled again once. Do it now, not in the next question.
+        after = self.conversations.load(session)
+        messages = [system_message(after.summary), *history_messages(self._past(after))]
+        tokens_ = self._stable_prefix(messages)
+        if len(tokens_) < self.backend.n_ctx // 2:
+            t = self.backend.prefill(tokens_, session=kv_key(session))
+            self.background_log.append({"session": session, "kind": "prefill", "tokens": t.prefill_tokens,
+                                        "seconds": t.total_s + t.snapshot_s})
+
+    def wait_idle(self) -> float:
+        """Wait for background work (summaries) to finish; returns the seconds waited."""
+        started = time.perf_counter()
+        for future in list(self._pending):
+            future.result()
+        self._pending = []
+        return time.perf_counter() - started
+
+    def conversation(self, session: str) -> Conversation:
+        """The stored conversation ``session``: summary and recent turns."""
+        return self.conversations.load(session)
+
+    def reset(self, session: str) -> None:
+        """Forget conversation ``session``: its turns, summary and KV snapshot."""
+        self.wait_idle()
+        self.conversations.reset(session)
+        if self._backend is not None:
+            self._backend.forget(kv_key(session))
 
     def _prompt(
         self, question: str, hits: list[Hit], max_tokens: int, target: float | None,
         min_k: int, max_k: int, floor: float, cost: PrefillCostModel, received: float,
+        conversation: Conversation | None = None,
     ) -> _Prompt:
-        """The prompt with the chunks the budgeter chose from ``hits``."""
+        """The prompt with the conversation so far and the chunks the
+        budgeter chose from ``hits``."""
         backend = self.backend
+        n_ctx = backend.n_ctx
+        summary = conversation.summary if conversation is not None else None
+        past = self._past(conversation)
+        if past:
+            # Turns the summary has not caught up with yet must still leave
+            # room for passages; the oldest are left out of this prompt.
+            bare = len(backend.tokenize(backend.render(build_messages(question, [], summary=summary))))
+            room = n_ctx - max_tokens - bare - min(512, n_ctx // 4)
+            skip = turns_to_skip([self._turn_tokens(t) for t in conversation.turns], room)
+            past = past[skip:]
+
+        def render(shown: Sequence[ContextPassage]) -> str:
+            return backend.render(build_messages(question, shown, summary=summary, turns=past))
+
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
-        fixed_tokens = backend.tokenize(backend.render(build_messages(question, [])))
+        fixed_tokens = backend.tokenize(render([]))
 
         def block_tokens(number: int, passage: ContextPassage) -> int:
             return len(backend.tokenize(format_passage(number, passage) + "\n\n"))
@@ -355,7 +578,7 @@ class Pipeline:
         safety = cost.safety_factor()
         elapsed = time.perf_counter() - received
         request = BudgetRequest(
-            fixed_tokens=len(fixed_tokens), n_ctx=backend.n_ctx, reserve_tokens=max_tokens,
+            fixed_tokens=len(fixed_tokens), n_ctx=n_ctx, reserve_tokens=max_tokens,
             target_ttft_s=target, cached_tokens=cached, overhead_s=elapsed + cost.overhead(),
             safety=safety, min_k=min_k, max_k=max_k, relevance_floor=floor,
         )
@@ -363,29 +586,30 @@ class Pipeline:
             plan = plan_budget(candidates, request, cost.predict)
         except ContextTooSmall as exc:
             raise _too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
-        chosen: list[int] = []
-        shown: list[ContextPassage] = []
+        picked: list[tuple[int, ContextPassage]] = []  # relevance order
         for i in plan.chosen:
             p = passages[i]
             if i in plan.trim:
-                number = len(shown) + 1
+                number = len(picked) + 1
                 keep = trim_to_tokens(p.text, plan.trim[i], lambda t: block_tokens(number, ContextPassage(p.source, t, p.page)))
                 if not keep.strip():
                     continue  # not even one word fits: leave it out
                 p = ContextPassage(p.source, keep, p.page)
-            chosen.append(i)
-            shown.append(p)
+            picked.append((i, p))
         # Token counts of separately tokenized parts can differ slightly from
-        # the whole; check the real prompt and drop passages until it fits.
+        # the whole; check the real prompt and drop the least relevant
+        # passages until it fits.
         while True:
-            text = backend.render(build_messages(question, shown))
+            order = canonical_order([(hits[i].source, hits[i].position) for i, _ in picked])
+            shown = [picked[j][1] for j in order]
+            text = render(shown)
             n = len(backend.tokenize(text))
-            if n + max_tokens <= backend.n_ctx or not shown:
+            if n + max_tokens <= n_ctx or not picked:
                 break
-            shown.pop()
-            chosen.pop()
-        if n + max_tokens > backend.n_ctx:
-            raise _too_long(n, max_tokens, backend.n_ctx)
+            picked.pop()
+        if n + max_tokens > n_ctx:
+            raise _too_long(n, max_tokens, n_ctx)
+        chosen = [picked[j][0] for j in order]
         new = max(n - cached, 0)
         decisions = tuple(
             BudgetDecision(
@@ -406,8 +630,10 @@ class Pipeline:
             feasible=plan.feasible,
             safety=safety,
             decisions=decisions,
+            cached_tokens=cached,
         )
-        return _Prompt(text, tuple(hits[i] for i in chosen), budget, elapsed)
+        user = build_messages(question, shown)[-1].content
+        return _Prompt(text, tuple(hits[i] for i in chosen), budget, elapsed, user, len(past))
 
     def doctor(self) -> dict[str, object]:
         """Versions, engine build and device, model, context, threads and index statistics."""
@@ -430,7 +656,12 @@ class Pipeline:
         return report
 
     def close(self) -> None:
-        """Release the index."""
+        """Finish background work and release the index and the conversation store."""
+        self.wait_idle()
+        self._worker.shutdown(wait=True)
+        if isinstance(self._conversations, ConversationStore):
+            self._conversations.close()
+            self._conversations = self._conversations.path
         if self._index is not None:
             self._index.close()
             self._index = None

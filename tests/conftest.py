@@ -88,7 +88,7 @@ def pipeline_factory(embedder, backend):
     """Pipelines over a given index that share the session's loaded models."""
     from rag import Pipeline
 
-    def make(index_dir: Path | None = None) -> Pipeline:
-        return Pipeline.open(index_dir, embedder=embedder, backend=backend)
+    def make(index_dir: Path | None = None, **options) -> Pipeline:
+        return Pipeline.open(index_dir, embedder=embedder, backend=backend, **options)
 
     return make

@@ -20,8 +20,8 @@ def run(monkeypatch, embedder, backend):
     """Invoke `rag ARGS...`; the commands share the session's loaded models
     unless --model names another file."""
 
-    def open_pipeline(index, model=None):
-        return Pipeline.open(index, model, embedder=embedder, backend=None if model else backend)
+    def open_pipeline(index, model=None, **options):
+        return Pipeline.open(index, model, embedder=embedder, backend=None if model else backend, **options)
 
     monkeypatch.setattr(cli, "_open_pipeline", open_pipeline)
     runner = CliRunner()
@@ -194,3 +194,33 @@ def test_bench_ttft_json_follows_the_bench_convention(run, corpus, tmp_path):
     assert all(keys <= set(t) for t in d["summary"]["targets"])
     bad = run("bench", "ttft", "--corpus", corpus, "--questions", questions, "--targets", "fast")
     _assert_clean_error(bad, "--targets")
+
+
+def test_ask_with_a_session_continues_the_conversation(run, corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_CONVERSATIONS", str(tmp_path / "conversations.sqlite"))
+    index = tmp_path / "index"
+    assert run("ingest", corpus, "--index", index).exit_code == 0
+    first = run("ask", "What does prefill do?", "--index", index, "--session", "cli-1", "--max-tokens", "12", "--json")
+    assert first.exit_code == 0, first.output
+    second = run("ask", "And decode?", "--index", index, "--session", "cli-1", "--max-tokens", "12", "--json")
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert (one["turn"], two["turn"]) == (1, 2) and two["turns_shown"] == 1 and two["session"] == "cli-1"
+    assert two["timings"]["prompt_tokens"] > one["timings"]["prompt_tokens"]
+    bad = run("ask", "x", "--index", index, "--session", "no spaces please")
+    _assert_clean_error(bad, "session id")
+
+
+def test_chat_streams_answers_and_runs_its_commands(run, corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAG_CONVERSATIONS", str(tmp_path / "conversations.sqlite"))
+    index = tmp_path / "index"
+    assert run("ingest", corpus, "--index", index).exit_code == 0
+    runner = CliRunner()
+    script = "How long should dough rise?\nAnd at what temperature?\n/sources\n/stats\n/nope\n/reset\n/quit\n"
+    result = runner.invoke(cli.app, ["chat", "--index", str(index), "--session", "chat-1", "--max-tokens", "12"], input=script)
+    assert result.exit_code == 0, result.output
+    assert "guide/cooking.rst" in result.stdout  # /sources
+    assert "cached/prompt tokens" in result.stdout and "prefilled" in result.stdout  # /stats
+    assert "unknown command /nope" in result.stderr
+    assert "session chat-1 forgotten" in result.stderr
+    resumed = runner.invoke(cli.app, ["chat", "--index", str(index), "--session", "chat-1"], input="/quit\n")
+    assert "resuming" not in resumed.stderr  # /reset forgot it

@@ -124,3 +124,22 @@ def test_a_tight_target_takes_less_context_than_a_loose_one(tmp_path, corpus, pi
     assert tight.budget.chosen <= loose.budget.chosen
     reasons = {d.reason for d in tight.budget.decisions if not d.chosen}
     assert "ttft" in reasons
+
+
+def test_bench_chat_compares_both_pipelines_turn_by_turn(tmp_path, corpus, pipeline_factory):
+    from rag.bench import bench_chat, chat_schedule
+
+    assert chat_schedule(2, 2, True) == [(0, 1), (1, 1), (0, 2), (1, 2)]
+    assert chat_schedule(2, 2, False) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    p = pipeline_factory(tmp_path / "index", conversations=tmp_path / "c.sqlite")
+    p.ingest([corpus])
+    scripts = [["What does prefill do?", "And decode?"], ["How long does dough rise?", "At what heat?"]]
+    result = bench_chat(p, scripts, turns=2, sessions=2, interleave=True, max_tokens=8, naive_k=3)
+    assert result["bench"] == "chat" and len(result["rows"]) == 8
+    s = result["summary"]
+    for key in ("ours_cached_ratio", "naive_cached_ratio", "ttft_ratio_last_turn", "ttft_ratio_overall"):
+        assert isinstance(s[key], float)
+    ours_turn2 = [r for r in result["rows"] if r["system"] == "ours" and r["turn"] == 2]
+    assert all(r["turns_shown"] == 1 and r["cached_tokens"] > 0 for r in ours_turn2)
+    naive = [r for r in result["rows"] if r["system"] == "naive"]
+    assert all(r["chunks"] == 3 for r in naive)

@@ -68,3 +68,18 @@ def test_passages_come_before_the_question_with_their_sources():
     assert text.index("[1] (a.md)") < text.index("[2] (b.pdf, page 3)") < text.index("What is X?")
 
 
+
+
+def test_canonical_order_is_by_source_then_position():
+    from prompt_budget import canonical_order
+
+    assert canonical_order([("b.md", 0), ("a.md", 3), ("a.md", 1)]) == [2, 1, 0]
+
+
+def test_summary_follows_the_system_prompt_in_the_system_message():
+    from prompt_budget import system_message
+
+    assert system_message().content == SYSTEM_PROMPT
+    assert system_message("  ").content == SYSTEM_PROMPT
+    with_summary = system_message("We talked about gzip.").content
+    assert with_summary.startswith(SYSTEM_PROMPT) and with_summary.endswith("We talked about gzip.")

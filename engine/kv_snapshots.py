@@ -1,0 +1,291 @@
+"""KV-cache snapshots kept across requests: a byte-bounded LRU in RAM, and
+optionally on disk.
+
+An engine holds one KV cache; when two conversations take turns, each
+overwrites the other's. A snapshot is the engine's saved state for a token
+sequence, so a conversation that comes back finds its prefix again instead
+of prefilling it. Snapshots are stored under a key (one per conversation:
+a newer state replaces the older one) and found by the longest common token
+prefix with a new prompt, so a new conversation finds the shared system
+prompt's snapshot.
+
+Disk files are ``RBKV`` + a JSON header + the tokens (int32) + the state
+bytes: nothing is unpickled. They are written atomically and survive a
+restart of the process; the engine must check that a snapshot belongs to it
+(the directory is per model and context, see the backend).
+
+Does not: talk to an engine (the backend saves and restores the bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+MAGIC = b"RBKV"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An engine state and the tokens it holds, in order."""
+
+    tokens: np.ndarray  # int32, the tokens whose KV the state holds
+    data: bytes  # the engine's own state bytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this snapshot takes in memory."""
+        return len(self.data) + self.tokens.nbytes
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two token arrays."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+@dataclass
+class _DiskEntry:
+    path: Path
+    tokens: np.ndarray
+    nbytes: int
+
+
+class SnapshotCache:
+    """Snapshots by key, at most ``max_bytes`` in RAM and, with ``disk_dir``,
+    at most ``disk_max_bytes`` on disk; the least recently used go first.
+
+    Pinned snapshots (the system prompt's) are never evicted from RAM. Thread
+    safe.
+    """
+
+    def __init__(self, max_bytes: int = 512 << 20, disk_dir: Path | None = None, disk_max_bytes: int = 2 << 30) -> None:
+        if max_bytes < 0 or disk_max_bytes < 0:
+            raise ValueError("snapshot cache sizes must be >= 0 bytes")
+        self.max_bytes = max_bytes
+        self.disk_dir = Path(disk_dir) if disk_dir else None
+        self.disk_max_bytes = disk_max_bytes
+        self._ram: OrderedDict[str, Snapshot] = OrderedDict()  # oldest first
+        self._pinned: set[str] = set()
+        self._disk: OrderedDict[str, _DiskEntry] = OrderedDict()
+        self._lock = threading.RLock()
+        self.evictions = 0
+        self.disk_evictions = 0
+        if self.disk_dir is not None:
+            self._scan_disk()
+
+    # -- what is held ------------------------------------------------------
+
+    @property
+    def ram_bytes(self) -> int:
+        """Bytes held in RAM."""
+        with self._lock:
+            return sum(s.nbytes for s in self._ram.values())
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes held on disk."""
+        with self._lock:
+            return sum(e.nbytes for e in self._disk.values())
+
+    def keys(self) -> list[str]:
+        """Keys held in RAM, least recently used first."""
+        with self._lock:
+            return list(self._ram)
+
+    def disk_keys(self) -> list[str]:
+        """Keys held on disk, least recently used first."""
+        with self._lock:
+            return list(self._disk)
+
+    def stats(self) -> dict[str, int]:
+        """Entries and bytes in RAM and on disk, and evictions so far."""
+        with self._lock:
+            return {
+                "ram_entries": len(self._ram), "ram_bytes": self.ram_bytes, "ram_max_bytes": self.max_bytes,
+                "disk_entries": len(self._disk), "disk_bytes": self.disk_bytes,
+                "evictions": self.evictions, "disk_evictions": self.disk_evictions,
+            }
+
+    # -- lookup --------------------------------------------------------------
+
+    def best(self, tokens: Sequence[int] | np.ndarray) -> tuple[str | None, int]:
+        """The key of the snapshot sharing the longest prefix with
+        ``tokens``, and that prefix's length (``(None, 0)`` if none does)."""
+        wanted = np.asarray(tokens, dtype=np.int32)
+        best_key, best_n = None, 0
+        with self._lock:
+            for key, snap in self._ram.items():
+                n = common_prefix(snap.tokens, wanted)
+                if n > best_n:
+                    best_key, best_n = key, n
+            for key, entry in self._disk.items():
+                n = common_prefix(entry.tokens, wanted)
+                if n > best_n:
+                    best_key, best_n = key, n
+        return best_key, best_n
+
+    def get(self, key: str) -> Snapshot | None:
+        """The snapshot under ``key``, now the most recently used; read back
+        from disk into RAM when only the disk holds it."""
+        with self._lock:
+            snap = self._ram.get(key)
+            if snap is not None:
+                self._ram.move_to_end(key)
+                if key in self._disk:
+                    self._disk.move_to_end(key)
+                return snap
+            entry = self._disk.get(key)
+            if entry is None:
+                return None
+            snap = _read(entry.path)
+            if snap is None:  # damaged or replaced under us: forget it
+                self._drop_disk(key)
+                return None
+            self._disk.move_to_end(key)
+            os.utime(entry.path)
+            self._ram[key] = snap
+            self._evict_ram()
+            return snap
+
+    # -- storing -------------------------------------------------------------
+
+    def put(self, key: str, snapshot: Snapshot, *, pin: bool = False) -> None:
+        """Keep ``snapshot`` under ``key`` (replacing what was there), as the
+        most recently used; written to disk too when there is a disk
+        directory. A snapshot larger than the RAM cap is kept on disk only."""
+        with self._lock:
+            self._ram.pop(key, None)
+            if pin:
+                self._pinned.add(key)
+            if snapshot.nbytes <= self.max_bytes or pin:
+                self._ram[key] = snapshot
+                self._evict_ram()
+            if self.disk_dir is not None and snapshot.nbytes <= self.disk_max_bytes:
+                self._write_disk(key, snapshot)
+
+    def discard(self, key: str) -> None:
+        """Forget the snapshot under ``key`` in RAM and on disk."""
+        with self._lock:
+            self._ram.pop(key, None)
+            self._pinned.discard(key)
+            self._drop_disk(key)
+
+    def _evict_ram(self) -> None:
+        total = sum(s.nbytes for s in self._ram.values())
+        for key in list(self._ram):
+            if total <= self.max_bytes:
+                break
+            if key in self._pinned:
+                continue
+            total -= self._ram.pop(key).nbytes
+            self.evictions += 1
+
+    # -- disk ----------------------------------------------------------------
+
+    def _file(self, key: str) -> Path:
+        assert self.disk_dir is not None
+        return self.disk_dir / (hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] + ".kv")
+
+    def _write_disk(self, key: str, snapshot: Snapshot) -> None:
+        path = self._file(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            header = json.dumps({"format": FORMAT, "key": key, "n_tokens": len(snapshot.tokens),
+                                 "data_bytes": len(snapshot.data)}).encode("utf-8")
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(MAGIC + struct.pack("<I", len(header)) + header)
+                fh.write(snapshot.tokens.astype("<i4").tobytes())
+                fh.write(snapshot.data)
+            os.replace(tmp, path)
+        except OSError:
+            return  # a full or read-only disk loses a cache entry, nothing else
+        self._disk.pop(key, None)
+        self._disk[key] = _DiskEntry(path, snapshot.tokens.copy(), path.stat().st_size)
+        self._evict_disk()
+
+    def _evict_disk(self) -> None:
+        total = sum(e.nbytes for e in self._disk.values())
+        for key in list(self._disk):
+            if total <= self.disk_max_bytes:
+                break
+            total -= self._disk[key].nbytes
+            self._drop_disk(key)
+            self.disk_evictions += 1
+
+    def _drop_disk(self, key: str) -> None:
+        entry = self._disk.pop(key, None)
+        if entry is not None:
+            try:
+                entry.path.unlink()
+            except OSError:
+                pass
+
+    def _scan_disk(self) -> None:
+        assert self.disk_dir is not None
+        found: list[tuple[float, str, _DiskEntry]] = []
+        for path in self.disk_dir.glob("*.kv") if self.disk_dir.is_dir() else ():
+            head = _read_header(path)
+            if head is None:
+                continue
+            key, tokens = head
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            found.append((st.st_mtime, key, _DiskEntry(path, tokens, st.st_size)))
+        for _, key, entry in sorted(found, key=lambda f: f[0]):
+            self._disk[key] = entry
+        self._evict_disk()
+
+
+def _read_header(path: Path) -> tuple[str, np.ndarray] | None:
+    """The key and tokens of a snapshot file, or None if it is not one."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) != MAGIC:
+                return None
+            (size,) = struct.unpack("<I", fh.read(4))
+            header = json.loads(fh.read(size))
+            if header.get("format") != FORMAT:
+                return None
+            n = int(header["n_tokens"])
+            raw = fh.read(4 * n)
+            if len(raw) != 4 * n:
+                return None
+            return str(header["key"]), np.frombuffer(raw, dtype="<i4").astype(np.int32)
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+
+
+def _read(path: Path) -> Snapshot | None:
+    """A whole snapshot file, or None if it is damaged."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) != MAGIC:
+                return None
+            (size,) = struct.unpack("<I", fh.read(4))
+            header = json.loads(fh.read(size))
+            n, d = int(header["n_tokens"]), int(header["data_bytes"])
+            tokens = np.frombuffer(fh.read(4 * n), dtype="<i4").astype(np.int32)
+            data = fh.read(d)
+            if len(tokens) != n or len(data) != d:
+                return None
+            return Snapshot(tokens, data)
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+

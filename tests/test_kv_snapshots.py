@@ -1,0 +1,91 @@
+"""The snapshot LRU: byte caps, eviction order, pinning, the disk copy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.kv_snapshots import Snapshot, SnapshotCache, common_prefix
+
+
+def snap(tokens, size=100) -> Snapshot:
+    return Snapshot(np.asarray(tokens, dtype=np.int32), bytes(size))
+
+
+def test_common_prefix():
+    a = np.array([1, 2, 3, 4], dtype=np.int32)
+    assert common_prefix(a, np.array([1, 2, 9], dtype=np.int32)) == 2
+    assert common_prefix(a, a[:2]) == 2
+    assert common_prefix(a, np.array([], dtype=np.int32)) == 0
+
+
+def test_ram_cap_evicts_least_recently_used_first():
+    one = snap([1], 100).nbytes
+    cache = SnapshotCache(max_bytes=3 * one)
+    for key in "abc":
+        cache.put(key, snap([1], 100))
+    cache.get("a")  # a is now the most recent: b goes first
+    cache.put("d", snap([1], 100))
+    assert cache.keys() == ["c", "a", "d"]
+    assert cache.ram_bytes <= cache.max_bytes
+    assert cache.evictions == 1
+
+
+def test_pinned_snapshots_are_never_evicted():
+    one = snap([1], 100).nbytes
+    cache = SnapshotCache(max_bytes=2 * one)
+    cache.put("system", snap([1], 100), pin=True)
+    for key in "abcd":
+        cache.put(key, snap([2], 100))
+    assert "system" in cache.keys() and cache.keys()[-1] == "d"
+    assert cache.ram_bytes <= cache.max_bytes
+
+
+def test_a_key_holds_one_snapshot_and_best_finds_the_longest_prefix():
+    cache = SnapshotCache()
+    cache.put("system", snap([1, 2]))
+    cache.put("session:a", snap([1, 2, 3, 4]))
+    cache.put("session:a", snap([1, 2, 3, 4, 5, 6]))  # replaces, not adds
+    cache.put("session:b", snap([1, 2, 7]))
+    assert len(cache.keys()) == 3
+    assert cache.best([1, 2, 3, 4, 5, 6, 8]) == ("session:a", 6)
+    assert cache.best([1, 2, 7, 7]) == ("session:b", 3)
+    assert cache.best([9]) == (None, 0)
+
+
+def test_disk_copy_survives_a_new_cache_and_respects_its_cap(tmp_path):
+    one = snap([1, 2, 3], 1000)
+    first = SnapshotCache(max_bytes=1 << 20, disk_dir=tmp_path, disk_max_bytes=2500)
+    first.put("a", one)
+    first.put("b", snap([4, 5], 1000))
+    first.put("c", snap([6], 1000))  # over the disk cap: a, the oldest, goes
+    assert first.disk_keys() == ["b", "c"]
+    assert first.disk_bytes <= 2500
+    again = SnapshotCache(max_bytes=1 << 20, disk_dir=tmp_path, disk_max_bytes=2500)
+    assert sorted(again.disk_keys()) == ["b", "c"] and again.keys() == []
+    assert again.best([4, 5, 9]) == ("b", 2)
+    loaded = again.get("b")
+    assert loaded is not None and loaded.data == bytes(1000) and list(loaded.tokens) == [4, 5]
+    assert again.keys() == ["b"]  # read back into RAM
+
+
+def test_damaged_disk_files_are_ignored(tmp_path):
+    cache = SnapshotCache(disk_dir=tmp_path)
+    cache.put("a", snap([1, 2], 50))
+    (path,) = tmp_path.glob("*.kv")
+    path.write_bytes(path.read_bytes()[:20])  # truncated by a crash
+    (tmp_path / "junk.kv").write_bytes(b"not a snapshot")
+    again = SnapshotCache(disk_dir=tmp_path)
+    assert again.disk_keys() == []
+    assert again.get("a") is None
+
+
+def test_a_snapshot_over_the_ram_cap_lives_on_disk_only(tmp_path):
+    cache = SnapshotCache(max_bytes=10, disk_dir=tmp_path)
+    cache.put("big", snap([1], 100))
+    assert cache.keys() == [] and cache.disk_keys() == ["big"]
+
+
+def test_negative_caps_are_refused():
+    with pytest.raises(ValueError):
+        SnapshotCache(max_bytes=-1)

@@ -1,0 +1,151 @@
+"""Conversations on the real model: stable prefixes, KV reuse across turns,
+interleaved and restored sessions, history that survives a restart, and
+summaries folded in the background."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from engine.backend import Message, Timings
+from prompt_budget import ContextPassage, HistoryPolicy, PastTurn, build_messages, system_message
+
+PASSAGES = [ContextPassage("a.md", "Prefill reads the whole prompt in one parallel pass."),
+            ContextPassage("b.md", "Decode emits one token per forward pass.")]
+
+
+def common(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def run(backend, prompt, session=None, max_tokens=12):
+    pieces, timings = [], None
+    for item in backend.generate(prompt, max_tokens=max_tokens, session=session):
+        if isinstance(item, Timings):
+            timings = item
+        else:
+            pieces.append(item)
+    return "".join(pieces), timings
+
+
+def test_consecutive_prompts_share_system_summary_and_earlier_turns(backend):
+    summary = "The user asked how prefill works."
+    first = build_messages("What does prefill read?", PASSAGES[:1], summary=summary)
+    answer = "It reads the whole prompt [1]."
+    second = build_messages("And decode?", PASSAGES[1:], summary=summary,
+                            turns=[PastTurn(first[-1].content, answer)])
+    third = build_messages("Which is faster?", PASSAGES, summary=summary,
+                           turns=[PastTurn(first[-1].content, answer), PastTurn(second[-1].content, "One token a pass [1].")])
+    t1, t2, t3 = (backend.tokenize(backend.render(m)) for m in (first, second, third))
+    stable = backend.tokenize(backend.render([system_message(summary)]))
+    # The system prompt and the summary, then every earlier turn as it was prompted.
+    assert common(t1, t2) >= len(t1) and common(t2, t3) >= len(t2)
+    assert common(t1, t2) >= len(stable) - 2  # up to the template's end of the system turn
+
+
+def test_cached_tokens_for_consecutive_and_interleaved_sessions(backend):
+    a1 = backend.render(build_messages("What does prefill read?", PASSAGES[:1]))
+    b1 = backend.render(build_messages("Tomatoes need sun. Do they?", [ContextPassage("g.md", "Tomatoes need full sun.")]))
+    answer_a, first = run(backend, a1, session="test:a")
+    assert first.cached_tokens + first.prefill_tokens == first.prompt_tokens
+    a2 = backend.render(build_messages("And decode?", PASSAGES[1:], turns=[PastTurn(build_messages("What does prefill read?", PASSAGES[:1])[-1].content, answer_a)]))
+    # Consecutive: the live KV cache holds turn one and its answer.
+    expected = backend.cached_prefix(backend.tokenize(a2))
+    _, second = run(backend, a2, session="test:a")
+    assert second.cached_tokens == expected >= first.prompt_tokens
+    assert second.restored_tokens == 0
+    # Interleaved: B overwrites the live cache; A's next turn restores its snapshot.
+    run(backend, b1, session="test:b")
+    a3 = a2 + " more"  # any continuation of A's last prompt
+    expected = backend.cached_prefix(backend.tokenize(a3))
+    _, third = run(backend, a3, session="test:a")
+    assert third.cached_tokens == expected >= second.prompt_tokens - 1
+    assert third.restored_tokens > 0 and third.restore_s > 0
+    backend.forget("test:a")
+    backend.forget("test:b")
+
+
+def test_a_restored_session_answers_as_a_fresh_prefill_would(backend):
+    prompt = backend.render(build_messages("What does prefill read?", PASSAGES))
+    run(backend, prompt, session="test:same")
+    run(backend, backend.render([Message("user", "Something else entirely.")]))
+    longer = prompt + "Prefill reads"
+    restored_text, restored = run(backend, longer, max_tokens=8)
+    assert restored.restored_tokens > 0
+    backend.forget("test:same")
+    run(backend, backend.render([Message("user", "Clear the live cache.")]))
+    fresh_text, fresh = run(backend, longer, max_tokens=8)
+    assert fresh.cached_tokens < restored.cached_tokens  # at most the pinned system prompt
+    assert restored_text == fresh_text
+
+
+def test_session_state_on_disk_survives_a_new_backend(tmp_path):
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    first = LlamaCppBackend(n_ctx=1024, snapshot_dir=tmp_path)
+    prompt = first.render(build_messages("What does prefill read?", PASSAGES))
+    _, before = run(first, prompt, session="session:disk")
+    del first
+    gc.collect()
+    second = LlamaCppBackend(n_ctx=1024, snapshot_dir=tmp_path)  # as after a restart
+    assert second.cache_stats()["disk_entries"] == 1
+    _, after = run(second, prompt + " Then", session="session:disk")
+    assert after.cached_tokens >= before.prompt_tokens - 1 and after.restored_tokens > 0
+    # A state is only used by the model and context that wrote it.
+    other = LlamaCppBackend(n_ctx=512, snapshot_dir=tmp_path)
+    assert other.cache_stats()["disk_entries"] == 0
+
+
+@pytest.fixture
+def chat_pipeline(tmp_path, corpus, pipeline_factory):
+    def make(**options):
+        p = pipeline_factory(tmp_path / "index", conversations=tmp_path / "conversations.sqlite", **options)
+        if not (tmp_path / "index").exists():
+            p.ingest([corpus])
+        return p
+
+    return make
+
+
+def test_a_session_replays_its_turns_and_survives_a_restart(chat_pipeline):
+    p = chat_pipeline()
+    first = p.ask("What does prefill do?", session="s1", max_tokens=16)
+    second = p.ask("And what limits decode?", session="s1", max_tokens=16)
+    assert (first.turn, second.turn) == (1, 2) and second.turns_shown == 1
+    assert second.timings.cached_tokens >= first.timings.prompt_tokens
+    assert second.to_dict()["session"] == "s1"
+    p.close()
+    again = chat_pipeline()  # a new process would open the same store
+    conversation = again.conversation("s1")
+    assert [t.question for t in conversation.turns] == ["What does prefill do?", "And what limits decode?"]
+    third = again.ask("How long does bread rise?", session="s1", max_tokens=8)
+    assert third.turn == 3 and third.turns_shown == 2
+    # Another session starts from the system prompt only.
+    other = again.ask("How long does bread rise?", session="s2", max_tokens=8)
+    assert other.turn == 1 and other.turns_shown == 0
+    again.reset("s1")
+    assert again.conversation("s1").turns == ()
+
+
+def test_old_turns_are_folded_into_a_summary_after_the_answer(chat_pipeline):
+    p = chat_pipeline(history=HistoryPolicy(recent_tokens=200, keep_tokens=0, summary_tokens=48))
+    p.ask("What does prefill do?", session="fold", max_tokens=24)
+    p.ask("What limits decode speed?", session="fold", max_tokens=24)
+    p.wait_idle()
+    conversation = p.conversation("fold")
+    assert conversation.summary and conversation.folded >= 1
+    folds = p.conversations.summaries("fold")
+    assert folds and folds[-1]["method"] in {"llm", "extractive"} and folds[-1]["seconds"] > 0
+    assert len(p.backend.tokenize(conversation.summary)) <= 48
+    prefills = [e for e in p.background_log if e["kind"] == "prefill" and e["session"] == "fold"]
+    assert prefills, p.background_log
+    # The new prefix (system prompt and summary) was prefilled in the background.
+    nxt = p.ask("How long should bread rise?", session="fold", max_tokens=8)
+    stable = p._stable_prefix([system_message(conversation.summary)])
+    assert nxt.timings.cached_tokens >= len(stable) - 1
