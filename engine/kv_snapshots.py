@@ -253,8 +253,9 @@ class SnapshotCache:
         self._evict_disk()
 
 
-def _read_header(path: Path) -> tuple[str, np.ndarray] | None:
-    """The key and tokens of a snapshot file, or None if it is not one."""
+def _read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None] | None:
+    """The key, tokens and (with ``data``) state bytes of a snapshot file,
+    or None if it is not one or is damaged."""
     try:
         with open(path, "rb") as fh:
             if fh.read(4) != MAGIC:
@@ -263,29 +264,23 @@ def _read_header(path: Path) -> tuple[str, np.ndarray] | None:
             header = json.loads(fh.read(size))
             if header.get("format") != FORMAT:
                 return None
-            n = int(header["n_tokens"])
+            n, d = int(header["n_tokens"]), int(header["data_bytes"])
             raw = fh.read(4 * n)
-            if len(raw) != 4 * n:
+            state = fh.read(d) if data else None
+            if len(raw) != 4 * n or (state is not None and len(state) != d):
                 return None
-            return str(header["key"]), np.frombuffer(raw, dtype="<i4").astype(np.int32)
+            return str(header["key"]), np.frombuffer(raw, dtype="<i4").astype(np.int32), state
     except (OSError, ValueError, KeyError, struct.error):
         return None
+
+
+def _read_header(path: Path) -> tuple[str, np.ndarray] | None:
+    """The key and tokens of a snapshot file, or None if it is not one."""
+    found = _read_file(path, data=False)
+    return None if found is None else (found[0], found[1])
 
 
 def _read(path: Path) -> Snapshot | None:
     """A whole snapshot file, or None if it is damaged."""
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(4) != MAGIC:
-                return None
-            (size,) = struct.unpack("<I", fh.read(4))
-            header = json.loads(fh.read(size))
-            n, d = int(header["n_tokens"]), int(header["data_bytes"])
-            tokens = np.frombuffer(fh.read(4 * n), dtype="<i4").astype(np.int32)
-            data = fh.read(d)
-            if len(tokens) != n or len(data) != d:
-                return None
-            return Snapshot(tokens, data)
-    except (OSError, ValueError, KeyError, struct.error):
-        return None
-
+    found = _read_file(path, data=True)
+    return None if found is None or found[2] is None else Snapshot(found[1], found[2])

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
+import numpy as np
+
 from engine.backend import Backend, ContextOverflow, Message, Timings
+from engine.kv_snapshots import common_prefix
 from prompt_budget import (
     BudgetRequest,
     Candidate,
@@ -277,12 +280,7 @@ class Pipeline:
         backend = self.backend
         a = backend.tokenize(backend.render([*messages, Message("user", "a")]))
         b = backend.tokenize(backend.render([*messages, Message("user", "b")]))
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return a[:n]
+        return a[: common_prefix(np.asarray(a, dtype=np.int32), np.asarray(b, dtype=np.int32))]
 
     def _learn(self, timings: Timings, elapsed_at_plan: float) -> None:
         """Fold one request's measurements into the cost model and its profile."""
