@@ -45,6 +45,7 @@ class Timings:
     restored_tokens: int = 0  # of cached_tokens, those read back from a saved snapshot
     restore_s: float = 0.0  # spent reading that snapshot back (inside ttft_s)
     snapshot_s: float = 0.0  # spent saving the state after the answer (after total_s)
+    queue_s: float = 0.0  # spent waiting for the engine behind other requests (inside ttft_s)
 
     def to_dict(self) -> dict[str, int | float]:
         """The ``timings`` object of the ``rag ask --json`` contract."""
@@ -65,6 +66,7 @@ class Timings:
             restored_tokens=self.restored_tokens,
             restore_s=self.restore_s,
             snapshot_s=self.snapshot_s,
+            queue_s=self.queue_s,
         )
 
 

@@ -269,8 +269,9 @@ class LlamaCppBackend:
         self, tokens: list[int], max_tokens: int, temperature: float, session: str | None
     ) -> Iterator[str | Timings]:
         lc = self._llama_cpp
+        started = time.perf_counter()  # before the lock: waiting behind others is part of TTFT
         with self._lock:
-            started = time.perf_counter()
+            queue_s = time.perf_counter() - started
             lc.llama_perf_context_reset(self._llm.ctx)
             restored, restore_s = self._restore(tokens)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -310,6 +311,7 @@ class LlamaCppBackend:
             restored_tokens=min(restored, cached),
             restore_s=restore_s,
             snapshot_s=snapshot_s,
+            queue_s=queue_s,
         )
 
     def profile_key(self) -> dict[str, object]:

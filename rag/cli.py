@@ -526,6 +526,30 @@ def bench_chat(
 
 
 @app.command()
+def serve(
+    host: Optional[str] = typer.Option(None, "--host", help="Address to bind [default: $RAG_SERVE_HOST, else 127.0.0.1]."),
+    port: Optional[int] = typer.Option(None, "--port", help="Port [default: $RAG_SERVE_PORT, else 8000]."),
+    index: Optional[Path] = INDEX_OPTION,
+    model: Optional[Path] = MODEL_OPTION,
+) -> None:
+    """Serve document QA over HTTP: /v1/ask, /v1/chat/completions (OpenAI-compatible),
+    /healthz, /metrics, /docs. API keys from $RAG_SERVE_API_KEYS (comma-separated)."""
+    from pydantic import ValidationError
+
+    from .service import ServiceSettings, serve as run_service
+
+    with _user_errors():
+        overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+        try:
+            settings = ServiceSettings(**overrides)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise RagError(f"serve settings: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        settings.check()
+        run_service(_pipeline(index, model), settings)
+
+
+@app.command()
 def doctor(
     index: Optional[Path] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,

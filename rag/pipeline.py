@@ -287,7 +287,9 @@ class Pipeline:
         model = self.cost_model
         model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s), refit=self.learn)
         # A snapshot restore is its own cost, not the engine's fixed overhead.
-        model.observe_overhead(timings.ttft_s - elapsed_at_plan - timings.prefill_s - timings.restore_s)
+        model.observe_overhead(
+            timings.ttft_s - elapsed_at_plan - timings.prefill_s - timings.restore_s - timings.queue_s
+        )
         if self.learn and self._profile is not None:
             self._profile.absorb(model)
             try:
@@ -376,6 +378,7 @@ class Pipeline:
         relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
         no_target: bool = False,
         session: str | None = None,
+        expected_wait_s: float = 0.0,
     ) -> Iterator[str | Answer]:
         """Answer ``question`` as it is generated: text pieces, then the
         final :class:`Answer`.
@@ -390,7 +393,9 @@ class Pipeline:
         the turn is stored when answered, and older turns are folded into
         the summary afterwards, in the background. Raises QuestionTooLong if
         the question alone cannot fit the context window with
-        ``max_tokens`` left for the answer.
+        ``max_tokens`` left for the answer. ``expected_wait_s`` is the time
+        the request is expected to wait for the engine behind others (a
+        server under load): the budget plans for it, taking fewer chunks.
         """
         if max_tokens < 1:
             raise RagError(f"max_tokens must be at least 1, not {max_tokens}")
@@ -409,7 +414,8 @@ class Pipeline:
             received = time.perf_counter()
             hits = self.search(question, k=max(candidates, 1))
             prompt = self._prompt(
-                question, hits, max_tokens, target, min_k, max_k, relevance_floor, cost, received, conversation
+                question, hits, max_tokens, target, min_k, max_k, relevance_floor, cost, received, conversation,
+                max(expected_wait_s, 0.0),
             )
             engine_start = time.perf_counter()
             pieces: list[str] = []
@@ -544,6 +550,7 @@ class Pipeline:
         self, question: str, hits: list[Hit], max_tokens: int, target: float | None,
         min_k: int, max_k: int, floor: float, cost: PrefillCostModel, received: float,
         conversation: Conversation | None = None,
+        expected_wait_s: float = 0.0,
     ) -> _Prompt:
         """The prompt with the conversation so far and the chunks the
         budgeter chose from ``hits``."""
@@ -577,7 +584,7 @@ class Pipeline:
         elapsed = time.perf_counter() - received
         request = BudgetRequest(
             fixed_tokens=len(fixed_tokens), n_ctx=n_ctx, reserve_tokens=max_tokens,
-            target_ttft_s=target, cached_tokens=cached, overhead_s=elapsed + cost.overhead(),
+            target_ttft_s=target, cached_tokens=cached, overhead_s=elapsed + cost.overhead() + expected_wait_s,
             safety=safety, min_k=min_k, max_k=max_k, relevance_floor=floor,
         )
         try:

@@ -224,3 +224,9 @@ def test_chat_streams_answers_and_runs_its_commands(run, corpus, tmp_path, monke
     assert "session chat-1 forgotten" in result.stderr
     resumed = runner.invoke(cli.app, ["chat", "--index", str(index), "--session", "chat-1"], input="/quit\n")
     assert "resuming" not in resumed.stderr  # /reset forgot it
+
+
+def test_serve_refuses_an_exposed_address_without_keys(run, monkeypatch):
+    monkeypatch.delenv("RAG_SERVE_API_KEYS", raising=False)
+    _assert_clean_error(run("serve", "--host", "0.0.0.0"), "API keys")
+    _assert_clean_error(run("serve", "--port", "70000"), "port")
