@@ -39,3 +39,7 @@ class QuestionTooLong(RagError):
 
 class ModelNotFound(RagError):
     """The GGUF model file is missing or cannot be loaded."""
+
+
+class DocumentNotFound(RagError):
+    """No document with that id in the index."""

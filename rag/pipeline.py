@@ -48,7 +48,7 @@ from .answer import Answer, Budget, BudgetDecision, Source
 from .chunking import Chunker, ChunkerSettings
 from .conversations import Conversation, ConversationStore, Turn, check_session_id
 from .embed import Embedder, SentenceTransformerEmbedder
-from .errors import IndexNotFound, ModelNotFound, QuestionTooLong, RagError
+from .errors import DocumentNotFound, IndexNotFound, ModelNotFound, QuestionTooLong, RagError
 from .ingest import IngestProgress, IngestReport, ingest
 from .store import Hit, Index, index_exists, live_manifest
 
@@ -67,6 +67,29 @@ HistoryMode = Literal["prompted", "qa"]
 def kv_key(session: str) -> str:
     """The engine's snapshot key of a conversation."""
     return f"session:{session}"
+
+
+def document_id(root: str, source: str) -> str:
+    """The stable id of the document ``source`` ingested from ``root``."""
+    import hashlib
+
+    return hashlib.sha256(f"{root}\0{source}".encode("utf-8")).hexdigest()[:16]
+
+
+def safe_file_name(name: str) -> str:
+    """``name`` as a bare, harmless file name: no folders, no leading dots,
+    no control characters; a RagError if nothing usable is left.
+
+    ``safe_file_name("../../etc/passwd") -> "passwd"``
+    """
+    import re
+
+    base = re.split(r"[\\/]", name or "")[-1]
+    base = re.sub(r"[\x00-\x1f\x7f]", "", base).strip().lstrip(".")
+    base = re.sub(r"[^\w.\- ]", "_", base)[:200]
+    if not base or not any(c.isalnum() for c in base):
+        raise RagError(f"{name!r} is not a usable file name")
+    return base
 
 
 def default_target_ttft() -> float | None:
@@ -341,10 +364,68 @@ class Pipeline:
             include=include, exclude=exclude, progress=progress,
         )
         self.use_sample = False
-        if self._index is not None:
-            self._index.close()
-            self._index = None
+        # Not closed: a query already running finishes on the generation it
+        # opened (its files stay readable until released); new ones open the new one.
+        self._index = None
         return report
+
+    def documents(self) -> list[dict[str, object]]:
+        """The files in the index: ``id`` (stable, opaque), ``source``,
+        ``root`` (the folder it was ingested from), ``chunks`` and ``sha256``."""
+        return [
+            {"id": document_id(r.root, r.source), "source": r.source, "root": r.root,
+             "chunks": r.n_chunks, "sha256": r.sha256}
+            for r in self.index().files().values()
+        ]
+
+    def add_document(self, name: str, data: bytes, *, folder: Path | None = None) -> IngestReport:
+        """Save ``data`` as the file ``name`` (sanitised: a bare file name,
+        no folders) in ``folder`` (default: this index's uploads folder) and
+        ingest that folder. The file is written atomically; a file that
+        cannot be indexed is removed again and reported in ``failed``."""
+        folder = Path(folder) if folder else self.uploads_dir
+        safe = safe_file_name(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / safe
+        tmp = folder / f".{safe}.{os.getpid()}.{threading.get_ident()}.part"
+        tmp.write_bytes(data)
+        previous = target.read_bytes() if target.exists() else None
+        os.replace(tmp, target)
+        report = self.ingest([folder])
+        if any(Path(path).name == safe for path, _ in report.failed):
+            # Keep the folder and the index in step: an unindexable file does not stay.
+            if previous is None:
+                target.unlink(missing_ok=True)
+            else:
+                target.write_bytes(previous)
+        return report
+
+    def remove_document(self, doc_id: str) -> dict[str, object]:
+        """Remove the document ``doc_id`` (see :meth:`documents`) from the
+        index, atomically, and its file if it was uploaded; returns what was
+        removed. Raises DocumentNotFound if there is no such document."""
+        from .store import open_writer
+
+        manifest = live_manifest(self.index_dir) if index_exists(self.index_dir) else None
+        if manifest is None:
+            raise DocumentNotFound(f"no document {doc_id}: the index is empty")
+        with open_writer(self.index_dir, manifest) as writer:
+            found = [r for r in writer.files().values() if document_id(r.root, r.source) == doc_id]
+            if not found:
+                raise DocumentNotFound(f"no document {doc_id}; GET /v1/documents lists them")
+            record = found[0]
+            writer.remove_file(record.id)
+            writer.commit()
+        self._index = None
+        uploaded = Path(record.root) / record.source
+        if Path(record.root).resolve() == self.uploads_dir.resolve() and uploaded.is_file():
+            uploaded.unlink()
+        return {"id": doc_id, "source": record.source, "chunks": record.n_chunks}
+
+    @property
+    def uploads_dir(self) -> Path:
+        """Where uploaded documents are kept: beside the index folder."""
+        return self.index_dir.parent / f"{self.index_dir.name}-uploads"
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
         """The ``k`` chunks most similar to ``query`` (cosine), best first."""

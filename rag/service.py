@@ -17,6 +17,7 @@ read anything back with pickle.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -24,9 +25,10 @@ import math
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import AsyncIterator, Iterator, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, File, HTTPException, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -35,7 +37,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.concurrency import run_in_threadpool
 
 from .answer import Answer
-from .errors import QuestionTooLong, RagError
+from .errors import DocumentNotFound, QuestionTooLong, RagError
 from .pipeline import DEFAULT_MAX_TOKENS, Pipeline
 
 
@@ -49,6 +51,8 @@ class ServiceSettings(BaseSettings):
     api_keys: list[str] = Field(default_factory=list, description="Bearer keys; required off loopback")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body")
     max_tokens_limit: int = Field(1024, ge=1, description="Most answer tokens a request may ask for")
+    max_upload_bytes: int = Field(20 << 20, ge=1024, description="Largest document upload")
+    rate_limit_per_minute: int = Field(120, ge=0, description="Requests per minute per API key (or client address); 0: none")
     reject_over_target: bool = Field(True, description="429 when the queue alone exceeds the target; else minimum context")
 
     @field_validator("api_keys", mode="before")
@@ -151,6 +155,31 @@ class EngineQueue:
                 self._service_s = 0.8 * self._service_s + 0.2 * engine_s
 
 
+class RateLimiter:
+    """A token bucket per caller: ``per_minute`` requests a minute, in bursts
+    of up to a tenth of that (at least 5)."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = max(per_minute / 10.0, 5.0)
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, caller: str) -> float:
+        """0 if ``caller`` may go now, else the seconds until it may."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        with self._lock:
+            tokens, then = self._buckets.get(caller, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - then) * self.rate)
+            if tokens >= 1:
+                self._buckets[caller] = (tokens - 1, now)
+                return 0.0
+            self._buckets[caller] = (tokens, now)
+            return (1 - tokens) / self.rate
+
+
 # -- metrics -----------------------------------------------------------------
 
 
@@ -200,6 +229,8 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     settings = settings or ServiceSettings()
     metrics = Metrics()
     queue = EngineQueue()
+    limiter = RateLimiter(settings.rate_limit_per_minute)
+    ingesting = asyncio.Lock()  # one ingest at a time; queries go on meanwhile
     app = FastAPI(title="rag-budget", version="1", description="Local document QA that treats the prompt as a cost.")
     app.state.pipeline, app.state.settings, app.state.metrics, app.state.queue = pipeline, settings, metrics, queue
 
@@ -214,7 +245,8 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
-        return error(exc.status_code, str(exc.detail), "http_error", getattr(exc, "headers", None))
+        kind = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}.get(exc.status_code, "http_error")
+        return error(exc.status_code, str(exc.detail), kind, getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):  # never a stack trace to the client
@@ -222,19 +254,26 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
 
     @app.middleware("http")
     async def _limit_body(request: Request, call_next):
+        limit = settings.max_upload_bytes + 65536 if request.url.path == "/v1/documents" else settings.max_body_bytes
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > settings.max_body_bytes):
-            return error(413, f"request body over {settings.max_body_bytes} bytes", "too_large")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return error(413, f"request body over {limit} bytes", "too_large")
         return await call_next(request)
 
     def authorised(request: Request) -> None:
-        if not settings.api_keys:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not any(hmac.compare_digest(key.strip(), k) for k in settings.api_keys):
-            raise HTTPException(401, "missing or wrong API key: send Authorization: Bearer KEY",
-                                headers={"WWW-Authenticate": "Bearer"})
+        caller = f"addr:{request.client.host if request.client else '?'}"
+        if settings.api_keys:
+            header = request.headers.get("authorization", "")
+            scheme, _, key = header.partition(" ")
+            if scheme.lower() != "bearer" or not any(hmac.compare_digest(key.strip(), k) for k in settings.api_keys):
+                raise HTTPException(401, "missing or wrong API key: send Authorization: Bearer KEY",
+                                    headers={"WWW-Authenticate": "Bearer"})
+            caller = f"key:{key.strip()}"
+        wait = limiter.take(caller)
+        if wait > 0:
+            metrics.requests.labels(request.url.path, "rate_limited").inc()
+            raise HTTPException(429, f"rate limit of {settings.rate_limit_per_minute} requests a minute reached; "
+                                f"retry in {math.ceil(wait)} s", headers={"Retry-After": str(max(1, math.ceil(wait)))})
 
     def start(question: str, *, target: float | None, session: str | None, max_tokens: int) -> Iterator[str | Answer]:
         """The pipeline's stream, planned with the expected queue wait; raises
@@ -253,26 +292,53 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
         return pipeline.stream(question, **options)
 
     async def run(endpoint: str, make: Iterator[str | Answer]) -> AsyncIterator[str | Answer]:
-        """Iterate the pipeline's stream off the event loop; closing it (a
-        client that went away) stops the generation."""
-        done = object()
+        """The pipeline's stream, run on its own thread and handed over item
+        by item. When the consumer stops early (a client that went away),
+        the thread closes the stream after the piece in progress, which
+        ends the generation and frees the engine."""
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue = asyncio.Queue()
+        stop = threading.Event()
+
+        def hand_over(kind: str, value: object) -> None:
+            try:
+                loop.call_soon_threadsafe(inbox.put_nowait, (kind, value))
+            except RuntimeError:
+                pass  # the event loop is gone (shutdown): nobody to tell
+
+        def produce() -> None:
+            engine_s = None
+            try:
+                for item in make:
+                    if isinstance(item, Answer):
+                        engine_s = item.timings.total_s - item.timings.queue_s
+                    hand_over("item", item)
+                    if stop.is_set():
+                        break
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the consumer's side
+                hand_over("error", exc)
+            finally:
+                make.close()  # on this thread: a generator is closed where it runs
+                queue.leave(engine_s)
+                metrics.queue_depth.set(queue.depth)
+                hand_over("done", None)
+
         queue.enter()
         metrics.queue_depth.set(queue.depth)
-        engine_s = None
+        threading.Thread(target=produce, name="rag-request", daemon=True).start()
         try:
             while True:
-                item = await run_in_threadpool(next, make, done)
-                if item is done:
+                kind, value = await inbox.get()
+                if kind == "done":
                     break
-                if isinstance(item, Answer):
-                    engine_s = item.timings.total_s - item.timings.queue_s
-                    metrics.observe(item)
+                if kind == "error":
+                    raise value
+                if isinstance(value, Answer):
+                    metrics.observe(value)
                     metrics.requests.labels(endpoint, "ok").inc()
-                yield item
+                yield value
         finally:
-            await run_in_threadpool(make.close)
-            queue.leave(engine_s)
-            metrics.queue_depth.set(queue.depth)
+            stop.set()
 
     def rejected(endpoint: str, exc: _Rejected) -> JSONResponse:
         metrics.requests.labels(endpoint, "rejected").inc()
@@ -334,6 +400,42 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
                 await items.aclose()  # a client that left stops its generation
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/documents", dependencies=[Depends(authorised)])
+    async def upload(file: UploadFile = File(..., description="A .txt, .md, .rst, .html or .pdf file")):
+        """Upload a document and ingest it (incremental and atomic: queries
+        meanwhile run on the index as it was)."""
+        data = await file.read(settings.max_upload_bytes + 1)
+        if len(data) > settings.max_upload_bytes:
+            return error(413, f"upload over {settings.max_upload_bytes} bytes", "too_large")
+        async with ingesting:
+            try:
+                report = await run_in_threadpool(pipeline.add_document, file.filename or "", data)
+            except RagError as exc:
+                return error(400, str(exc), "invalid_request")
+        if report.failed:
+            return error(422, f"{report.failed[0][0]}: {report.failed[0][1]}", "unreadable_document")
+        docs = await run_in_threadpool(pipeline.documents)
+        mine = [d for d in docs if Path(str(d["root"])).resolve() == pipeline.uploads_dir.resolve()
+                and d["source"] in set(report.added + report.updated + report.skipped)]
+        return {"documents": mine, "report": report.counts()}
+
+    @app.get("/v1/documents", dependencies=[Depends(authorised)])
+    async def list_documents():
+        """Every document in the index."""
+        try:
+            return {"documents": await run_in_threadpool(pipeline.documents)}
+        except RagError as exc:
+            return error(404, str(exc), "not_found")
+
+    @app.delete("/v1/documents/{doc_id}", dependencies=[Depends(authorised)])
+    async def delete_document(doc_id: str):
+        """Remove a document from the index (atomically) and, if uploaded, its file."""
+        async with ingesting:
+            try:
+                return {"deleted": await run_in_threadpool(pipeline.remove_document, doc_id)}
+            except DocumentNotFound as exc:
+                return error(404, str(exc), "not_found")
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorised)])
     async def chat_completions(body: ChatBody):

@@ -48,7 +48,7 @@ def pipeline(tmp_path_factory, embedder, backend):
 
 @pytest.fixture(scope="module")
 def server(pipeline):
-    s = Server(create_app(pipeline, ServiceSettings()))
+    s = Server(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))  # the limit has its own test
     yield s
     s.stop()
 
@@ -152,3 +152,112 @@ def test_exposed_addresses_need_keys():
         ServiceSettings(host="0.0.0.0").check()
     ServiceSettings(host="0.0.0.0", api_keys="a,b").check()
     ServiceSettings(host="::1").check()
+
+
+def test_upload_list_ask_delete_a_document(server, pipeline):
+    text = b"Llamas\n======\n\nLlamas hum softly when they are content, and they spit when annoyed.\n"
+    r = httpx.post(f"{server.url}/v1/documents", files={"file": ("../../llama notes.md", text)}, timeout=120)
+    assert r.status_code == 200, r.text
+    (doc,) = r.json()["documents"]
+    assert doc["source"] == "llama notes.md" and doc["chunks"] >= 1
+    assert (pipeline.uploads_dir / "llama notes.md").is_file()
+    assert not (pipeline.index_dir.parent.parent / "llama notes.md").exists()  # no path traversal
+    listed = httpx.get(f"{server.url}/v1/documents").json()["documents"]
+    assert doc["id"] in {d["id"] for d in listed}
+    answer = httpx.post(f"{server.url}/v1/ask", json={"question": "When do llamas hum?", "max_tokens": 8}, timeout=120).json()
+    best = max(answer["sources"], key=lambda src: src["score"])  # sources are in prompt (citation) order
+    assert best["source"] == "llama notes.md"
+    r = httpx.delete(f"{server.url}/v1/documents/{doc['id']}", timeout=120)
+    assert r.status_code == 200 and r.json()["deleted"]["source"] == "llama notes.md"
+    assert doc["id"] not in {d["id"] for d in httpx.get(f"{server.url}/v1/documents").json()["documents"]}
+    assert not (pipeline.uploads_dir / "llama notes.md").exists()
+    assert httpx.delete(f"{server.url}/v1/documents/{doc['id']}").status_code == 404
+
+
+def test_unreadable_uploads_are_refused_and_change_nothing(server, pipeline):
+    before = httpx.get(f"{server.url}/v1/documents").json()["documents"]
+    r = httpx.post(f"{server.url}/v1/documents", files={"file": ("blob.txt", bytes(range(256)) * 8)}, timeout=120)
+    assert r.status_code == 422 and "blob.txt" in r.json()["error"]["message"]
+    r = httpx.post(f"{server.url}/v1/documents", files={"file": ("...", b"text")}, timeout=60)
+    assert r.status_code == 400 and "file name" in r.json()["error"]["message"]
+    assert httpx.get(f"{server.url}/v1/documents").json()["documents"] == before
+    assert not (pipeline.uploads_dir / "blob.txt").exists()
+
+
+def test_upload_size_and_rate_limits(pipeline):
+    s = Server(create_app(pipeline, ServiceSettings(max_upload_bytes=2048, rate_limit_per_minute=6)))
+    try:
+        r = httpx.post(f"{s.url}/v1/documents", files={"file": ("big.md", b"word " * 2000)})
+        assert r.status_code == 413
+        codes = [httpx.get(f"{s.url}/v1/documents").status_code for _ in range(8)]
+        assert 429 in codes and codes[0] == 200
+        r = httpx.get(f"{s.url}/v1/documents")
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and "rate limit" in r.json()["error"]["message"]
+        assert r.json()["error"]["type"] == "rate_limited"
+    finally:
+        s.stop()
+
+
+def test_queries_during_an_ingest_see_a_whole_index(server):
+    body = ("Alpacas\n=======\n\n" + "Alpacas are kept for their fleece, which is soft and warm. " * 400).encode()
+    results = {}
+
+    def upload():
+        results["upload"] = httpx.post(f"{server.url}/v1/documents", files={"file": ("alpacas.md", body)}, timeout=300)
+
+    thread = threading.Thread(target=upload)
+    thread.start()
+    asks = []
+    while thread.is_alive() or not asks:
+        asks.append(httpx.post(f"{server.url}/v1/ask",
+                               json={"question": "How long should bread dough rise?", "max_tokens": 4}, timeout=120))
+    thread.join()
+    assert results["upload"].status_code == 200, results["upload"].text
+    assert all(a.status_code == 200 for a in asks), [a.text for a in asks if a.status_code != 200]
+    assert all(a.json()["sources"] for a in asks)
+
+
+def test_a_restart_keeps_documents_and_sessions(tmp_path, embedder, backend):
+    def start():
+        p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend, conversations=tmp_path / "c.sqlite")
+        return p, Server(create_app(p, ServiceSettings()))
+
+    p, s = start()
+    try:
+        r = httpx.post(f"{s.url}/v1/documents", files={"file": ("kv.md", b"The KV cache holds keys and values of past tokens.\n")}, timeout=120)
+        assert r.status_code == 200, r.text
+        first = httpx.post(f"{s.url}/v1/ask", json={"question": "What does the KV cache hold?", "session": "keep", "max_tokens": 8}, timeout=120)
+        assert first.json()["turn"] == 1
+    finally:
+        s.stop()
+        p.close()
+    p, s = start()
+    try:
+        assert [d["source"] for d in httpx.get(f"{s.url}/v1/documents").json()["documents"]] == ["kv.md"]
+        again = httpx.post(f"{s.url}/v1/ask", json={"question": "And of which tokens?", "session": "keep", "max_tokens": 8}, timeout=120)
+        assert again.json()["turn"] == 2 and again.json()["turns_shown"] == 1
+    finally:
+        s.stop()
+        p.close()
+
+
+def test_a_client_that_disconnects_cancels_its_generation(pipeline):
+    app = create_app(pipeline, ServiceSettings(rate_limit_per_minute=0))
+    s = Server(app)
+    try:
+        with httpx.stream("POST", f"{s.url}/v1/ask", timeout=120, json={
+            "question": "Explain prefill and decode in detail.", "max_tokens": 400, "stream": True, "session": "gone",
+        }) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: ") and "delta" in line:
+                    break  # one piece, then hang up
+        deadline = time.monotonic() + 60
+        while app.state.queue.depth and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert app.state.queue.depth == 0
+        # A finished answer would have been stored as the session's turn 1.
+        assert pipeline.conversation("gone").turns == ()
+        ok = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "max_tokens": 4}, timeout=120)
+        assert ok.status_code == 200
+    finally:
+        s.stop()
