@@ -8,6 +8,7 @@ Does not: assert anything; the figures are for people to read and compare.
 
 from __future__ import annotations
 
+import json
 from typing import Callable, Sequence
 
 from prompt_budget.cost import quantile
@@ -253,4 +254,114 @@ def bench_chat(
         },
         "rows": rows,
         "summary": summary,
+    }
+
+
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    return round(quantile(values, q), 3) if values else None
+
+
+def bench_serve(
+    pipeline: Pipeline,
+    questions: Sequence[str],
+    *,
+    clients: Sequence[int] = (1, 4, 8),
+    requests: int = 24,
+    target_ttft: float = 2.0,
+    max_tokens: int = 32,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    """Closed-loop clients on 127.0.0.1 against a real server on one model:
+    for each client count, with and without load-aware budgeting, ``requests``
+    requests in all; TTFT is measured by the clients, to the first streamed
+    piece. A client told 429 waits its Retry-After (at most 2 s) and counts
+    the request as rejected."""
+    import threading
+    import time
+
+    import httpx
+
+    from .service import LoopbackServer, ServiceSettings, create_app
+
+    settings = ServiceSettings(rate_limit_per_minute=0)
+    app = create_app(pipeline, settings)
+    server = LoopbackServer(app)
+    runs: list[dict[str, object]] = []
+    rows: list[dict[str, object]] = []
+    try:
+        for n in clients:
+            for load_aware in (False, True):
+                settings.load_aware = load_aware
+                results: list[dict[str, object]] = []
+                lock = threading.Lock()
+                counter = iter(range(requests))
+
+                def client(number: int) -> None:
+                    with httpx.Client(base_url=server.url, timeout=300) as http:
+                        while True:
+                            with lock:
+                                i = next(counter, None)
+                            if i is None:
+                                return
+                            q = questions[i % len(questions)]
+                            body = {"question": q, "max_tokens": max_tokens, "target_ttft_s": target_ttft, "stream": True}
+                            sent = time.perf_counter()
+                            ttft, answer, status = None, None, None
+                            try:
+                                with http.stream("POST", "/v1/ask", json=body) as r:
+                                    status = r.status_code
+                                    if status == 429:
+                                        retry = float(r.headers.get("retry-after", "1"))
+                                    else:
+                                        for line in r.iter_lines():
+                                            if not line.startswith("data: "):
+                                                continue
+                                            if ttft is None:
+                                                ttft = time.perf_counter() - sent
+                                            event = json.loads(line[6:])
+                                            if "answer" in event:
+                                                answer = event["answer"]
+                            except httpx.HTTPError as exc:
+                                status = f"error: {type(exc).__name__}"
+                            row = {"clients": n, "load_aware": load_aware, "client": number, "status": status,
+                                   "ttft_s": round(ttft, 4) if ttft is not None else None,
+                                   "total_s": round(time.perf_counter() - sent, 4),
+                                   "chunks": answer["budget"]["chosen"] if answer else None,
+                                   "decode_tokens": answer["timings"]["decode_tokens"] if answer else 0}
+                            with lock:
+                                results.append(row)
+                            if status == 429:
+                                time.sleep(min(retry, 2.0))
+
+                started = time.perf_counter()
+                threads = [threading.Thread(target=client, args=(c,)) for c in range(n)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                wall = time.perf_counter() - started
+                served = [r for r in results if r["status"] == 200 and r["ttft_s"] is not None]
+                ttfts = [float(r["ttft_s"]) for r in served]
+                runs.append({
+                    "clients": n, "load_aware": load_aware, "target_s": target_ttft,
+                    "p50_ttft_s": _percentile(ttfts, 0.5), "p95_ttft_s": _percentile(ttfts, 0.95),
+                    "tok_s": round(sum(int(r["decode_tokens"]) for r in served) / wall, 2),
+                    "errors": sum(1 for r in results if r["status"] not in (200, 429)),
+                    "rejected_429": sum(1 for r in results if r["status"] == 429),
+                    "over_share": round(sum(1 for x in ttfts if x > target_ttft) / len(ttfts), 3) if ttfts else None,
+                    "served": len(served),
+                    "mean_chunks": round(sum(int(r["chunks"]) for r in served) / len(served), 2) if served else None,
+                    "wall_s": round(wall, 2),
+                })
+                rows.extend(results)
+                if progress:
+                    progress(f"{n} clients, load-aware {'on' if load_aware else 'off'}: done")
+    finally:
+        server.stop()
+    return {
+        "bench": "serve",
+        "config": {"clients": list(clients), "requests": requests, "target_ttft_s": target_ttft,
+                   "max_tokens": max_tokens, "engine": pipeline.backend.name, "index": str(pipeline.index_dir)},
+        "rows": rows,
+        "summary": {"runs": runs},
     }

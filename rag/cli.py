@@ -525,6 +525,60 @@ def bench_chat(
     )
 
 
+@bench_app.command("serve")
+def bench_serve(
+    clients: str = typer.Option("1,4,8", "--clients", help="Comma-separated numbers of concurrent clients."),
+    requests: int = typer.Option(24, "--requests", help="Requests per run (per client count and mode)."),
+    target_ttft: float = typer.Option(2.0, "--target-ttft", help="Every request's TTFT target in seconds."),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Answer tokens per request."),
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus [default: a cache folder per corpus]."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Concurrent clients against a real server on 127.0.0.1, with and
+    without load-aware budgeting: TTFT percentiles, tokens/s, errors, 429s."""
+    import tempfile
+
+    from .bench import bench_serve as run_bench
+    from .bench import load_conversations
+
+    with _user_errors():
+        try:
+            levels = [int(c) for c in clients.split(",") if c.strip()]
+        except ValueError:
+            raise RagError(f"--clients {clients!r}: expected whole numbers separated by commas, e.g. 1,4,8") from None
+        if not levels or min(levels) < 1 or max(levels) > 64:
+            raise RagError("--clients: between 1 and 64 clients per run")
+        if not 1 <= requests <= 10_000:
+            raise RagError("--requests: between 1 and 10000")
+        if target_ttft <= 0:
+            raise RagError("--target-ttft must be positive seconds")
+        questions = [q for c in load_conversations(Path(__file__).parent / "benchdata" / "python_docs_chat.json") for q in c]
+        with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp:
+            pipeline = _bench_pipeline(corpus, include, index, model, conversations=Path(tmp) / "c.sqlite", kv_dir=False)
+            pipeline.cost_model
+            pipeline.warm_up()
+            result = run_bench(pipeline, questions, clients=levels, requests=requests, target_ttft=target_ttft,
+                               max_tokens=max_tokens, progress=lambda line: _err().print(f"[dim]{line}[/]"))
+            pipeline.close()
+    if as_json:
+        _echo_json(result)
+        return
+    table = Table(title=f"rag bench serve ({requests} requests per run, target {target_ttft:g} s)", title_justify="left")
+    for column in ("clients", "load-aware", "p50 TTFT s", "p95 TTFT s", "p95/target", "tok/s", "served", "429s",
+                   "errors", "over target", "mean chunks"):
+        table.add_column(column, justify="right")
+    for r in result["summary"]["runs"]:
+        p95 = r["p95_ttft_s"]
+        table.add_row(str(r["clients"]), "on" if r["load_aware"] else "off", f"{r['p50_ttft_s'] or 0:.2f}",
+                      f"{p95 or 0:.2f}", f"{(p95 or 0) / target_ttft:.2f}", f"{r['tok_s']:.1f}", str(r["served"]),
+                      str(r["rejected_429"]), str(r["errors"]),
+                      f"{(r['over_share'] or 0) * 100:.0f}%", f"{r['mean_chunks'] or 0:.1f}")
+    Console(highlight=False).print(table)
+
+
 @app.command()
 def serve(
     host: Optional[str] = typer.Option(None, "--host", help="Address to bind [default: $RAG_SERVE_HOST, else 127.0.0.1]."),

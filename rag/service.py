@@ -54,6 +54,7 @@ class ServiceSettings(BaseSettings):
     max_upload_bytes: int = Field(20 << 20, ge=1024, description="Largest document upload")
     rate_limit_per_minute: int = Field(120, ge=0, description="Requests per minute per API key (or client address); 0: none")
     reject_over_target: bool = Field(True, description="429 when the queue alone exceeds the target; else minimum context")
+    load_aware: bool = Field(True, description="Plan each request's budget with the queue wait expected ahead of it")
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -280,7 +281,7 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
         _Rejected when that wait alone would exceed the target."""
         if max_tokens > settings.max_tokens_limit:
             raise RagError(f"max_tokens {max_tokens} is over this server's limit of {settings.max_tokens_limit}")
-        wait = queue.expected_wait()
+        wait = queue.expected_wait() if settings.load_aware else 0.0
         from .pipeline import default_target_ttft
 
         goal = target if target is not None else default_target_ttft()
@@ -510,6 +511,29 @@ def _completion(answer: Answer, cid: str, created: int, model: str, max_tokens: 
         "sources": [s.to_dict() for s in answer.sources],
         "rag": {"budget": answer.budget.to_dict(), "timings": t.to_dict(), "session": answer.session, "turn": answer.turn},
     }
+
+
+class LoopbackServer:
+    """``app`` served by uvicorn on 127.0.0.1, on a free port, in a thread
+    (for tests and benchmarks); ``url`` is where, ``stop()`` ends it."""
+
+    def __init__(self, app: FastAPI, start_timeout_s: float = 60) -> None:
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, name="rag-loopback-server", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + start_timeout_s
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start on 127.0.0.1")
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+
+    def stop(self) -> None:
+        """Shut the server down and wait for it."""
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
 
 
 def serve(pipeline: Pipeline, settings: ServiceSettings) -> None:

@@ -11,31 +11,10 @@ import pytest
 
 from rag import Pipeline
 from rag.errors import RagError
+from rag.service import LoopbackServer as Server
 from rag.service import ServiceSettings, create_app
 
 from .conftest import write_corpus
-
-
-class Server:
-    """uvicorn serving an app on 127.0.0.1 on a free port, in a thread."""
-
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
