@@ -35,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .answer import Answer
 from .errors import DocumentNotFound, QuestionTooLong, RagError
@@ -244,8 +245,8 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return error(422, f"invalid request body: {where or 'body'}: {first.get('msg', 'invalid')}", "invalid_request")
 
-    @app.exception_handler(HTTPException)
-    async def _http(request: Request, exc: HTTPException):
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's and the router's (404, 405) alike
+    async def _http(request: Request, exc: StarletteHTTPException):
         kind = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}.get(exc.status_code, "http_error")
         return error(exc.status_code, str(exc.detail), kind, getattr(exc, "headers", None))
 

@@ -97,6 +97,8 @@ def test_bad_bodies_get_json_errors(server):
     r = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": [{"role": "system", "content": "hi"}]})
     assert r.status_code == 400 and "user message" in r.json()["error"]["message"]
     assert "Traceback" not in r.text
+    r = httpx.get(f"{server.url}/v1/nowhere")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found"
 
 
 def test_metrics_count_requests(server):
