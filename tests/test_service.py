@@ -242,3 +242,16 @@ def test_a_client_that_disconnects_cancels_its_generation(pipeline):
         assert ok.status_code == 200
     finally:
         s.stop()
+
+
+def test_over_the_target_can_be_served_with_the_least_context(pipeline):
+    app = create_app(pipeline, ServiceSettings(reject_over_target=False, rate_limit_per_minute=0))
+    s = Server(app)
+    try:
+        app.state.queue.depth = 50
+        r = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "target_ttft_s": 1.0, "max_tokens": 4},
+                       timeout=120)
+        assert r.status_code == 200 and r.json()["budget"]["chosen"] <= 1
+    finally:
+        app.state.queue.depth = 0
+        s.stop()
