@@ -342,6 +342,15 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
         finally:
             stop.set()
 
+    async def last_answer(items: AsyncIterator[str | Answer]) -> Answer:
+        """Run a stream to its end; its final Answer."""
+        answer = None
+        async for item in items:
+            if isinstance(item, Answer):
+                answer = item
+        assert answer is not None
+        return answer
+
     def rejected(endpoint: str, exc: _Rejected) -> JSONResponse:
         metrics.requests.labels(endpoint, "rejected").inc()
         seconds = max(1, math.ceil(exc.retry_after))
@@ -371,12 +380,7 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
             stream = start(body.question, target=body.target_ttft_s, session=body.session, max_tokens=body.max_tokens)
             items = run("ask", stream)
             if not body.stream:
-                answer = None
-                async for item in items:
-                    if isinstance(item, Answer):
-                        answer = item
-                assert answer is not None
-                return answer.to_dict()
+                return (await last_answer(items)).to_dict()
             first = await items.__anext__()  # errors before the first token are still HTTP errors
         except _Rejected as exc:
             return rejected("ask", exc)
@@ -454,12 +458,7 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
             stream = start(question, target=body.target_ttft_s, session=body.session or body.user, max_tokens=max_tokens)
             items = run("chat", stream)
             if not body.stream:
-                answer = None
-                async for item in items:
-                    if isinstance(item, Answer):
-                        answer = item
-                assert answer is not None
-                return _completion(answer, cid, created, model, max_tokens)
+                return _completion(await last_answer(items), cid, created, model, max_tokens)
             first = await items.__anext__()
         except _Rejected as exc:
             return rejected("chat", exc)
