@@ -156,10 +156,14 @@ class LlamaCppBackend:
         _, saved = self.snapshots.best(tokens)
         return max(live, self._reusable(saved, len(tokens), exact=False))
 
+    def _held_common(self, tokens: Sequence[int]) -> int:
+        """Leading ``tokens`` that the live KV cache holds."""
+        llm = self._llm
+        return common_prefix(np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32), np.asarray(tokens, dtype=np.int32))
+
     def _live_prefix(self, tokens: Sequence[int]) -> int:
         llm = self._llm
-        held = np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32)
-        common = common_prefix(held, np.asarray(tokens, dtype=np.int32))
+        common = self._held_common(tokens)
         exact = llm.n_tokens == len(tokens) and not getattr(llm, "_requires_eval", True)
         return self._reusable(common, len(tokens), exact=exact)
 
@@ -204,8 +208,7 @@ class LlamaCppBackend:
             started = time.perf_counter()
             lc.llama_perf_context_reset(llm.ctx)
             restored, restore_s = self._restore(tokens)
-            common = common_prefix(np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32),
-                                   np.asarray(tokens, dtype=np.int32))
+            common = self._held_common(tokens)
             if common < len(tokens):
                 llm.n_tokens = common
                 llm.eval(tokens[common:])
@@ -229,9 +232,7 @@ class LlamaCppBackend:
         brought and the seconds it took (0, 0.0 when none was loaded)."""
         llm = self._llm
         key, saved = self.snapshots.best(tokens)
-        live = common_prefix(np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32),
-                             np.asarray(tokens, dtype=np.int32))
-        if key is None or saved <= live:
+        if key is None or saved <= self._held_common(tokens):
             return 0, 0.0
         started = time.perf_counter()
         snap = self.snapshots.get(key)

@@ -81,7 +81,6 @@ def bench_ttft(
 def load_conversations(path) -> list[list[str]]:
     """The follow-up question lists of a chat bench file (JSON with
     ``conversations: [{"questions": [...]}, ...]``)."""
-    import json
     from pathlib import Path
 
     from .errors import RagError

@@ -229,7 +229,7 @@ def _print_cost_line(answer: Answer) -> None:
 def _finish_background(pipeline: Pipeline) -> None:
     """Let a summary that is being written finish before the process ends
     (the answer is already out)."""
-    if pipeline._pending and not all(f.done() for f in pipeline._pending):
+    if pipeline.background_busy():
         _err().print("[dim]folding older turns into the conversation summary...[/]")
     pipeline.wait_idle()
 

@@ -520,7 +520,7 @@ class Pipeline:
         number = None
         if conversation is not None and session is not None:
             number = conversation.next_number
-            self._remember(session, number, question, prompt.user, text, sources, timings)
+            self._remember(conversation, number, question, prompt.user, text, sources, timings)
         yield Answer(
             answer=text, sources=sources, budget=prompt.budget, timings=timings,
             session=session, turn=number, turns_shown=prompt.turns_shown,
@@ -555,17 +555,16 @@ class Pipeline:
         return [PastTurn(t.prompted if self.history_mode == "prompted" else t.question, t.answer)
                 for t in conversation.turns]
 
-    def _remember(self, session: str, number: int, question: str, user: str, answer: str,
+    def _remember(self, conversation: Conversation, number: int, question: str, user: str, answer: str,
                   sources: Sequence[Source], timings: Timings) -> None:
         """Store the answered turn, then fold old turns in the background if due."""
         backend = self.backend
         # The template adds a few tokens around each message.
         tokens = len(backend.tokenize(user)) + len(backend.tokenize(answer)) + 10
-        self.conversations.append(session, Turn(
-            number, question, user, answer, tokens, tuple(s.to_dict() for s in sources), timings.to_dict(),
-        ))
-        conversation = self.conversations.load(session)
-        if turns_to_fold([self._turn_tokens(t) for t in conversation.turns], self.history):
+        turn = Turn(number, question, user, answer, tokens, tuple(s.to_dict() for s in sources), timings.to_dict())
+        session = conversation.session
+        self.conversations.append(session, turn)
+        if turns_to_fold([self._turn_tokens(t) for t in (*conversation.turns, turn)], self.history):
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._worker.submit(self._fold, session))
 
@@ -607,6 +606,10 @@ class Pipeline:
             t = self.backend.prefill(tokens_, session=kv_key(session))
             self.background_log.append({"session": session, "kind": "prefill", "tokens": t.prefill_tokens,
                                         "seconds": t.total_s + t.snapshot_s})
+
+    def background_busy(self) -> bool:
+        """Whether background work (a summary being written) is still running."""
+        return any(not f.done() for f in self._pending)
 
     def wait_idle(self) -> float:
         """Wait for background work (summaries) to finish; returns the seconds waited."""

@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .answer import Answer
 from .errors import DocumentNotFound, QuestionTooLong, RagError
-from .pipeline import DEFAULT_MAX_TOKENS, Pipeline
+from .pipeline import DEFAULT_MAX_TOKENS, Pipeline, default_target_ttft
 
 
 class ServiceSettings(BaseSettings):
@@ -283,8 +283,6 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
         if max_tokens > settings.max_tokens_limit:
             raise RagError(f"max_tokens {max_tokens} is over this server's limit of {settings.max_tokens_limit}")
         wait = queue.expected_wait() if settings.load_aware else 0.0
-        from .pipeline import default_target_ttft
-
         goal = target if target is not None else default_target_ttft()
         options: dict = dict(target_ttft=target, session=session, max_tokens=max_tokens, expected_wait_s=wait)
         if goal is not None and wait > goal:
