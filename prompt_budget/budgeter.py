@@ -120,6 +120,34 @@ def _overlaps(a: Candidate, b: Candidate) -> bool:
     return a.source == b.source and a.source != "" and a.start < b.end and b.start < a.end
 
 
+def passage_room(request: BudgetRequest, cost: CostFn) -> int:
+    """Most passage tokens that keep the planned TTFT of ``request`` (its
+    fixed tokens, cache and overhead) on target and the prompt inside the
+    context window; 0 when not even the fixed tokens meet the target."""
+    return _room(request, cost, request.fixed_tokens)
+
+
+def _room(r: BudgetRequest, cost: CostFn, used: int) -> int:
+    ctx_limit = r.n_ctx - r.reserve_tokens
+    if r.target_ttft_s is None:
+        return max(ctx_limit - used, 0)
+    cached = min(r.cached_tokens, r.fixed_tokens)
+
+    def planned(total: int) -> float:
+        return r.overhead_s + r.safety * cost(max(total - cached, 0), cached)
+
+    lo, hi = 0, max(ctx_limit - used, 0)
+    if planned(used) > r.target_ttft_s:
+        return 0
+    while lo < hi:  # prefill cost grows with tokens: bisect
+        mid = (lo + hi + 1) // 2
+        if planned(used + mid) <= r.target_ttft_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def plan_budget(candidates: Sequence[Candidate], request: BudgetRequest, cost: CostFn) -> Plan:
     """Choose passages from ``candidates`` (best first) under ``request``.
 
@@ -140,19 +168,7 @@ def plan_budget(candidates: Sequence[Candidate], request: BudgetRequest, cost: C
         return r.overhead_s + r.safety * cost(max(total - cached, 0), cached)
 
     def ttft_room(used: int) -> int:
-        """Most passage tokens that still keep the planned TTFT on target."""
-        if r.target_ttft_s is None:
-            return ctx_limit - used
-        lo, hi = 0, ctx_limit - used
-        if planned(used) > r.target_ttft_s:
-            return 0
-        while lo < hi:  # prefill cost grows with tokens: bisect
-            mid = (lo + hi + 1) // 2
-            if planned(used + mid) <= r.target_ttft_s:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return _room(r, cost, used)
 
     decisions: dict[int, Decision] = {}
     eligible: list[int] = []

@@ -21,6 +21,7 @@ from rich.text import Text
 from .answer import Answer
 from .errors import RagError
 from .pipeline import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, Pipeline
+from .retrieve import DEFAULT_MODE, check_mode
 
 app = typer.Typer(
     name="rag",
@@ -32,6 +33,10 @@ app = typer.Typer(
 
 INDEX_OPTION = typer.Option(
     None, "--index", envvar="RAG_INDEX", help="Index directory [default: $RAG_INDEX, else ~/.local/share/rag-budget/index]."
+)
+RETRIEVAL_OPTION = typer.Option(
+    DEFAULT_MODE, "--retrieval", envvar="RAG_RETRIEVAL",
+    help="How candidates are found: hybrid (dense + BM25, fused by rank), dense or bm25.",
 )
 MODEL_OPTION = typer.Option(None, "--model", envvar="RAG_MODEL", help="GGUF model file [default: bundled SmolLM2-135M-Instruct].")
 
@@ -58,8 +63,8 @@ def _open_pipeline(index: Optional[Path], model: Optional[Path] = None, **option
     return Pipeline.open(index, model, **options)
 
 
-def _pipeline(index: Optional[Path], model: Optional[Path] = None) -> Pipeline:
-    pipeline = _open_pipeline(index, model)
+def _pipeline(index: Optional[Path], model: Optional[Path] = None, **options) -> Pipeline:
+    pipeline = _open_pipeline(index, model, **options)
     pipeline.notice = lambda message: _err().print(f"[yellow]note:[/] {message}", soft_wrap=True)
     return pipeline
 
@@ -123,10 +128,11 @@ def ingest(
     else:
         c = report.counts()
         rate = report.chunks_added / report.seconds if report.seconds else 0.0
+        reused = report.chunks_added - report.chunks_embedded
         _err().print(
             f"added {c['added']}, updated {c['updated']}, removed {c['removed']}, skipped {c['skipped']}, "
-            f"failed {c['failed']}: {report.chunks_added} chunks in {report.seconds:.1f} s ({rate:.1f} chunks/s) "
-            f"into {pipeline.index_dir}",
+            f"failed {c['failed']}: {report.chunks_added} chunks in {report.seconds:.1f} s ({rate:.1f} chunks/s"
+            f"{f', {reused} unchanged chunks not embedded again' if reused else ''}) into {pipeline.index_dir}",
             soft_wrap=True,
         )
         for source, error in report.failed:
@@ -140,11 +146,12 @@ def search(
     query: str = typer.Argument(..., help="What to look for."),
     index: Optional[Path] = INDEX_OPTION,
     k: int = typer.Option(5, "-k", help="How many chunks to return."),
+    retrieval: str = RETRIEVAL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
-    """Show the chunks most similar to QUERY, without asking the model."""
+    """Show the chunks that best match QUERY, without asking the model."""
     with _user_errors():
-        hits = _pipeline(index).search(query, k=k)
+        hits = _pipeline(index, retrieval=check_mode(retrieval)).search(query, k=k)
     if as_json:
         _echo_json({"results": [h.to_dict() for h in hits]})
         return
@@ -172,12 +179,13 @@ def ask(
     model: Optional[Path] = MODEL_OPTION,
     max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help="Most chunks in the prompt."),
     candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates", help="Chunks retrieved for the budgeter to choose from."),
+    retrieval: str = RETRIEVAL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the answer, sources, budget and timings as JSON."),
     explain: bool = typer.Option(False, "--explain", help="Show the budget decision for every candidate."),
 ) -> None:
     """Answer QUESTION from the index, streaming, then list the sources."""
     with _user_errors():
-        pipeline = _pipeline(index, model)
+        pipeline = _pipeline(index, model, retrieval=check_mode(retrieval))
         options = dict(target_ttft=target_ttft, max_tokens=max_tokens, max_k=max_k, candidates=candidates, session=session)
         if as_json:
             answer = pipeline.ask(question, **options)
@@ -432,6 +440,66 @@ def bench_ttft(
     Console(highlight=False).print(table)
 
 
+def _int_list(raw: str, option: str) -> list[int]:
+    try:
+        values = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise RagError(f"{option} {raw!r}: expected whole numbers separated by commas, e.g. 1,3,5") from None
+    if not values or min(values) < 1:
+        raise RagError(f"{option}: give at least one number, each at least 1")
+    return values
+
+
+def _questions(path: Path):
+    from .evaluate import load_questions
+
+    qs = load_questions(path)
+    if not qs:
+        raise RagError(f"{path}: no questions in the file")
+    return qs
+
+
+@bench_app.command("retrieval")
+def bench_retrieval(
+    corpus: Path = typer.Option(..., "--corpus", help="Folder of documents (ingested incrementally into --index)."),
+    questions: Path = typer.Option(..., "--questions", help="JSON lines of {question, gold}."),
+    ks: str = typer.Option("1,3,5,10", "--k", help="Comma-separated k for recall@k."),
+    rrf_ks: str = typer.Option("5,20,60", "--rrf-k", help="Comma-separated RRF constants of the hybrid rows."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus [default: a cache folder per corpus]."),
+    include: List[str] = typer.Option([], "--include", help="Only corpus files matching this glob (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """recall@k and MRR of dense, BM25 and hybrid retrieval on the same questions."""
+    from .bench_retrieval import bench_retrieval as run_bench
+
+    with _user_errors():
+        wanted, fusion, qs = _int_list(ks, "--k"), _int_list(rrf_ks, "--rrf-k"), _questions(questions)
+        pipeline = _bench_pipeline(corpus, include, index, None)
+        with Progress(TextColumn("searching"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=_err(), transient=True) as bar:
+            task = bar.add_task("searching", total=None)
+            result = run_bench(pipeline, qs, wanted, rrf_ks=fusion,
+                               progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if as_json:
+        _echo_json(result)
+        return
+    summary = result["summary"]
+    table = Table(
+        title=f"rag bench retrieval ({len(qs)} questions, {result['config']['chunks']} chunks; "
+              f"query embedding {summary['median_embed_ms']:.0f} ms median, not in the search columns)",
+        title_justify="left",
+    )
+    table.add_column("system")
+    metric_keys = [f"recall@{k}" for k in wanted] + ["mrr"]
+    for c in metric_keys + ["search ms p50", "search ms p95"]:
+        table.add_column(c, justify="right")
+    for row in summary["systems"]:
+        mark = " (default)" if row["name"] == summary["default"] else ""
+        table.add_row(row["name"] + mark, *[f"{row[k]:.3f}" for k in metric_keys],
+                      f"{row['median_search_ms']:.1f}", f"{row['p95_search_ms']:.1f}")
+    Console(highlight=False).print(table)
+
+
 def _bench_pipeline(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], **options) -> Pipeline:
     """A pipeline over an index of ``corpus``, brought up to date first
     (default: a cache folder per corpus and include patterns)."""
@@ -523,6 +591,100 @@ def bench_chat(
         f"{summary['summary_s_total']:.1f} s writing them and {summary['background_prefill_s_total']:.1f} s prefilling "
         f"the new prefix, in the background between turns"
     )
+
+
+@bench_app.command("peer")
+def bench_peer(
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="JSON lines of {question, gold} [default: the bundled Python-docs dev set]."),
+    limit: int = typer.Option(0, "--limit", help="Only the first N questions (0: all)."),
+    ks: str = typer.Option("4,20", "--k", help="Comma-separated k of the LangChain runs."),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Answer tokens per question."),
+    target_ttft: Optional[float] = typer.Option(None, "--target-ttft", help="rag-budget's TTFT target [default: 2.0]."),
+    reembed: bool = typer.Option(False, "--reembed", help="Embed the peer's documents through HuggingFaceEmbeddings (slow) instead of reading rag-budget's vectors."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus [default: a cache folder per corpus]."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """rag-budget against the classic LangChain RAG (FAISS, HuggingFaceEmbeddings, stuff prompt, ChatLlamaCpp)."""
+    from .bench_peer import bench_peer as run_bench
+
+    with _user_errors():
+        wanted = _int_list(ks, "--k")
+        qs = _questions(questions or Path(__file__).parent / "benchdata" / "python_docs_dev.jsonl")
+        if limit < 0:
+            raise RagError("--limit must be 0 (all) or more")
+        qs = qs[:limit] if limit else qs
+        pipeline = _bench_pipeline(corpus, include, index, model)
+        with Progress(TextColumn("asking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=_err(), transient=True) as bar:
+            task = bar.add_task("asking", total=None)
+            result = run_bench(
+                pipeline, qs, ks=wanted, max_tokens=max_tokens, target_ttft=target_ttft, reembed=reembed,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+                notice=lambda message: _err().print(f"[dim]{message}[/]"),
+            )
+    if as_json:
+        _echo_json(result)
+        return
+    summary = result["summary"]
+    table = Table(title=f"rag bench peer ({len(qs)} questions, {max_tokens} answer tokens)", title_justify="left")
+    for c in ["system", "median TTFT s", "p95 TTFT s", "median total s", "prompt tokens", "chunks", "prompt recall"]:
+        table.add_column(c, justify="left" if c == "system" else "right")
+    for row in summary["systems"]:
+        table.add_row(row["name"], f"{row['median_ttft_s']:.2f}", f"{row['p95_ttft_s']:.2f}", f"{row['median_total_s']:.2f}",
+                      str(row["prompt_tokens"]), f"{row['mean_chunks']:.1f}", f"{row['prompt_recall']:.2f}")
+    console = Console(highlight=False)
+    console.print(table)
+    for key, value in summary.items():
+        if key.startswith("ttft_ratio"):
+            console.print(f"{key.replace('_', ' ')}: {value:.2f}x")
+
+
+@bench_app.command("search")
+def bench_search(
+    vectors: str = typer.Option("10000,100000,1000000", "--vectors", help="Comma-separated index sizes."),
+    dim: int = typer.Option(384, "--dim", help="Vector dimension [default: all-MiniLM-L6-v2's]."),
+    types: str = typer.Option("flat,ivf,hnsw", "--types", help="Index types to measure: flat, ivf, hnsw."),
+    hnsw_max: int = typer.Option(200_000, "--hnsw-max", help="Largest size to build HNSW for (slow to build on few cores)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic vectors."),
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """p50/p99 search latency and recall@10 against exact search, on synthetic vectors."""
+    from .bench_search import bench_search as run_bench
+    from .vectors import APPROXIMATE_FROM
+
+    with _user_errors():
+        sizes = _int_list(vectors, "--vectors")
+        kinds = [t.strip() for t in types.split(",") if t.strip()]
+        unknown = sorted(set(kinds) - {"flat", "ivf", "hnsw"})
+        if unknown or not kinds:
+            raise RagError(f"--types {types!r}: use flat, ivf and/or hnsw")
+        if dim < 1:
+            raise RagError("--dim must be at least 1")
+        with _err().status("building") as status:
+            result = run_bench(sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed,
+                               progress=lambda message: status.update(message))
+    if as_json:
+        _echo_json(result)
+        return
+    table = Table(title=f"rag bench search (dim {dim}, {result['config']['queries']} queries one at a time, "
+                        f"{result['config']['threads']} threads)", title_justify="left")
+    for c in ["vectors", "index", "params", "build s", "p50 ms", "p99 ms", "recall@10", "MB"]:
+        table.add_column(c, justify="left" if c in ("index", "params") else "right")
+    for r in result["rows"]:
+        if "skipped" in r:
+            table.add_row(f"{r['vectors']:,}", r["index"], r["params"], "-", "-", "-", "-", "-")
+            continue
+        table.add_row(f"{r['vectors']:,}", r["index"], r["params"], f"{r['build_s']:.1f}", f"{r['p50_ms']:.2f}",
+                      f"{r['p99_ms']:.2f}", f"{r['recall@10']:.3f}", f"{r['bytes'] / 1e6:.0f}")
+    console = Console(highlight=False)
+    console.print(table)
+    suggested = result["summary"]["suggested_approximate_from"]
+    if suggested:
+        console.print(f"exact search reaches {result['summary']['fast_enough_ms']:g} ms p50 at about {suggested:,} vectors; "
+                      f"the store switches to IVF from {APPROXIMATE_FROM:,}")
 
 
 @bench_app.command("serve")
@@ -621,6 +783,7 @@ def doctor(
     table.add_row("python", str(report["python"]))
     for name, version in report["versions"].items():
         table.add_row(name, version or "[red]not installed[/]")
+    table.add_row("retrieval", str(report["retrieval"]))
     engine = report["engine"]
     for key in ("build", "device", "n_gpu_layers", "model_path", "model_bytes", "n_ctx", "n_threads", "n_batch"):
         value = engine[key]

@@ -44,18 +44,20 @@ def load_questions(path: Path) -> list[Question]:
     return questions
 
 
-def recall_at_k(
-    search: Callable[[str, int], Sequence[str]], questions: Sequence[Question], ks: Sequence[int]
-) -> dict[str, float]:
-    """``{"recall@K": share found within K, ..., "mrr": mean reciprocal rank}``
-    where ``search(question, k)`` returns the sources of the first k results."""
-    depth = max(ks)
+def gold_ranks(search: Callable[[str, int], Sequence[str]], questions: Sequence[Question], depth: int) -> list[int | None]:
+    """For each question, the 1-based rank of the first result from a gold
+    source among ``search(question, depth)``'s, or None if there is none."""
     found_at: list[int | None] = []
     for q in questions:
         sources = list(search(q.question, depth))
-        rank = next((i for i, s in enumerate(sources, start=1) if s in q.gold), None)
-        found_at.append(rank)
-    n = len(questions) or 1
+        found_at.append(next((i for i, s in enumerate(sources, start=1) if s in q.gold), None))
+    return found_at
+
+
+def metrics_from_ranks(found_at: Sequence[int | None], ks: Sequence[int]) -> dict[str, float]:
+    """``{"recall@K": share found within K, ..., "mrr": mean reciprocal rank}``."""
+    n = len(found_at) or 1
     result = {f"recall@{k}": sum(1 for r in found_at if r is not None and r <= k) / n for k in ks}
     result["mrr"] = sum(1.0 / r for r in found_at if r is not None) / n
     return result
+

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
+import numpy as np
+
 from .chunking import Chunker, TextChunk
 from .embed import Embedder
 from .errors import DocumentError, RagError
@@ -49,6 +51,7 @@ class IngestReport:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (source, one-line error)
     chunks_added: int = 0
     chunks_removed: int = 0
+    chunks_embedded: int = 0  # of chunks_added: the rest reused a vector (same text as before, or as another chunk)
     seconds: float = 0.0
 
     def counts(self) -> dict[str, int]:
@@ -64,6 +67,7 @@ class IngestReport:
             **self.counts(),
             "chunks_added": self.chunks_added,
             "chunks_removed": self.chunks_removed,
+            "chunks_embedded": self.chunks_embedded,
             "seconds": round(self.seconds, 3),
             "failures": [{"source": s, "error": e} for s, e in self.failed],
         }
@@ -218,7 +222,18 @@ def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report:
 def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, report: IngestReport, progress) -> None:
     if not pending:
         return
-    vectors = embedder.embed([c.text for p in pending for c in p.chunks])
+    texts = [c.text for p in pending for c in p.chunks]
+    # A changed file mostly keeps its chunks' texts: their vectors are read
+    # back instead of embedding them again; repeated texts are embedded once.
+    known: dict[str, np.ndarray] = {}
+    for p in pending:
+        if p.replaces is not None:
+            known.update(writer.vectors_by_text(p.replaces.id))
+    fresh = list(dict.fromkeys(t for t in texts if t not in known))
+    if fresh:
+        known.update(zip(fresh, embedder.embed(fresh)))
+    report.chunks_embedded += len(fresh)
+    vectors = np.vstack([known[t] for t in texts]) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
     row = 0
     for p in pending:
         n = len(p.chunks)

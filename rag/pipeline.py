@@ -41,7 +41,9 @@ from prompt_budget import (
 )
 from prompt_budget.layout import history_messages
 from prompt_budget.profile import Profile, load_profile, save_profile
-from prompt_budget.trim import trim_to_tokens
+from prompt_budget.budgeter import passage_room
+from prompt_budget.focus import best_window, focus_cap
+from prompt_budget.trim import sentence_ends, trim_to_tokens
 
 from . import paths
 from .answer import Answer, Budget, BudgetDecision, Source
@@ -50,6 +52,8 @@ from .conversations import Conversation, ConversationStore, Turn, check_session_
 from .embed import Embedder, SentenceTransformerEmbedder
 from .errors import DocumentNotFound, IndexNotFound, ModelNotFound, QuestionTooLong, RagError
 from .ingest import IngestProgress, IngestReport, ingest
+from .lexical import tokenize as lexical_terms
+from .retrieve import DEFAULT_MODE, QueryCache, RetrievalMode, check_mode, retrieve
 from .store import Hit, Index, index_exists, live_manifest
 
 DEFAULT_MAX_TOKENS = 256
@@ -109,6 +113,25 @@ def default_target_ttft() -> float | None:
 
 
 @dataclass(frozen=True)
+class Retrieval:
+    """The chunks chosen for a prompt, in prompt order, and the budget that chose them."""
+
+    hits: tuple[Hit, ...]
+    budget: Budget
+
+
+def _checked_target(target_ttft: float | None, no_target: bool, max_tokens: int, min_k: int, max_k: int) -> float | None:
+    """The TTFT target to plan for, after a RagError for any option out of range."""
+    if max_tokens < 1:
+        raise RagError(f"max_tokens must be at least 1, not {max_tokens}")
+    if target_ttft is not None and target_ttft <= 0:
+        raise RagError(f"the TTFT target must be positive seconds, not {target_ttft}")
+    if not 0 <= min_k <= max_k or max_k < 1:
+        raise RagError(f"need 0 <= min_k <= max_k and max_k >= 1, not min_k={min_k}, max_k={max_k}")
+    return None if no_target else (target_ttft if target_ttft is not None else default_target_ttft())
+
+
+@dataclass(frozen=True)
 class _Prompt:
     text: str
     hits: tuple[Hit, ...]
@@ -136,7 +159,9 @@ class Pipeline:
     (``"prompted"``: turns replayed as prompted, passages included, so their
     KV stays cached; ``"qa"``: questions and answers only), ``kv_dir`` (where
     KV snapshots are kept on disk; default under the cache folder, ``False``
-    for RAM only) and ``kv_ram_bytes`` (the RAM cap of the snapshots).
+    for RAM only), ``kv_ram_bytes`` (the RAM cap of the snapshots) and
+    ``retrieval`` (``"hybrid"``, ``"dense"`` or ``"bm25"``; see
+    ``rag.retrieve``).
     """
 
     def __init__(
@@ -156,8 +181,11 @@ class Pipeline:
         history_mode: HistoryMode = "prompted",
         kv_dir: Path | None | Literal[False] = None,
         kv_ram_bytes: int = KV_RAM_BYTES,
+        retrieval: RetrievalMode = DEFAULT_MODE,
     ) -> None:
         self.index_dir = Path(index_dir)
+        self.retrieval: RetrievalMode = check_mode(retrieval)
+        self._queries: QueryCache | None = None
         self.profile_dir = Path(profile_dir) if profile_dir else paths.cache_dir() / "profiles"
         self.learn = learn
         # Where the pipeline says what it is doing on its own (a quick calibration).
@@ -427,15 +455,26 @@ class Pipeline:
         """Where uploaded documents are kept: beside the index folder."""
         return self.index_dir.parent / f"{self.index_dir.name}-uploads"
 
-    def search(self, query: str, k: int = 5) -> list[Hit]:
-        """The ``k`` chunks most similar to ``query`` (cosine), best first."""
+    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None) -> list[Hit]:
+        """The ``k`` chunks that best match ``query``, best first, each
+        scored by its cosine similarity to it; ``mode`` (default
+        ``self.retrieval``) is how they are found: ``"hybrid"`` (dense and
+        BM25 fused by rank), ``"dense"`` or ``"bm25"``."""
         query = query.strip()
         if not query:
             raise RagError("the query is empty; pass some text to search for")
         if k < 1:
             raise RagError(f"k must be at least 1, not {k}")
+        mode = check_mode(mode) if mode is not None else self.retrieval
         index = self.index()
-        return index.search(self.embedder.embed([query])[0], k)
+        return retrieve(index, query, lambda: self.query_cache.vector(query), k, mode)
+
+    @property
+    def query_cache(self) -> QueryCache:
+        """Query vectors already computed, by query text."""
+        if self._queries is None:
+            self._queries = QueryCache(self.embedder.embed)
+        return self._queries
 
     def ask(self, question: str, **options) -> Answer:
         """Answer ``question`` from the index, with sources, budget and
@@ -478,18 +517,10 @@ class Pipeline:
         the request is expected to wait for the engine behind others (a
         server under load): the budget plans for it, taking fewer chunks.
         """
-        if max_tokens < 1:
-            raise RagError(f"max_tokens must be at least 1, not {max_tokens}")
-        if target_ttft is not None and target_ttft <= 0:
-            raise RagError(f"the TTFT target must be positive seconds, not {target_ttft}")
-        if not 0 <= min_k <= max_k or max_k < 1:
-            raise RagError(f"need 0 <= min_k <= max_k and max_k >= 1, not min_k={min_k}, max_k={max_k}")
+        target = _checked_target(target_ttft, no_target, max_tokens, min_k, max_k)
         if session is not None:
             check_session_id(session)
-        target = None if no_target else (target_ttft if target_ttft is not None else default_target_ttft())
-        backend, _, cost = self.backend, self.index(), self.cost_model  # load before the clock starts
-        if not self._system_state:
-            self.warm_up()
+        backend, cost = self._ready()
         conversation = self.conversations.load(session) if session is not None else None
         with self._foreground():
             received = time.perf_counter()
@@ -525,6 +556,40 @@ class Pipeline:
             answer=text, sources=sources, budget=prompt.budget, timings=timings,
             session=session, turn=number, turns_shown=prompt.turns_shown,
         )
+
+    def _ready(self) -> tuple[Backend, PrefillCostModel]:
+        """Load what a question needs before its clock starts: the engine,
+        the index (its BM25 part too), the cost model, the system prompt's state."""
+        backend, index, cost = self.backend, self.index(), self.cost_model
+        if self.retrieval != "dense":
+            index.lexical()
+        if not self._system_state:
+            self.warm_up()
+        return backend, cost
+
+    def budgeted(
+        self,
+        question: str,
+        *,
+        target_ttft: float | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        candidates: int = DEFAULT_CANDIDATES,
+        max_k: int = DEFAULT_MAX_K,
+        min_k: int = DEFAULT_MIN_K,
+        relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
+        no_target: bool = False,
+    ) -> Retrieval:
+        """The chunks :meth:`stream` would put into the prompt for
+        ``question`` (same options), in prompt order, with the budget that
+        chose them; nothing is generated. For other frameworks' chains
+        (``rag.langchain``): the budget is planned for rag-budget's own
+        prompt layout, so a chain's template adds its own few tokens."""
+        target = _checked_target(target_ttft, no_target, max_tokens, min_k, max_k)
+        _, cost = self._ready()
+        received = time.perf_counter()
+        hits = self.search(question, k=max(candidates, 1))
+        prompt = self._prompt(question, hits, max_tokens, target, min_k, max_k, relevance_floor, cost, received)
+        return Retrieval(prompt.hits, prompt.budget)
 
     # -- conversations -----------------------------------------------------
 
@@ -659,10 +724,6 @@ class Pipeline:
         def block_tokens(number: int, passage: ContextPassage) -> int:
             return len(backend.tokenize(format_passage(number, passage) + "\n\n"))
 
-        candidates = [
-            Candidate(tokens=block_tokens(n, p), score=h.score, source=h.source, start=h.char_start, end=h.char_end)
-            for n, (p, h) in enumerate(zip(passages, hits), start=1)
-        ]
         cached = backend.cached_prefix(fixed_tokens)
         safety = cost.safety_factor()
         elapsed = time.perf_counter() - received
@@ -671,6 +732,16 @@ class Pipeline:
             target_ttft_s=target, cached_tokens=cached, overhead_s=elapsed + cost.overhead() + expected_wait_s,
             safety=safety, min_k=min_k, max_k=max_k, relevance_floor=floor,
         )
+        sizes = [block_tokens(n, p) for n, p in enumerate(passages, start=1)]
+        cap = focus_cap(passage_room(request, cost.predict), int(np.median(sizes))) if sizes else None
+        if cap is not None:
+            terms = set(lexical_terms(question))
+            passages = [self._focused(p, terms, cap, n, block_tokens) for n, p in enumerate(passages, start=1)]
+            sizes = [block_tokens(n, p) for n, p in enumerate(passages, start=1)]
+        candidates = [
+            Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end)
+            for size, h in zip(sizes, hits)
+        ]
         try:
             plan = plan_budget(candidates, request, cost.predict)
         except ContextTooSmall as exc:
@@ -724,6 +795,23 @@ class Pipeline:
         user = build_messages(question, shown)[-1].content
         return _Prompt(text, tuple(hits[i] for i in chosen), budget, elapsed, user, len(past))
 
+    def _focused(self, passage: ContextPassage, terms: set[str], cap: int, number: int, block_tokens) -> ContextPassage:
+        """``passage`` cut to the run of its sentences that shares the most
+        terms with the question, in at most ``cap`` prompt tokens."""
+        if block_tokens(number, passage) <= cap:
+            return passage
+        room = cap - block_tokens(number, ContextPassage(passage.source, "", passage.page))
+        text = passage.text
+        ends = sentence_ends(text)
+        units = [text[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+        sizes = [len(self.backend.tokenize(u)) for u in units]
+        scores = [len(terms.intersection(lexical_terms(u))) for u in units]
+        start, end = best_window(scores, sizes, room)
+        window = "".join(units[start:end]).strip()
+        if not window:  # one sentence longer than the room: its head
+            window = trim_to_tokens(text, room, lambda t: len(self.backend.tokenize(t)))
+        return ContextPassage(passage.source, window, passage.page)
+
     def doctor(self) -> dict[str, object]:
         """Versions, engine build and device, model, context, threads and index statistics."""
         import importlib.metadata as md
@@ -731,12 +819,14 @@ class Pipeline:
 
         versions = {}
         for dist in ("rag-budget", "llama-cpp-python", "sentence-transformers", "faiss-cpu", "torch",
-                     "langchain-text-splitters", "pypdf", "typer", "rich"):
+                     "bm25s", "langchain-text-splitters", "pypdf", "typer", "rich"):
             try:
                 versions[dist] = md.version(dist)
             except md.PackageNotFoundError:
                 versions[dist] = None
-        report: dict[str, object] = {"python": platform.python_version(), "versions": versions}
+        report: dict[str, object] = {
+            "python": platform.python_version(), "versions": versions, "retrieval": self.retrieval,
+        }
         report["engine"] = self.backend.info()
         try:
             report["index"] = self.index().stats() | {"sample": self.use_sample}

@@ -29,9 +29,12 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .errors import IndexBusy, IndexMismatch, IndexNotFound
+from .lexical import LexicalIndex
+from .vectors import describe, fit_vectors, new_vectors, vector_search
 
 FORMAT_NAME = "rag-budget-index"
 FORMAT_VERSION = 1
+LEXICAL_FOLDER = "bm25"  # optional in a generation: rebuilt in memory when absent
 
 _SCHEMA = """
 CREATE TABLE files (
@@ -169,6 +172,7 @@ class Index:
         self.manifest = manifest
         self._vectors = vectors
         self._db = db
+        self._lexical: LexicalIndex | None = None
 
     @classmethod
     def open(cls, directory: Path, *, embedder: str, dim: int) -> "Index":
@@ -196,29 +200,66 @@ class Index:
 
     def search(self, query: np.ndarray, k: int) -> list[Hit]:
         """The ``k`` chunks whose vectors have the highest inner product with
-        the unit vector ``query`` (cosine similarity), best first."""
+        the unit vector ``query`` (cosine similarity), best first. Above
+        ``APPROXIMATE_FROM`` vectors the search is approximate (IVF)."""
+        found = self.search_ids(query, k)
+        return self.hits([i for i, _ in found], query, known=dict(found))
+
+    def search_ids(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """``(chunk id, cosine)`` of the ``k`` nearest vectors, best first."""
         if k <= 0 or len(self) == 0:
             return []
-        scores, ids = self._vectors.search(np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), k)
-        found = [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
-        if not found:
+        scores, ids = vector_search(self._vectors, np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), k)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+
+    def lexical_search(self, query: str, k: int) -> list[tuple[int, float]]:
+        """``(chunk id, BM25 score)`` of up to ``k`` chunks sharing terms
+        with ``query``, best first."""
+        return self.lexical().search(query, k)
+
+    def lexical(self) -> LexicalIndex:
+        """The BM25 index of this generation; built in memory from the chunk
+        texts when the generation has none saved (written before BM25 was)."""
+        if self._lexical is None:
+            try:
+                self._lexical = LexicalIndex.load(self.generation / LEXICAL_FOLDER)
+            except ValueError:
+                rows = self._db.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
+                self._lexical = LexicalIndex.build([r[0] for r in rows], [r[1] for r in rows])
+        return self._lexical
+
+    def chunks(self) -> list[tuple[int, str, str, np.ndarray]]:
+        """Every chunk as ``(chunk id, source, text, unit vector)``, in id order."""
+        rows = self._db.execute("SELECT id, source, text FROM chunks ORDER BY id").fetchall()
+        return [(r[0], r[1], r[2], self._vectors.reconstruct(int(r[0]))) for r in rows]
+
+    def hits(self, ids: Sequence[int], query: np.ndarray, known: dict[int, float] | None = None) -> list[Hit]:
+        """The chunks ``ids`` in that order, each scored by its cosine
+        similarity to ``query`` (taken from ``known`` where given)."""
+        if not ids:
             return []
+        known = known or {}
         rows = {
             row[0]: row
             for row in self._db.execute(
                 "SELECT id, chunk_id, source, text, page, char_start, char_end, position FROM chunks "
-                f"WHERE id IN ({','.join('?' * len(found))})",
-                [i for i, _ in found],
+                f"WHERE id IN ({','.join('?' * len(ids))})",
+                list(ids),
             )
         }
-        return [
-            Hit(
-                chunk_id=rows[i][1], source=rows[i][2], score=score, text=rows[i][3], page=rows[i][4],
-                char_start=rows[i][5], char_end=rows[i][6], position=rows[i][7],
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        result = []
+        for i in ids:
+            if i not in rows:
+                continue
+            score = known.get(i)
+            if score is None:
+                score = float(np.dot(self._vectors.reconstruct(int(i)), q))
+            r = rows[i]
+            result.append(
+                Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6], position=r[7])
             )
-            for i, score in found
-            if i in rows
-        ]
+        return result
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
         """The ingested files, keyed by ``(root, source)``, optionally only
@@ -230,13 +271,15 @@ class Index:
         n_files, n_chunks, n_tokens = self._db.execute(
             "SELECT (SELECT COUNT(*) FROM files), COUNT(*), COALESCE(SUM(n_tokens), 0) FROM chunks"
         ).fetchone()
-        size = sum(p.stat().st_size for p in self.generation.iterdir() if p.is_file())
+        size = sum(p.stat().st_size for p in self.generation.rglob("*") if p.is_file())
         return {
             "path": str(self.directory),
             "files": n_files,
             "chunks": n_chunks,
             "tokens": n_tokens,
             "vectors": len(self),
+            "vector_search": describe(self._vectors),
+            "lexical": (self.generation / LEXICAL_FOLDER).is_dir(),
             "bytes": size,
             "embedder": self.manifest.embedder,
             "dim": self.manifest.dim,
@@ -295,6 +338,11 @@ class IndexWriter:
         self._db.execute("DELETE FROM chunks WHERE file_id = ?", (file_id,))
         self._db.execute("DELETE FROM files WHERE id = ?", (file_id,))
 
+    def vectors_by_text(self, file_id: int) -> dict[str, np.ndarray]:
+        """The stored vector of each chunk text of a file."""
+        rows = self._db.execute("SELECT id, text FROM chunks WHERE file_id = ?", (file_id,)).fetchall()
+        return {text: self._vectors.reconstruct(int(i)) for i, text in rows}
+
     def add_file(
         self, *, root: str, source: str, path: str, sha256: str, size: int,
         chunks: Sequence[NewChunk], vectors: np.ndarray,
@@ -325,11 +373,20 @@ class IndexWriter:
         import faiss
 
         self._db.commit()
+        rows = self._db.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
+        self._vectors = fit_vectors(self._vectors, self.manifest.dim, [r[0] for r in rows])
+        lexical = self.staged / LEXICAL_FOLDER
+        shutil.rmtree(lexical, ignore_errors=True)  # a copy of the live one's, now stale
+        LexicalIndex.build([r[0] for r in rows], [r[1] for r in rows]).save(lexical)
+        del rows
         self._db.close()
         faiss.write_index(self._vectors, str(self.staged / "vectors.faiss"))
         (self.staged / "manifest.json").write_text(self.manifest.to_json(), encoding="utf-8")
         for name in ("vectors.faiss", "manifest.json", "chunks.sqlite"):
             _fsync_file(self.staged / name)
+        for path in lexical.iterdir():
+            _fsync_file(path)
+        _fsync_dir(lexical)
         _fsync_dir(self.staged)
         tmp = self.directory / "CURRENT.tmp"
         tmp.write_text(self.staged.name + "\n", encoding="utf-8")
@@ -374,7 +431,7 @@ def open_writer(directory: Path, manifest: Manifest) -> Iterator[IndexWriter]:
                 src.backup(db)
                 src.close()
             else:
-                vectors = faiss.IndexIDMap2(faiss.IndexFlatIP(manifest.dim))
+                vectors = new_vectors(manifest.dim)
                 db.executescript(_SCHEMA)
             writer = IndexWriter(directory, staged, manifest, vectors, db)
             yield writer

@@ -143,8 +143,10 @@ def test_doctor_reports_engine_and_index(run, corpus, tmp_path):
     d = json.loads(result.stdout)
     assert d["versions"]["llama-cpp-python"] and d["engine"]["build"] and d["engine"]["n_threads"] >= 1
     assert d["index"]["files"] == 4 and d["index"]["chunks"] >= 4
+    assert d["index"]["vector_search"].startswith("exact") and d["index"]["lexical"] is True
+    assert d["retrieval"] == "hybrid"
     text = run("doctor", "--index", index)
-    assert "model_path" in text.stdout and "index.chunks" in text.stdout
+    assert "model_path" in text.stdout and "index.chunks" in text.stdout and "index.vector_search" in text.stdout
 
 
 def _quick_start_commands() -> list[str]:
@@ -230,3 +232,50 @@ def test_serve_refuses_an_exposed_address_without_keys(run, monkeypatch):
     monkeypatch.delenv("RAG_SERVE_API_KEYS", raising=False)
     _assert_clean_error(run("serve", "--host", "0.0.0.0"), "API keys")
     _assert_clean_error(run("serve", "--port", "70000"), "port")
+
+
+def _questions_file(tmp_path: Path) -> Path:
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        '{"question": "What limits decode?", "gold": ["decode.txt"]}\n'
+        '{"question": "At how many degrees is bread baked?", "gold": ["guide/cooking.rst"]}\n'
+    )
+    return questions
+
+
+def test_bench_retrieval_reports_recall_and_mrr_for_every_mode(run, corpus, tmp_path):
+    result = run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
+                 "--k", "1,3", "--index", tmp_path / "index", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["bench"] == "retrieval" and len(d["rows"]) == 2 * len(d["summary"]["systems"])
+    summary = d["summary"]
+    assert {"recall@1", "recall@3", "mrr"} <= set(summary)
+    names = [s["name"] for s in summary["systems"]]
+    assert names[:2] == ["dense", "bm25"] and any(n.startswith("hybrid") for n in names)
+    assert summary["default"] in names
+    for s in summary["systems"]:
+        assert 0 <= s["recall@1"] <= s["recall@3"] <= 1 and 0 <= s["mrr"] <= 1
+    # On two easy questions over four documents every mode finds both.
+    assert summary["recall@3"] == 1.0
+    table = run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
+                "--index", tmp_path / "index")
+    assert table.exit_code == 0 and "(default)" in table.stdout
+    _assert_clean_error(run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
+                            "--k", "0"), "--k")
+
+
+def test_bench_peer_runs_langchain_beside_rag_budget(run, corpus, tmp_path):
+    pytest.importorskip("langchain_community", reason="the bench extra is not installed")
+    result = run("bench", "peer", "--corpus", corpus, "--include", "*", "--questions", _questions_file(tmp_path),
+                 "--limit", "1", "--k", "1,20", "--max-tokens", "2", "--index", tmp_path / "index", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    systems = d["summary"]["systems"]
+    assert [s["name"] for s in systems] == ["rag-budget", "langchain k=1", "langchain k=20"]
+    keys = {"name", "median_ttft_s", "p95_ttft_s", "median_total_s", "prompt_tokens", "prompt_recall"}
+    assert all(keys <= set(s) for s in systems)
+    assert d["summary"]["ttft_ratio_vs_langchain_k20"] > 0
+    # k=20 over a corpus of a few chunks: LangChain stuffs all of them.
+    assert systems[2]["prompt_tokens"] > systems[1]["prompt_tokens"]
+    assert d["config"]["vector_agreement_min_cos"] > 0.999

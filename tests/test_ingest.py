@@ -121,3 +121,24 @@ def test_include_and_exclude_globs(corpus):
     (corpus / "notes.docx").write_bytes(b"PK")
     assert ".hidden.md" not in {f.source for f in find_files([corpus])[0]}
     assert "notes.docx" not in {f.source for f in find_files([corpus])[0]}
+
+
+def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunker):
+    paragraphs = [f"Paragraph {i} is about topic number {i}, with words enough to stand alone. " * 3 for i in range(6)]
+    corpus = write_corpus(tmp_path / "corpus", {"long.md": "\n\n".join(paragraphs)})
+    index_dir = tmp_path / "index"
+    first = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    assert first.chunks_added >= 3 and first.chunks_embedded == first.chunks_added
+    paragraphs[-1] = "The last paragraph now talks about sailing boats and harbour tides instead. " * 3
+    (corpus / "long.md").write_text("\n\n".join(paragraphs))
+    second = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    assert second.updated == ["long.md"] and second.chunks_added == first.chunks_added
+    assert 1 <= second.chunks_embedded < second.chunks_added
+    # A reused vector is the one the text would get anyway.
+    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    stored = index.chunks()
+    fresh = embedder.embed([text for _, _, text, _ in stored])
+    for (_, _, _, vector), expected in zip(stored, fresh):
+        assert float(vector @ expected) == pytest.approx(1.0, abs=1e-4)
+    assert _search(index_dir, embedder, "sailing boats and tides", k=1)[0].text.startswith("The last paragraph")
+    index.close()
