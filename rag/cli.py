@@ -494,10 +494,12 @@ def bench_retrieval(
     for c in metric_keys + ["search ms p50", "search ms p95"]:
         table.add_column(c, justify="right")
     for row in summary["systems"]:
-        mark = " (default)" if row["name"] == summary["default"] else ""
-        table.add_row(row["name"] + mark, *[f"{row[k]:.3f}" for k in metric_keys],
+        table.add_row(row["name"], *[f"{row[k]:.3f}" for k in metric_keys],
                       f"{row['median_search_ms']:.1f}", f"{row['p95_search_ms']:.1f}")
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    console.print(table)
+    # On its own line so a narrow terminal that wraps the table cannot hide it.
+    console.print(f"default retrieval: {summary['default']}", soft_wrap=True)
 
 
 def _bench_pipeline(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], **options) -> Pipeline:

@@ -260,7 +260,7 @@ def test_bench_retrieval_reports_recall_and_mrr_for_every_mode(run, corpus, tmp_
     assert summary["recall@3"] == 1.0
     table = run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
                 "--index", tmp_path / "index")
-    assert table.exit_code == 0 and "(default)" in table.stdout
+    assert table.exit_code == 0 and f"default retrieval: {summary['default']}" in table.stdout
     _assert_clean_error(run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
                             "--k", "0"), "--k")
 
