@@ -38,3 +38,40 @@ def check_gguf(path: Path) -> Path:
     if magic != b"GGUF":
         raise ModelFileError(f"{path}: not a GGUF model file; convert it with llama.cpp's convert scripts")
     return path.resolve()
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The GGUF key/value metadata of ``path`` as llama.cpp reads it (values
+    as strings), without loading weights or making a context."""
+    import ctypes
+    import logging
+
+    import llama_cpp
+
+    quiet = logging.getLogger("llama-cpp-python")  # llama.cpp's log goes through it
+    if quiet.level == logging.NOTSET:
+        quiet.setLevel(logging.ERROR)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode("utf-8"), params)
+    if not model:
+        raise ModelFileError(f"{path}: llama.cpp could not read this GGUF file's metadata")
+    try:
+        metadata: dict[str, str] = {}
+        size = 1 << 12
+        buf = ctypes.create_string_buffer(size)
+        for i in range(llama_cpp.llama_model_meta_count(model)):
+            n = llama_cpp.llama_model_meta_key_by_index(model, i, buf, size)
+            if n < 0:
+                continue
+            key = buf.value.decode("utf-8", "replace")
+            n = llama_cpp.llama_model_meta_val_str_by_index(model, i, buf, size)
+            if n >= size:  # a long value (a chat template): read it again whole
+                size = n + 1
+                buf = ctypes.create_string_buffer(size)
+                n = llama_cpp.llama_model_meta_val_str_by_index(model, i, buf, size)
+            if n >= 0:
+                metadata[key] = buf.value.decode("utf-8", "replace")
+        return metadata
+    finally:
+        llama_cpp.llama_model_free(model)

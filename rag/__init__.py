@@ -11,6 +11,7 @@ Importing this package loads no model.
 from .answer import Answer, Budget, Source
 from .errors import (
     DocumentError,
+    EngineUnavailable,
     IndexBusy,
     IndexMismatch,
     IndexNotFound,
@@ -26,6 +27,7 @@ __all__ = [
     "Answer",
     "Budget",
     "DocumentError",
+    "EngineUnavailable",
     "Hit",
     "IndexBusy",
     "IndexMismatch",

@@ -95,6 +95,8 @@ class LangChainRag:
                 model_path=str(backend.info()["model_path"]), n_ctx=PEER_N_CTX,
                 n_threads=int(backend.info()["n_threads"]), n_batch=int(backend.info()["n_batch"]),
                 max_tokens=max_tokens, temperature=0.0, verbose=False, streaming=True,
+                # The same engine settings as rag-budget's: only the prompt differs.
+                model_kwargs={"flash_attn": bool(backend.info().get("flash_attn", False))},
             )
         prompt = chat_prompt.from_messages([("system", _STUFF_PROMPT), ("human", "{input}")])
         self.prompt = prompt

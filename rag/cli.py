@@ -58,9 +58,46 @@ def _user_errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
+# The engine options given before the command (`rag --engine-url URL ask ...`).
+_ENGINE: dict[str, object] = {}
+
+
+@app.callback()
+def _engine_options(
+    engine_url: Optional[str] = typer.Option(
+        None, "--engine-url", envvar="RAG_ENGINE_URL",
+        help="Answer with an OpenAI-compatible server (llama-server, vLLM) at this URL instead of in-process llama.cpp."),
+    engine_model: Optional[str] = typer.Option(
+        None, "--engine-model", envvar="RAG_ENGINE_MODEL", help="The model name on that server [default: its first]."),
+    gpu_layers: Optional[int] = typer.Option(
+        None, "--gpu-layers", envvar="RAG_GPU_LAYERS",
+        help="Layers offloaded to the GPU; -1 all [default: all where llama.cpp has a GPU, else 0]."),
+    flash_attn: Optional[bool] = typer.Option(
+        None, "--flash-attn/--no-flash-attn", envvar="RAG_FLASH_ATTN",
+        help="Flash attention [default: on]."),
+    kv_type: str = typer.Option("f16", "--kv-type", envvar="RAG_KV_TYPE", help="KV cache type: f16 or q8_0 (half the memory)."),
+) -> None:
+    """Local document question answering that treats the prompt as a cost."""
+    _ENGINE.clear()
+    _ENGINE.update({k: v for k, v in {"engine_url": engine_url, "engine_model": engine_model, "gpu_layers": gpu_layers,
+                                      "flash_attn": flash_attn, "kv_type": kv_type}.items() if v is not None})
+
+
+def _engine_settings():
+    from pydantic import ValidationError
+
+    from engine.settings import EngineSettings
+
+    try:
+        return EngineSettings(**_ENGINE)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise RagError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+
+
 def _open_pipeline(index: Optional[Path], model: Optional[Path] = None, **options) -> Pipeline:
     """The pipeline a command works on (one place, so tests can share loaded models)."""
-    return Pipeline.open(index, model, **options)
+    return Pipeline.open(index, model, engine=_engine_settings(), **options)
 
 
 def _pipeline(index: Optional[Path], model: Optional[Path] = None, **options) -> Pipeline:
@@ -644,6 +681,49 @@ def bench_peer(
             console.print(f"{key.replace('_', ' ')}: {value:.2f}x")
 
 
+@bench_app.command("engine")
+def bench_engine_cmd(
+    sizes: str = typer.Option("256,1024,2048", "--sizes", help="Comma-separated prompt sizes in tokens."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Requests of each size and kind."),
+    max_tokens: int = typer.Option(32, "--max-tokens", min=1, help="Answer tokens per request."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """The engine alone (in process, or the server of --engine-url): TTFT,
+    prefill and decode tok/s and cached tokens, cold and with a cached prefix."""
+    from . import paths
+    from .bench_engine import bench_engine
+
+    with _user_errors():
+        wanted = _int_list(sizes, "--sizes")
+        backend = _pipeline(None, model).backend
+        document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
+        with Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=_err(), transient=True) as bar:
+            task = bar.add_task("requests", total=None)
+            try:
+                result = bench_engine(backend, document, wanted, repeats=repeats, max_tokens=max_tokens,
+                                      progress=lambda done, total: bar.update(task, completed=done, total=total))
+            except ValueError as exc:
+                raise RagError(str(exc)) from None
+    if as_json:
+        _echo_json(result)
+        return
+    table = Table(title=f"rag bench engine ({result['config']['engine']}, {repeats} requests each, medians)",
+                  title_justify="left")
+    for c in ("size", "kind", "prompt tok", "cached tok", "TTFT s", "prefill tok/s", "decode tok/s", "total s"):
+        table.add_column(c, justify="left" if c == "kind" else "right")
+
+    def cell(value) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    for row in result["summary"]["systems"]:
+        table.add_row(str(row["prompt_size"]), row["kind"], cell(row["prompt_tokens"]), cell(row["cached_tokens"]),
+                      cell(row["median_ttft_s"]), cell(row["prefill_tok_s"]), cell(row["decode_tok_s"]),
+                      cell(row["median_total_s"]))
+    Console(highlight=False).print(table)
+
+
 @bench_app.command("search")
 def bench_search(
     vectors: str = typer.Option("10000,100000,1000000", "--vectors", help="Comma-separated index sizes."),
@@ -787,10 +867,16 @@ def doctor(
         table.add_row(name, version or "[red]not installed[/]")
     table.add_row("retrieval", str(report["retrieval"]))
     engine = report["engine"]
-    for key in ("build", "device", "n_gpu_layers", "model_path", "model_bytes", "n_ctx", "n_threads", "n_batch"):
+    for key in ("engine", "url", "build", "device", "gpus", "n_gpu_layers", "offloaded_layers", "flash_attn", "kv_type",
+                "kv_cache_bytes", "model_path", "model_bytes", "n_ctx", "n_threads", "n_batch"):
+        if key not in engine:
+            continue
         value = engine[key]
-        if key == "model_bytes":
+        if key in ("model_bytes", "kv_cache_bytes") and isinstance(value, int):
             value = f"{value / 1e6:.1f} MB"
+        elif key == "gpus":
+            value = "; ".join(f"{g['name']}, {g['free_bytes'] / 2**30:.1f} of {g['total_bytes'] / 2**30:.1f} GiB free"
+                              for g in value) or "none found (no nvidia-smi)"
         table.add_row(key, str(value))
     for key, value in report["index"].items():
         table.add_row(f"index.{key}", str(value))

@@ -41,5 +41,10 @@ class ModelNotFound(RagError):
     """The GGUF model file is missing or cannot be loaded."""
 
 
+class EngineUnavailable(RagError):
+    """The inference engine cannot run as asked: too little memory for the
+    context, or a server that does not answer."""
+
+
 class DocumentNotFound(RagError):
     """No document with that id in the index."""

@@ -22,6 +22,8 @@ import numpy as np
 
 from engine.backend import Backend, ContextOverflow, Message, Timings
 from engine.kv_snapshots import common_prefix
+from engine.settings import EngineSettings
+from pydantic import ValidationError
 from prompt_budget import (
     BudgetRequest,
     Candidate,
@@ -50,7 +52,7 @@ from .answer import Answer, Budget, BudgetDecision, Source
 from .chunking import Chunker, ChunkerSettings
 from .conversations import Conversation, ConversationStore, Turn, check_session_id
 from .embed import Embedder, SentenceTransformerEmbedder
-from .errors import DocumentNotFound, IndexNotFound, ModelNotFound, QuestionTooLong, RagError
+from .errors import DocumentNotFound, EngineUnavailable, IndexNotFound, ModelNotFound, QuestionTooLong, RagError
 from .ingest import IngestProgress, IngestReport, ingest
 from .lexical import tokenize as lexical_terms
 from .retrieve import DEFAULT_MODE, QueryCache, RetrievalMode, check_mode, retrieve
@@ -161,7 +163,9 @@ class Pipeline:
     KV snapshots are kept on disk; default under the cache folder, ``False``
     for RAM only), ``kv_ram_bytes`` (the RAM cap of the snapshots) and
     ``retrieval`` (``"hybrid"``, ``"dense"`` or ``"bm25"``; see
-    ``rag.retrieve``).
+    ``rag.retrieve``) and ``engine`` (an ``engine.EngineSettings``: a remote
+    server, GPU layers, flash attention, KV cache type; default from
+    ``RAG_*`` environment variables).
     """
 
     def __init__(
@@ -182,8 +186,10 @@ class Pipeline:
         kv_dir: Path | None | Literal[False] = None,
         kv_ram_bytes: int = KV_RAM_BYTES,
         retrieval: RetrievalMode = DEFAULT_MODE,
+        engine: EngineSettings | None = None,
     ) -> None:
         self.index_dir = Path(index_dir)
+        self._engine = engine
         self.retrieval: RetrievalMode = check_mode(retrieval)
         self._queries: QueryCache | None = None
         self.profile_dir = Path(profile_dir) if profile_dir else paths.cache_dir() / "profiles"
@@ -247,19 +253,33 @@ class Pipeline:
         return self._embedder
 
     @property
+    def engine(self) -> EngineSettings:
+        """The engine options (default: from ``RAG_*`` environment variables)."""
+        if self._engine is None:
+            try:
+                self._engine = EngineSettings()
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise RagError(f"engine settings: RAG_{str(first['loc'][0]).upper()}: {first['msg']}") from None
+        return self._engine
+
+    @property
     def backend(self) -> Backend:
         """The inference engine (loaded on first use)."""
         if self._backend is None:
-            from engine.llama_cpp_backend import DEFAULT_N_CTX, LlamaCppBackend
+            from engine.memory import InsufficientMemory
             from engine.models import ModelFileError
+            from engine.settings import open_backend
 
             model = self.model or os.environ.get("RAG_MODEL") or None
             kv_dir = None if self.kv_dir is False else (self.kv_dir or paths.cache_dir() / "kv")
             try:
-                self._backend = LlamaCppBackend(
-                    model, n_ctx=self.n_ctx or DEFAULT_N_CTX, snapshot_dir=kv_dir,
+                self._backend = open_backend(
+                    self.engine, model=model, n_ctx=self.n_ctx, snapshot_dir=kv_dir,
                     snapshot_ram_bytes=self.kv_ram_bytes, snapshot_disk_bytes=KV_DISK_BYTES,
                 )
+            except (InsufficientMemory, ConnectionError) as exc:
+                raise EngineUnavailable(str(exc)) from None
             except (ModelFileError, ValueError) as exc:
                 raise ModelNotFound(str(exc)) from None
         return self._backend

@@ -1,0 +1,319 @@
+"""A backend for a model served over HTTP by an OpenAI-compatible engine.
+
+Serving engines (llama.cpp's llama-server, vLLM) batch many users and keep
+their own prefix caches, so this backend asks the server rather than
+guessing: the chat template through ``/apply-template`` (llama-server) or the
+chat form of ``/tokenize`` (vLLM); token counts through the server's
+``/tokenize``; prefill, cache and decode figures from the response, as
+llama-server's ``timings`` (``prompt_n``, ``prompt_ms``, ``cache_n``,
+``predicted_n``, ``predicted_ms``) or, failing that, OpenAI-style
+``usage.prompt_tokens_details.cached_tokens`` (vLLM with
+``--enable-prompt-tokens-details``). Where a server reports no prefill time,
+the time to the first streamed token stands in for it, so the budgeter still
+learns from every answer.
+
+Prompts are sent as token ids to ``/v1/completions``, so what the budgeter
+counted is exactly what the server evaluates. The server's cache is its own:
+:meth:`RemoteBackend.cached_prefix` predicts it from the prompts this client
+sent last (one per server slot), which is what llama-server keeps.
+
+Does not: start or stop the server, or keep session state on it (``session``
+and ``pin`` are accepted and answered by the server's prefix cache alone).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from typing import Iterator, Sequence
+
+import httpx
+
+from .backend import ContextOverflow, Message, Timings
+from .kv_snapshots import common_prefix
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class EngineUnreachable(ConnectionError):
+    """The server did not answer, or answered with an error."""
+
+
+class RemoteBackend:
+    """A :class:`~engine.backend.Backend` for an OpenAI-compatible server at ``base_url``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        n_ctx: int | None = None,
+        repeat_penalty: float = 1.1,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        # The root of the server: "http://host:8080" and ".../v1" both work.
+        root = base_url.rstrip("/")
+        self.base_url = root[: -len("/v1")] if root.endswith("/v1") else root
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, transport=transport)
+        self.repeat_penalty = repeat_penalty
+        self._props = self._optional_get("/props") or {}
+        self.kind = "llama-server" if "default_generation_settings" in self._props else "openai"
+        models = (self._optional_get("/v1/models") or {}).get("data") or []
+        if model is None:
+            if not models:
+                raise EngineUnreachable(f"{self.base_url} lists no model at /v1/models; name one with --engine-model")
+            model = str(models[0].get("id"))
+        self.model = model
+        self._n_ctx = n_ctx or self._server_context(models)
+        if not self._n_ctx:
+            raise EngineUnreachable(f"{self.base_url} does not say its context size; give it with --n-ctx")
+        slots = int(self._props.get("total_slots") or 1)
+        # The prompts this client sent last, one per server slot: what the
+        # server's prefix cache holds, as far as this client can know.
+        self._recent: deque[list[int]] = deque(maxlen=max(slots, 1))
+        self._lock = threading.Lock()
+
+    # -- talking to the server ---------------------------------------------
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise EngineUnreachable(f"{self.base_url}{path}: the engine server did not answer ({exc})") from None
+        if response.status_code >= 400:
+            raise EngineUnreachable(
+                f"{self.base_url}{path}: the engine server answered {response.status_code}: {response.text[:300]}"
+            )
+        return response
+
+    def _post(self, path: str, body: dict) -> dict:
+        return self._request("POST", path, body).json()
+
+    def _optional_get(self, path: str) -> dict | None:
+        """The JSON at ``path``, or None where the server has no such endpoint."""
+        try:
+            response = self._http.get(path)
+        except httpx.HTTPError as exc:
+            raise EngineUnreachable(f"{self.base_url}: the engine server did not answer ({exc})") from None
+        if response.status_code >= 400:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    def _server_context(self, models: list[dict]) -> int:
+        settings = self._props.get("default_generation_settings") or {}
+        if settings.get("n_ctx"):
+            return int(settings["n_ctx"])
+        for entry in models:
+            if entry.get("id") == self.model and entry.get("max_model_len"):
+                return int(entry["max_model_len"])  # vLLM
+        return 0
+
+    # -- the Backend protocol ----------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """``remote:<model>@<url>``."""
+        return f"remote:{self.model}@{self.base_url}"
+
+    @property
+    def n_ctx(self) -> int:
+        """The server's context window per request, in tokens."""
+        return self._n_ctx
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text for ``messages`` under the server's chat template."""
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        if self.kind == "llama-server":
+            return str(self._post("/apply-template", {"messages": chat})["prompt"])
+        # vLLM: its /tokenize applies the template to messages; decode it back.
+        tokens = self._post("/tokenize", {"model": self.model, "messages": chat, "add_generation_prompt": True})["tokens"]
+        return str(self._post("/detokenize", {"model": self.model, "tokens": tokens})["prompt"])
+
+    def tokenize(self, text: str) -> list[int]:
+        """The server model's tokens for ``text``: special tokens parsed, no BOS added."""
+        if self.kind == "llama-server":
+            found = self._post("/tokenize", {"content": text, "add_special": False, "parse_special": True})
+        else:
+            found = self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
+        return [int(t["id"]) if isinstance(t, dict) else int(t) for t in found["tokens"]]
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """Leading ``tokens`` the server should find in its prefix cache: the
+        longest prefix shared with a prompt this client sent recently (the
+        last token is always evaluated again)."""
+        import numpy as np
+
+        if not tokens:
+            return 0
+        want = np.asarray(tokens, dtype=np.int64)
+        with self._lock:
+            best = max((common_prefix(np.asarray(p, dtype=np.int64), want) for p in self._recent), default=0)
+        return min(best, len(tokens) - 1)
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        session: str | None = None,
+    ) -> Iterator[str | Timings]:
+        """Stream the server's completion of ``prompt``: text pieces, then one
+        Timings from the server's own figures where it reports them.
+
+        Raises ContextOverflow before sending if the prompt plus
+        ``max_tokens`` exceed the server's context window.
+        """
+        tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if len(tokens) + max_tokens > self.n_ctx:
+            raise ContextOverflow(
+                f"prompt of {len(tokens)} tokens + {max_tokens} answer tokens exceeds the context window of {self.n_ctx}"
+            )
+        return self._stream(tokens, max_tokens, temperature)
+
+    def _body(self, tokens: list[int], max_tokens: int, temperature: float) -> dict:
+        body: dict[str, object] = {
+            "model": self.model,
+            "prompt": tokens,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if temperature <= 0:
+            body["top_k"] = 1
+        if self.kind == "llama-server":
+            body |= {"cache_prompt": True, "repeat_penalty": self.repeat_penalty}
+        else:
+            body["repetition_penalty"] = self.repeat_penalty
+        return body
+
+    def _stream(self, tokens: list[int], max_tokens: int, temperature: float) -> Iterator[str | Timings]:
+        started = time.perf_counter()
+        ttft: float | None = None
+        pieces = 0
+        reported: dict = {}
+        usage: dict = {}
+        try:
+            with self._http.stream("POST", "/v1/completions", json=self._body(tokens, max_tokens, temperature)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise EngineUnreachable(
+                        f"{self.base_url}/v1/completions: the engine server answered {response.status_code}: "
+                        f"{response.text[:300]}"
+                    )
+                for line in response.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if event.get("error"):
+                        raise EngineUnreachable(f"{self.base_url}: the engine server failed: {event['error']}")
+                    reported = event.get("timings") or reported
+                    usage = event.get("usage") or usage
+                    for choice in event.get("choices") or []:
+                        text = choice.get("text") or ""
+                        if text:
+                            if ttft is None:
+                                ttft = time.perf_counter() - started
+                            pieces += 1
+                            yield text
+        except httpx.HTTPError as exc:
+            raise EngineUnreachable(f"{self.base_url}/v1/completions: the stream broke off ({exc})") from None
+        total = time.perf_counter() - started
+        with self._lock:
+            self._recent.append(tokens)
+        yield self._timings(tokens, reported, usage, ttft if ttft is not None else total, total, pieces)
+
+    def _timings(self, tokens: list[int], reported: dict, usage: dict, ttft: float, total: float,
+                 pieces: int) -> Timings:
+        """Timings from the server's figures: llama-server's ``timings`` first,
+        then OpenAI ``usage``, then the client's clock."""
+        n = len(tokens)
+        if "prompt_n" in reported:
+            prefill = int(reported["prompt_n"])
+            cached = int(reported.get("cache_n", n - prefill))
+            prefill = min(prefill, n)
+            cached = n - prefill if cached + prefill != n else cached
+            return Timings(
+                prompt_tokens=n, cached_tokens=cached, prefill_tokens=prefill, ttft_s=ttft,
+                prefill_s=float(reported.get("prompt_ms", 0.0)) / 1000.0,
+                decode_tokens=int(reported.get("predicted_n", pieces)),
+                decode_s=float(reported.get("predicted_ms", 0.0)) / 1000.0, total_s=total,
+            )
+        details = usage.get("prompt_tokens_details") or {}
+        cached = min(int(details.get("cached_tokens") or 0), n)
+        decoded = int(usage.get("completion_tokens") or pieces)
+        # No engine counters: the first token's wait is the prefill, the rest decode.
+        return Timings(
+            prompt_tokens=n, cached_tokens=cached, prefill_tokens=n - cached, ttft_s=ttft,
+            prefill_s=ttft, decode_tokens=decoded, decode_s=max(total - ttft, 0.0), total_s=total,
+        )
+
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
+        """Have the server evaluate ``tokens`` (one answer token, discarded),
+        so that its prefix cache holds them for the next prompt."""
+        tokens = [int(t) for t in tokens]
+        if not tokens or len(tokens) >= self.n_ctx:
+            raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
+        timings = None
+        for item in self._stream(tokens, 1, 0.0):
+            if isinstance(item, Timings):
+                timings = item
+        assert timings is not None
+        return Timings(timings.prompt_tokens, timings.cached_tokens, timings.prefill_tokens, timings.ttft_s,
+                       timings.prefill_s, 0, 0.0, timings.ttft_s)
+
+    def forget(self, session: str) -> None:
+        """Nothing to drop: the server's cache is not per session."""
+
+    def cache_stats(self) -> dict[str, object]:
+        """What the client knows of the server's cache: the prompts it sent
+        last (the server keeps its own figures)."""
+        with self._lock:
+            return {"where": "server", "recent_prompts": len(self._recent), "slots": self._recent.maxlen,
+                    "recent_tokens": sum(len(p) for p in self._recent)}
+
+    def profile_key(self) -> dict[str, object]:
+        """The server, its model and build, and the context: what changes its prefill rates."""
+        settings = self._props.get("default_generation_settings") or {}
+        return {
+            "engine": f"remote:{self.kind}",
+            "url": self.base_url,
+            "model": self.model,
+            "model_path": self._props.get("model_path"),
+            "build": self._props.get("build_info"),
+            "n_ctx": self.n_ctx,
+            "slots": self._props.get("total_slots") or settings.get("n_slots"),
+        }
+
+    def info(self) -> dict[str, object]:
+        """Engine facts for ``rag doctor``, as far as the server tells them."""
+        return {
+            "engine": f"remote ({self.kind})",
+            "url": self.base_url,
+            "model": self.model,
+            "build": self._props.get("build_info") or "unknown",
+            "device": "server",
+            "n_gpu_layers": "server's",
+            "model_path": self._props.get("model_path") or self.model,
+            "model_bytes": None,
+            "n_ctx": self.n_ctx,
+            "n_threads": "server's",
+            "n_batch": "server's",
+            "slots": self._props.get("total_slots"),
+        }
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()

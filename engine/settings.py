@@ -1,0 +1,62 @@
+"""Which engine answers, and how it is set up: validated settings that also
+read ``RAG_*`` environment variables, and the one function that opens the
+backend they describe.
+
+Does not: decide prompts or keep profiles.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .backend import Backend
+
+
+class EngineSettings(BaseSettings):
+    """The engine options; each field ``name`` may also come from ``RAG_NAME``.
+
+    With ``engine_url`` set, a server answers (``RemoteBackend``) and the
+    local-model fields do not apply; otherwise llama.cpp runs in this process.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="RAG_", extra="ignore", protected_namespaces=())
+
+    engine_url: Optional[str] = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080")
+    engine_model: Optional[str] = Field(None, description="the model name on the server (default: its first)")
+    engine_api_key: Optional[str] = Field(None, description="bearer key for the server")
+    gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all (default where there is a GPU)")
+    flash_attn: Optional[bool] = Field(None, description="flash attention (default: on)")
+    kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
+
+
+def open_backend(
+    settings: EngineSettings,
+    *,
+    model: str | os.PathLike[str] | None,
+    n_ctx: int | None,
+    snapshot_dir: Path | None,
+    snapshot_ram_bytes: int,
+    snapshot_disk_bytes: int,
+) -> Backend:
+    """The backend ``settings`` describe: a remote server, or the GGUF
+    ``model`` (default: the bundled one) in this process with a context of
+    ``n_ctx`` (default 4,096). Raises ValueError (and its subclasses
+    ModelFileError, InsufficientMemory) or ConnectionError with a message
+    for the user."""
+    if settings.engine_url:
+        from .remote import RemoteBackend
+
+        return RemoteBackend(settings.engine_url, model=settings.engine_model, api_key=settings.engine_api_key,
+                             n_ctx=n_ctx)
+    from .llama_cpp_backend import DEFAULT_N_CTX, LlamaCppBackend
+
+    return LlamaCppBackend(
+        model, n_ctx=n_ctx or DEFAULT_N_CTX, n_gpu_layers=settings.gpu_layers, flash_attn=settings.flash_attn,
+        kv_type=settings.kv_type, snapshot_dir=snapshot_dir, snapshot_ram_bytes=snapshot_ram_bytes,
+        snapshot_disk_bytes=snapshot_disk_bytes,
+    )
