@@ -867,9 +867,10 @@ def doctor(
         table.add_row(name, version or "[red]not installed[/]")
     table.add_row("retrieval", str(report["retrieval"]))
     engine = report["engine"]
-    for key in ("engine", "url", "build", "device", "gpus", "n_gpu_layers", "offloaded_layers", "flash_attn", "kv_type",
-                "kv_cache_bytes", "model_path", "model_bytes", "n_ctx", "n_threads", "n_batch"):
-        if key not in engine:
+    for key in ("engine", "url", "build", "gpu_offload_supported", "device", "gpus", "n_gpu_layers",
+                "offloaded_layers", "flash_attn", "kv_type", "kv_cache_bytes", "model_path", "model_bytes", "n_ctx",
+                "n_threads", "n_batch"):
+        if engine.get(key) is None:  # not this engine's to report (a server's model size)
             continue
         value = engine[key]
         if key in ("model_bytes", "kv_cache_bytes") and isinstance(value, int):

@@ -34,7 +34,11 @@ log "GPU: $(tail -1 "$OUT/gpu.csv"); building for sm_$arch only"
 
 # 1. llama-cpp-python with CUDA, from the trimmed sources, for this GPU only.
 mkdir -p /tmp/lcp && tar xzf "$D/lcp-src.tar.gz" -C /tmp/lcp
-export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$arch -DLLAVA_BUILD=off -DGGML_NATIVE=on"
+. tests/gpu/find_cublas.sh
+find_cublas || { log "no cuBLAS beside nvcc nor in an nvidia-cublas package: llama.cpp's CUDA build needs it"; exit 5; }
+[ -n "$CUBLAS_LIB" ] && export LD_LIBRARY_PATH="$CUBLAS_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+log "extra CMake arguments: ${CUBLAS_CMAKE_ARGS:-none}"
+export CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$arch -DLLAVA_BUILD=off -DGGML_NATIVE=on $CUBLAS_CMAKE_ARGS"
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 step build python3 -m pip install --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" /tmp/lcp/llama_cpp_python-*/
 python3 -c 'import llama_cpp; assert llama_cpp.llama_supports_gpu_offload(), "built without GPU offload"' \

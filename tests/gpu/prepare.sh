@@ -26,7 +26,7 @@ rm -rf "$v"/{models,docs,tests,benches,examples,conversion,scripts,tools,media,a
 for b in "$v"/ggml/src/ggml-*/; do
     case "$(basename "$b")" in ggml-cpu|ggml-cuda|ggml-blas) ;; *) rm -rf "$b" ;; esac
 done
-rm -rf "$src"/{docs,examples,tests,.github}
+rm -rf "$src"/{docs,examples,tests,.github,.git} "$v"/.git  # the sdist carries a 39 MB git pack
 tar czf "$D/lcp-src.tar.gz" -C "$tmp" "$(basename "$src")"
 
 # rag-budget's needs that the device image (KINDS.md) lacks, for its Python 3.12.
@@ -46,5 +46,5 @@ minilm=$(python -c 'from rag.embed import default_embedder_dir as d; print(d())'
 mkdir -p "$D/minilm"
 (cd "$minilm" && tar cf - --exclude='*.safetensors' --exclude='*.bin' --exclude='*.onnx' --exclude='onnx' \
     --exclude='openvino' .) | tar xf - -C "$D/minilm"
-tar czf "$D/corpus.tar.gz" -C /usr/share/doc/python3.11/html/_sources library/a* library/b* library/c*
+(cd /usr/share/doc/python3.11/html/_sources && tar czf "$OLDPWD/$D/corpus.tar.gz" library/a* library/b* library/c*)
 du -sh "$D" "$D"/* | sed 's/^/  /'
