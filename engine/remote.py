@@ -71,7 +71,9 @@ class RemoteBackend:
         self.model = model
         self._n_ctx = n_ctx or self._server_context(models)
         if not self._n_ctx:
-            raise EngineUnreachable(f"{self.base_url} does not say its context size; give it with --n-ctx")
+            raise EngineUnreachable(
+                f"{self.base_url} does not say its context size; give it as Pipeline(n_ctx=...) or RemoteBackend(n_ctx=...)"
+            )
         slots = int(self._props.get("total_slots") or 1)
         # The prompts this client sent last, one per server slot: what the
         # server's prefix cache holds, as far as this client can know.
@@ -241,10 +243,10 @@ class RemoteBackend:
         then OpenAI ``usage``, then the client's clock."""
         n = len(tokens)
         if "prompt_n" in reported:
-            prefill = int(reported["prompt_n"])
+            prefill = min(int(reported["prompt_n"]), n)
             cached = int(reported.get("cache_n", n - prefill))
-            prefill = min(prefill, n)
-            cached = n - prefill if cached + prefill != n else cached
+            if cached + prefill != n:  # counts that disagree: what it evaluated wins
+                cached = n - prefill
             return Timings(
                 prompt_tokens=n, cached_tokens=cached, prefill_tokens=prefill, ttft_s=ttft,
                 prefill_s=float(reported.get("prompt_ms", 0.0)) / 1000.0,

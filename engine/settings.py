@@ -45,9 +45,9 @@ def open_backend(
 ) -> Backend:
     """The backend ``settings`` describe: a remote server, or the GGUF
     ``model`` (default: the bundled one) in this process with a context of
-    ``n_ctx`` (default 4,096). Raises ValueError (and its subclasses
-    ModelFileError, InsufficientMemory) or ConnectionError with a message
-    for the user."""
+    ``n_ctx`` (default 4,096). Raises ModelFileError (a missing or
+    unreadable model), ValueError (InsufficientMemory among them) or
+    ConnectionError, each with a message for the user."""
     if settings.engine_url:
         from .remote import RemoteBackend
 
