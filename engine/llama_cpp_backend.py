@@ -34,7 +34,7 @@ import numpy as np
 
 from .backend import ContextOverflow, Message, Timings
 from .kv_snapshots import Snapshot, SnapshotCache, common_prefix
-from .memory import KV_TYPES, ModelShape, available_ram, check_fits, nvidia_devices
+from .memory import ModelShape, available_ram, check_fits, kv_type_bytes, nvidia_devices
 from .models import check_gguf, default_model_path, read_metadata
 
 DEFAULT_N_CTX = 4096
@@ -96,8 +96,7 @@ class LlamaCppBackend:
         self.n_gpu_layers = n_gpu_layers if n_gpu_layers is not None else (-1 if self.gpu_offload else 0)
         self.n_threads = n_threads or physical_cores()
         self.n_batch = n_batch
-        if kv_type not in KV_TYPES:
-            raise ValueError(f"KV cache type {kv_type!r} is not one of {', '.join(KV_TYPES)}")
+        kv_type_bytes(kv_type)  # ValueError for a type not offered
         if kv_type != "f16" and flash_attn is False:
             # llama.cpp quantises the V cache only inside flash attention.
             raise ValueError(f"a {kv_type} KV cache needs flash attention; drop --no-flash-attn or use f16")
@@ -369,7 +368,8 @@ class LlamaCppBackend:
 
     def profile_key(self) -> dict[str, object]:
         """Model file identity, llama.cpp build, GPU layers, context, threads,
-        batch, and flash attention and KV type where they are not the defaults."""
+        batch, and flash attention and KV type where they differ from
+        llama.cpp's own defaults (off, f16)."""
         lc = self._llama_cpp
         system_info = lc.llama_print_system_info().decode("utf-8", "replace")
         return {

@@ -23,8 +23,8 @@ from typing import Mapping
 
 # Bytes per stored value of each KV cache type llama.cpp offers here; q8_0
 # stores blocks of 32 values as 32 int8 plus one f16 scale (34 bytes).
-KV_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "q8_0": 34 / 32}
-KV_TYPES = ("f16", "q8_0")
+KV_TYPE_BYTES = {"f16": 2.0, "q8_0": 34 / 32}
+KV_TYPES = tuple(KV_TYPE_BYTES)
 # llama.cpp pads the context it allocates to a multiple of 256 tokens.
 CONTEXT_STEP = 256
 # Room left for compute buffers and the driver's own use, on top of weights

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Iterator, Literal, Sequence
 
 import numpy as np
+from pydantic import ValidationError
 
 from engine.backend import Backend, ContextOverflow, Message, Timings
 from engine.kv_snapshots import common_prefix
-from engine.settings import EngineSettings
-from pydantic import ValidationError
+from engine.memory import InsufficientMemory
+from engine.models import ModelFileError
+from engine.settings import EngineSettings, open_backend
 from prompt_budget import (
     BudgetRequest,
     Candidate,
@@ -267,10 +269,6 @@ class Pipeline:
     def backend(self) -> Backend:
         """The inference engine (loaded on first use)."""
         if self._backend is None:
-            from engine.memory import InsufficientMemory
-            from engine.models import ModelFileError
-            from engine.settings import open_backend
-
             model = self.model or os.environ.get("RAG_MODEL") or None
             kv_dir = None if self.kv_dir is False else (self.kv_dir or paths.cache_dir() / "kv")
             try:
