@@ -1,24 +1,42 @@
 """Talking to inference engines behind one protocol.
 
-``Backend`` is the seam; ``LlamaCppBackend`` runs a GGUF in this process;
+``Backend`` is the seam and ``PrefixCache`` an optional ability of it;
+``Generation`` is a completion in progress; ``LlamaCppBackend`` runs a GGUF
+in this process, ``RemoteBackend`` talks to an OpenAI-compatible server;
 ``FakeBackend`` is a deterministic stand-in for unit tests of pure logic.
-Importing this package loads no model and no native library.
+Every failure is an ``EngineError``. Importing this package loads no model
+and no native library.
 """
 
-from .backend import Backend, ContextOverflow, Message, Timings, complete
+from .backend import Backend, Generation, Message, PrefixCache, Timings
+from .errors import (
+    ContextOverflow,
+    EngineError,
+    EngineSettingsError,
+    EngineUnreachable,
+    GenerationFailed,
+    InsufficientMemory,
+    ModelFileError,
+)
 from .fake import FakeBackend
-from .models import ModelFileError, check_gguf, default_model_path
+from .models import check_gguf, default_model_path
 
 __all__ = [
     "Backend",
     "ContextOverflow",
+    "EngineError",
+    "EngineSettingsError",
+    "EngineUnreachable",
     "FakeBackend",
+    "Generation",
+    "GenerationFailed",
+    "InsufficientMemory",
     "LlamaCppBackend",
     "Message",
     "ModelFileError",
+    "PrefixCache",
     "Timings",
     "check_gguf",
-    "complete",
     "default_model_path",
 ]
 

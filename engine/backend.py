@@ -4,15 +4,24 @@ A backend turns chat messages into a prompt with the model's own template,
 counts tokens with the model's own tokenizer, and streams a completion while
 measuring it. Everything above this seam (the budgeter, the pipeline, the
 interfaces) talks only to :class:`Backend`; a second engine is a new module
-that implements it.
+that implements it. An engine that keeps KV state between requests may also
+offer :class:`PrefixCache`, an optional capability the pipeline uses when
+it is there.
+
+A completion is a :class:`Generation`: iterate it for text, then read its
+:class:`Timings`. Engines write it as a generator that yields text and
+returns the timings, so nothing downstream sorts a mixed stream by type.
 
 Does not: choose what goes into the prompt, retrieve, or keep conversations.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Iterator, Literal, Protocol, Sequence, runtime_checkable
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Generator, Generic, Iterator, Literal, Protocol, Sequence, TypeVar, runtime_checkable
+
+from .errors import ContextOverflow, GenerationFailed
 
 Role = Literal["system", "user", "assistant"]
 
@@ -54,24 +63,100 @@ class Timings:
     def shifted(self, seconds: float) -> "Timings":
         """These timings with ``seconds`` of work before the engine call added
         to the wall-clock figures (``ttft_s`` and ``total_s``)."""
-        return Timings(
-            prompt_tokens=self.prompt_tokens,
-            cached_tokens=self.cached_tokens,
-            prefill_tokens=self.prefill_tokens,
-            ttft_s=self.ttft_s + seconds,
-            prefill_s=self.prefill_s,
-            decode_tokens=self.decode_tokens,
-            decode_s=self.decode_s,
-            total_s=self.total_s + seconds,
-            restored_tokens=self.restored_tokens,
-            restore_s=self.restore_s,
-            snapshot_s=self.snapshot_s,
-            queue_s=self.queue_s,
-        )
+        return replace(self, ttft_s=self.ttft_s + seconds, total_s=self.total_s + seconds)
 
 
-class ContextOverflow(ValueError):
-    """The prompt plus the reserved answer tokens do not fit the context window."""
+T = TypeVar("T")
+
+
+class TextStream(Generic[T]):
+    """Text arriving piece by piece, then one final value: iterate it for
+    the pieces; once it is exhausted, :attr:`final` holds the value.
+    :meth:`close` (or leaving a ``with`` block) stops it early.
+
+    Made from a generator that yields text and *returns* the final value,
+    so no consumer sorts a mixed stream by type.
+    """
+
+    _what = "stream"
+
+    def __init__(self, run: Generator[str, None, T]) -> None:
+        self._run = run
+        self._final: T | None = None
+        self._done = False
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        if self._done:
+            raise StopIteration
+        try:
+            return next(self._run)
+        except StopIteration as done:
+            self._final, self._done = done.value, True
+            raise StopIteration from None
+
+    @property
+    def done(self) -> bool:
+        """Whether the stream ran to its end."""
+        return self._done
+
+    @property
+    def final(self) -> T:
+        """The value the stream ended with; only once it is exhausted."""
+        if not self._done:
+            raise RuntimeError(f"the {self._what} has not finished: iterate it to the end first")
+        return self._final  # type: ignore[return-value]
+
+    def result(self) -> tuple[str, T]:
+        """Run the stream to its end: its whole text and its final value."""
+        text = "".join(self)
+        return text, self.final
+
+    def close(self) -> None:
+        """Stop now; whatever the stream held is released."""
+        self._run.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Generation(TextStream[Timings]):
+    """A completion in progress: iterate it for text pieces as they are
+    decoded; once it is exhausted, :attr:`timings` holds what the engine
+    measured. Closing it early frees the engine for others.
+    """
+
+    _what = "generation"
+
+    def __init__(self, run: Generator[str, None, Timings], *, engine: str = "engine") -> None:
+        super().__init__(run)
+        self._engine = engine
+        # When the caller asked: the engine's clock starts here too, so the
+        # time spent before it (retrieval, planning) is added in one place.
+        self.started = time.perf_counter()
+
+    @property
+    def timings(self) -> Timings:
+        """What the engine measured; only once the generation is exhausted."""
+        timings = self.final
+        if not isinstance(timings, Timings):
+            raise GenerationFailed(f"{self._engine} ended a generation without reporting its timings")
+        return timings
+
+    def timings_since(self, received: float) -> Timings:
+        """The timings with their wall-clock figures counted from ``received``
+        (a ``time.perf_counter()`` reading taken before the engine was asked)."""
+        return self.timings.shifted(self.started - received)
+
+    def result(self) -> tuple[str, Timings]:
+        """Run the generation to its end: its whole text and its timings."""
+        text = "".join(self)
+        return text, self.timings
 
 
 @runtime_checkable
@@ -98,12 +183,6 @@ class Backend(Protocol):
         in the text are parsed as such)."""
         ...
 
-    def cached_prefix(self, tokens: Sequence[int]) -> int:
-        """How many leading ``tokens`` the engine would reuse from its KV
-        cache or its saved snapshots, not evaluating them again, if they were
-        prompted now."""
-        ...
-
     def generate(
         self,
         prompt: str | Sequence[int],
@@ -111,23 +190,48 @@ class Backend(Protocol):
         max_tokens: int = 256,
         temperature: float = 0.0,
         session: str | None = None,
-    ) -> Iterator[str | Timings]:
-        """Stream the completion of ``prompt`` (text, or tokens as
-        :meth:`tokenize` gives them): text pieces as they are decoded, then
-        exactly one :class:`Timings` as the last item.
+    ) -> Generation:
+        """The completion of ``prompt`` (text, or tokens as :meth:`tokenize`
+        gives them), streamed as a :class:`Generation`.
 
-        The longest prefix of the prompt held in the KV cache or in a saved
-        snapshot is not evaluated again. With a ``session`` key, the state
-        after the answer is saved under that key for the session's next
-        prompt, which will start with this one.
+        An engine with a :class:`PrefixCache` does not evaluate again the
+        longest prefix of the prompt it holds, and with a ``session`` key
+        keeps the state after the answer for the session's next prompt.
 
-        Raises :class:`ContextOverflow` before any work if the prompt plus
-        ``max_tokens`` exceed :attr:`n_ctx`.
+        Raises :class:`~engine.errors.ContextOverflow` before any work if the
+        prompt plus ``max_tokens`` exceed :attr:`n_ctx`; other failures are
+        :class:`~engine.errors.EngineError` s, raised while iterating.
         """
         ...
 
+    def profile_key(self) -> dict[str, object]:
+        """What changes this engine's prefill rates (model file, build,
+        offload, context, threads, batch): equal keys may share a profile."""
+        ...
+
+    def describe(self) -> dict[str, object]:
+        """Facts about the engine for ``rag doctor``: build, device, model
+        path and size, context, threads."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine (its model, context or connections)."""
+        ...
+
+
+@runtime_checkable
+class PrefixCache(Protocol):
+    """An optional ability: an engine that keeps KV state between requests
+    and lets the caller predict, fill and drop it."""
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` the engine would reuse from its KV
+        cache or its saved snapshots, not evaluating them again, if they were
+        prompted now."""
+        ...
+
     def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
-        """Evaluate ``tokens`` now (reusing any cached prefix) and save the
+        """Evaluate ``tokens`` now (reusing any cached prefix) and keep the
         state under ``session``, so a later prompt that starts with them
         finds them cached; ``pin`` keeps it from eviction (the system
         prompt's state)."""
@@ -138,30 +242,14 @@ class Backend(Protocol):
         ...
 
     def cache_stats(self) -> dict[str, object]:
-        """What the engine's snapshot store holds: entries and bytes in RAM
-        and on disk, and its caps."""
-        ...
-
-    def profile_key(self) -> dict[str, object]:
-        """What changes this engine's prefill rates (model file, build,
-        offload, context, threads, batch): equal keys may share a profile."""
-        ...
-
-    def info(self) -> dict[str, object]:
-        """Facts about the engine for ``rag doctor``: build, device, model
-        path and size, context, threads."""
+        """What the engine's cache holds: entries and bytes, and its caps."""
         ...
 
 
-def complete(backend: Backend, prompt: str | Sequence[int], *, max_tokens: int = 256) -> tuple[str, Timings]:
-    """Run ``backend.generate`` to the end: the whole text and its Timings."""
-    pieces: list[str] = []
-    timings: Timings | None = None
-    for item in backend.generate(prompt, max_tokens=max_tokens):
-        if isinstance(item, Timings):
-            timings = item
-        else:
-            pieces.append(item)
-    if timings is None:
-        raise RuntimeError(f"{backend.name} ended a generation without reporting its timings")
-    return "".join(pieces), timings
+def check_fits(n_prompt: int, max_tokens: int, n_ctx: int) -> None:
+    """Raise ContextOverflow if ``n_prompt`` prompt tokens plus ``max_tokens``
+    answer tokens exceed a context window of ``n_ctx``."""
+    if n_prompt + max_tokens > n_ctx:
+        raise ContextOverflow(
+            f"prompt of {n_prompt} tokens + {max_tokens} answer tokens exceeds the context window of {n_ctx}"
+        )

@@ -10,9 +10,9 @@ Never use it where a test claims to exercise the real engine.
 from __future__ import annotations
 
 import re
-from typing import Iterator, Sequence
+from typing import Generator, Sequence
 
-from .backend import ContextOverflow, Message, Timings
+from .backend import Generation, Message, Timings, check_fits
 
 _TOKEN = re.compile(r"\S+|\s")
 
@@ -61,14 +61,13 @@ class FakeBackend:
     def generate(
         self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
         session: str | None = None,
-    ) -> Iterator[str | Timings]:
-        """The fixed reply, word by word, then Timings from the formula."""
+    ) -> Generation:
+        """The fixed reply, word by word; Timings from the formula."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        if len(tokens) + max_tokens > self._n_ctx:
-            raise ContextOverflow(f"prompt of {len(tokens)} tokens + {max_tokens} exceeds {self._n_ctx}")
-        return self._stream(tokens, max_tokens, session)
+        check_fits(len(tokens), max_tokens, self._n_ctx)
+        return Generation(self._stream(tokens, max_tokens, session), engine=self.name)
 
-    def _stream(self, tokens: list[int], max_tokens: int, session: str | None) -> Iterator[str | Timings]:
+    def _stream(self, tokens: list[int], max_tokens: int, session: str | None) -> Generator[str, None, Timings]:
         cached = self.cached_prefix(tokens)
         prefill = len(tokens) - cached
         words = self.reply.split(" ")[:max_tokens]
@@ -79,7 +78,7 @@ class FakeBackend:
             self.saved[session] = list(self._cached)
         prefill_s = prefill * self.seconds_per_token
         decode_s = len(words) * self.seconds_per_token
-        yield Timings(len(tokens), cached, prefill, prefill_s, prefill_s, len(words), decode_s, prefill_s + decode_s)
+        return Timings(len(tokens), cached, prefill, prefill_s, prefill_s, len(words), decode_s, prefill_s + decode_s)
 
     def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
         """Hold ``tokens`` as ``session``'s state; Timings from the formula."""
@@ -99,5 +98,8 @@ class FakeBackend:
     def profile_key(self) -> dict[str, object]:
         return {"engine": "fake", "seconds_per_token": self.seconds_per_token, "n_ctx": self._n_ctx}
 
-    def info(self) -> dict[str, object]:
+    def describe(self) -> dict[str, object]:
         return {"engine": "fake", "n_ctx": self._n_ctx}
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -21,21 +21,22 @@ Does not: choose prompts or decide what a session is.
 from __future__ import annotations
 
 import codecs
-import ctypes
 import hashlib
 import json
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Generator, Sequence
 
 import numpy as np
 
-from .backend import ContextOverflow, Message, Timings
+from .backend import Generation, Message, Timings, check_fits
+from .errors import ContextOverflow, EngineSettingsError, ModelFileError
 from .kv_snapshots import Snapshot, SnapshotCache, common_prefix
-from .memory import ModelShape, available_ram, check_fits, kv_type_bytes, nvidia_devices
-from .models import check_gguf, default_model_path, read_metadata
+from .llama_internals import LiveState
+from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
+from .models import check_gguf, default_model_path, model_identity, read_metadata
 
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
@@ -96,17 +97,18 @@ class LlamaCppBackend:
         self.n_gpu_layers = n_gpu_layers if n_gpu_layers is not None else (-1 if self.gpu_offload else 0)
         self.n_threads = n_threads or physical_cores()
         self.n_batch = n_batch
-        kv_type_bytes(kv_type)  # ValueError for a type not offered
+        kv_type_bytes(kv_type)  # EngineSettingsError for a type not offered
         if kv_type != "f16" and flash_attn is False:
             # llama.cpp quantises the V cache only inside flash attention.
-            raise ValueError(f"a {kv_type} KV cache needs flash attention; drop --no-flash-attn or use f16")
+            raise EngineSettingsError(f"a {kv_type} KV cache needs flash attention; drop --no-flash-attn or use f16")
         self.kv_type = kv_type
         # On by default: on a 2-core CPU it prefilled 1.2-1.5x faster (decode
         # 6% slower only at a 2k context; README, rag bench engine), and TTFT
         # is what the budget spends; on a GPU it saves memory and time too.
         self.flash_attn = True if flash_attn is None else flash_attn
         self.shape = ModelShape.from_metadata(read_metadata(self.model_path))
-        self.memory_plan = self._plan_memory(n_ctx) if check_memory else None
+        self.memory_plan = (plan_memory(self.shape, self.model_path, n_ctx, kv_type=kv_type, offloaded_layers=self.offloaded_layers)
+                            if check_memory else None)
         # Greedy decoding of a small model loops on itself without a penalty.
         self.repeat_penalty = repeat_penalty
         kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
@@ -125,20 +127,18 @@ class LlamaCppBackend:
                 verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
-            raise ValueError(f"{self.model_path}: llama.cpp could not load this model ({exc})") from None
+            raise ModelFileError(f"{self.model_path}: llama.cpp could not load this model ({exc})") from None
         template = self._llm.metadata.get("tokenizer.chat_template")
         if not template:
-            raise ValueError(f"{self.model_path}: the model has no chat template in its metadata")
+            raise ModelFileError(f"{self.model_path}: the model has no chat template in its metadata")
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-        model = self._llm._model
-        eos_id, bos_id = self._llm.token_eos(), self._llm.token_bos()
+        self._live = LiveState(self._llm)
         self._formatter = Jinja2ChatFormatter(
             template=template,
-            eos_token=model.token_get_text(eos_id) if eos_id != -1 else "",
-            bos_token=model.token_get_text(bos_id) if bos_id != -1 else "",
+            eos_token=self._live.token_text(self._llm.token_eos()),
+            bos_token=self._live.token_text(self._llm.token_bos()),
         )
-        self._vocab = model.vocab
         self._lock = threading.Lock()
         if snapshots is None:
             # On disk, one folder per model, build and context: a state is
@@ -155,30 +155,6 @@ class LlamaCppBackend:
             return 0
         n = self.shape.n_layers
         return n if self.n_gpu_layers < 0 else min(self.n_gpu_layers, n)
-
-    def _plan_memory(self, n_ctx: int) -> dict[str, object]:
-        """Where weights and KV cache of ``n_ctx`` will live and how much they
-        need; InsufficientMemory before any allocation if they do not fit."""
-        weights = self.model_path.stat().st_size
-        layers = self.offloaded_layers
-        devices = nvidia_devices() if layers else []
-        kv = self.shape.kv_bytes(n_ctx, self.kv_type)
-        plan: dict[str, object] = {"kv_cache_bytes": kv, "kv_bytes_per_token": self.shape.kv_bytes_per_token(self.kv_type)}
-        if layers and devices:
-            # The offloaded share of the weights, and the KV of those layers (offload_kqv).
-            share = layers / self.shape.n_layers
-            free = sum(d.free_bytes for d in devices)
-            where = f"the GPU ({', '.join(d.name for d in devices)})"
-            need = check_fits(self.shape, n_ctx, kv_type=self.kv_type, weight_bytes=int(weights * share),
-                              free_bytes=free, where=where)
-            return plan | {"where": "gpu", "need_bytes": need, "free_bytes": free}
-        free_ram = available_ram()
-        if free_ram is None or layers:
-            # A GPU this process cannot ask about (Metal, ROCm): llama.cpp decides.
-            return plan | {"where": "gpu" if layers else "cpu", "need_bytes": weights + kv, "free_bytes": free_ram}
-        need = check_fits(self.shape, n_ctx, kv_type=self.kv_type, weight_bytes=weights, free_bytes=free_ram,
-                          where="RAM")
-        return plan | {"where": "cpu", "need_bytes": need, "free_bytes": free_ram}
 
     @property
     def name(self) -> str:
@@ -207,16 +183,9 @@ class LlamaCppBackend:
         _, saved = self.snapshots.best(tokens)
         return max(live, self._reusable(saved, len(tokens), exact=False))
 
-    def _held_common(self, tokens: Sequence[int]) -> int:
-        """Leading ``tokens`` that the live KV cache holds."""
-        llm = self._llm
-        return common_prefix(np.asarray(llm.input_ids[: llm.n_tokens], dtype=np.int32), np.asarray(tokens, dtype=np.int32))
-
     def _live_prefix(self, tokens: Sequence[int]) -> int:
-        llm = self._llm
-        common = self._held_common(tokens)
-        exact = llm.n_tokens == len(tokens) and not getattr(llm, "_requires_eval", True)
-        return self._reusable(common, len(tokens), exact=exact)
+        common = common_prefix(self._live.held(), np.asarray(tokens, dtype=np.int32))
+        return self._reusable(common, len(tokens), exact=self._live.has_logits_for(len(tokens)))
 
     @staticmethod
     def _reusable(common: int, n_prompt: int, *, exact: bool) -> int:
@@ -233,20 +202,16 @@ class LlamaCppBackend:
         max_tokens: int = 256,
         temperature: float = 0.0,
         session: str | None = None,
-    ) -> Iterator[str | Timings]:
-        """Stream the completion of ``prompt`` (text or tokens): text pieces,
-        then one Timings. With ``session``, the state after the answer is
-        saved under that key.
+    ) -> Generation:
+        """The completion of ``prompt`` (text or tokens), streamed. With
+        ``session``, the state after the answer is saved under that key.
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
-        if len(tokens) + max_tokens > self.n_ctx:
-            raise ContextOverflow(
-                f"prompt of {len(tokens)} tokens + {max_tokens} answer tokens exceeds the context window of {self.n_ctx}"
-            )
-        return self._stream(tokens, max_tokens, temperature, session)
+        check_fits(len(tokens), max_tokens, self.n_ctx)
+        return Generation(self._stream(tokens, max_tokens, temperature, session), engine=self.name)
 
     def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
         """Evaluate ``tokens`` (reusing any cached prefix) and save the state
@@ -254,16 +219,16 @@ class LlamaCppBackend:
         tokens = list(tokens)
         if not tokens or len(tokens) >= self.n_ctx:
             raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
-        lc, llm = self._llama_cpp, self._llm
+        live = self._live
         with self._lock:
             started = time.perf_counter()
-            lc.llama_perf_context_reset(llm.ctx)
+            live.reset_counters()
             restored, restore_s = self._restore(tokens)
-            common = self._held_common(tokens)
+            common = common_prefix(live.held(), np.asarray(tokens, dtype=np.int32))
             if common < len(tokens):
-                llm.n_tokens = common
-                llm.eval(tokens[common:])
-            n, seconds = _evaluated(lc.llama_perf_context(llm.ctx))
+                live.truncate(common)
+                self._llm.eval(tokens[common:])
+            n, seconds = live.evaluated()
             total = time.perf_counter() - started
             snapshot_s = self._save(session, pin=pin)
         return Timings(len(tokens), len(tokens) - n, n, total, seconds, 0, 0.0, total,
@@ -281,50 +246,37 @@ class LlamaCppBackend:
         """Load the snapshot sharing the longest prefix with ``tokens`` when
         it shares more than the live KV cache does; returns the prefix it
         brought and the seconds it took (0, 0.0 when none was loaded)."""
-        llm = self._llm
         key, saved = self.snapshots.best(tokens)
-        if key is None or saved <= self._held_common(tokens):
+        if key is None or saved <= common_prefix(self._live.held(), np.asarray(tokens, dtype=np.int32)):
             return 0, 0.0
         started = time.perf_counter()
         snap = self.snapshots.get(key)
         if snap is None or len(snap.tokens) > self.n_ctx:
             return 0, 0.0
-        lc = self._llama_cpp
-        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        buf = (ctypes.c_uint8 * len(snap.data)).from_buffer_copy(snap.data)
-        if lc.llama_state_seq_set_data(llm.ctx, buf, len(snap.data), 0) == 0:
+        if not self._live.load(snap.tokens, snap.data):
             # Not a state of this model and context: forget it, prefill instead.
             self.snapshots.discard(key)
-            llm.n_tokens = 0
             return 0, time.perf_counter() - started
-        n = len(snap.tokens)
-        llm.input_ids[:n] = snap.tokens
-        llm.n_tokens = n
-        llm._requires_eval = True  # no logits came with the KV: sample only after a decode
-        return min(saved, n), time.perf_counter() - started
+        return min(saved, len(snap.tokens)), time.perf_counter() - started
 
     def _save(self, session: str | None, *, pin: bool = False) -> float:
         """Save the live KV state under ``session``; returns the seconds it took."""
-        if session is None or self._llm.n_tokens == 0:
+        if session is None:
             return 0.0
-        lc, llm = self._llama_cpp, self._llm
         started = time.perf_counter()
-        size = lc.llama_state_seq_get_size(llm.ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        written = lc.llama_state_seq_get_data(llm.ctx, buf, size, 0)
-        if written:
-            tokens = np.array(llm.input_ids[: llm.n_tokens], dtype=np.int32)
-            self.snapshots.put(session, Snapshot(tokens, bytes(buf)[:written]), pin=pin)
+        saved = self._live.save()
+        if saved is not None:
+            self.snapshots.put(session, Snapshot(*saved), pin=pin)
         return time.perf_counter() - started
 
     def _stream(
         self, tokens: list[int], max_tokens: int, temperature: float, session: str | None
-    ) -> Iterator[str | Timings]:
-        lc = self._llama_cpp
+    ) -> Generator[str, None, Timings]:
+        live = self._live
         started = time.perf_counter()  # before the lock: waiting behind others is part of TTFT
         with self._lock:
             queue_s = time.perf_counter() - started
-            lc.llama_perf_context_reset(self._llm.ctx)
+            live.reset_counters()
             restored, restore_s = self._restore(tokens)
             decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             ttft = None
@@ -334,8 +286,8 @@ class LlamaCppBackend:
             for token in self._llm.generate(tokens, repeat_penalty=self.repeat_penalty, **sampler):
                 if ttft is None:
                     ttft = time.perf_counter() - started
-                    prefill_tokens, prefill_s = _evaluated(lc.llama_perf_context(self._llm.ctx))
-                if lc.llama_vocab_is_eog(self._vocab, token):
+                    prefill_tokens, prefill_s = live.evaluated()
+                if live.is_end_of_generation(token):
                     break
                 generated += 1
                 piece = decoder.decode(self._llm.detokenize([token], special=False))
@@ -347,11 +299,11 @@ class LlamaCppBackend:
             if tail:
                 yield tail
             total = time.perf_counter() - started
-            all_tokens, all_s = _evaluated(lc.llama_perf_context(self._llm.ctx))
+            _, all_s = live.evaluated()
             # After the answer is out: the state is saved for the session's next turn.
             snapshot_s = self._save(session)
         cached = len(tokens) - prefill_tokens
-        yield Timings(
+        return Timings(
             prompt_tokens=len(tokens),
             cached_tokens=cached,
             prefill_tokens=prefill_tokens,
@@ -374,7 +326,7 @@ class LlamaCppBackend:
         system_info = lc.llama_print_system_info().decode("utf-8", "replace")
         return {
             "engine": "llama.cpp",
-            "model": self._model_identity(),
+            "model": model_identity(self.model_path),
             "build": f"{lc.__version__}+{hashlib.sha256(system_info.encode()).hexdigest()[:12]}",
             "n_gpu_layers": self.n_gpu_layers,
             "n_ctx": self.n_ctx,
@@ -386,14 +338,7 @@ class LlamaCppBackend:
             **({"kv_type": self.kv_type} if self.kv_type != "f16" else {}),
         }
 
-    def _model_identity(self) -> str:
-        # Name, size and a hash of the first MiB: cheap even for large files,
-        # and different for any two real models.
-        with open(self.model_path, "rb") as fh:
-            head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
-        return f"{self.model_path.name}:{self.model_path.stat().st_size}:{head}"
-
-    def info(self) -> dict[str, object]:
+    def describe(self) -> dict[str, object]:
         """Engine facts for ``rag doctor``."""
         lc = self._llama_cpp
         system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
@@ -418,14 +363,9 @@ class LlamaCppBackend:
             "system_info": system_info,
         }
 
-
-def _evaluated(perf) -> tuple[int, float]:
-    """Tokens llama.cpp evaluated since the last reset, and the seconds it took.
-
-    llama.cpp reports each count as at least 1 even when nothing ran, so a
-    count whose time is zero is read as zero. A one-token batch is counted
-    as "eval", not "prompt eval"; both are summed.
-    """
-    n_p = perf.n_p_eval if perf.t_p_eval_ms > 0 else 0
-    n_e = perf.n_eval if perf.t_eval_ms > 0 else 0
-    return n_p + n_e, (perf.t_p_eval_ms + perf.t_eval_ms) / 1000.0
+    def close(self) -> None:
+        """Free the llama.cpp model and context."""
+        with self._lock:
+            llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.close()

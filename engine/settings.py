@@ -1,6 +1,8 @@
-"""Which engine answers, and how it is set up: validated settings that also
-read ``RAG_*`` environment variables, and the one function that opens the
-backend they describe.
+"""How the engine is set up: a validated value object, and the one function
+that opens the backend it describes.
+
+The values come from ``rag.settings.Settings`` (command-line flags and
+``RAG_*`` variables); this module reads no environment itself.
 
 Does not: decide prompts or keep profiles.
 """
@@ -11,20 +13,17 @@ import os
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .backend import Backend
 
 
-class EngineSettings(BaseSettings):
-    """The engine options; each field ``name`` may also come from ``RAG_NAME``.
+class EngineSettings(BaseModel):
+    """The engine options. With ``engine_url`` set, a server answers
+    (``RemoteBackend``) and the local-model fields do not apply; otherwise
+    llama.cpp runs in this process."""
 
-    With ``engine_url`` set, a server answers (``RemoteBackend``) and the
-    local-model fields do not apply; otherwise llama.cpp runs in this process.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="RAG_", extra="ignore", protected_namespaces=())
+    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 
     engine_url: Optional[str] = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080")
     engine_model: Optional[str] = Field(None, description="the model name on the server (default: its first)")
@@ -45,9 +44,9 @@ def open_backend(
 ) -> Backend:
     """The backend ``settings`` describe: a remote server, or the GGUF
     ``model`` (default: the bundled one) in this process with a context of
-    ``n_ctx`` (default 4,096). Raises ModelFileError (a missing or
-    unreadable model), ValueError (InsufficientMemory among them) or
-    ConnectionError, each with a message for the user."""
+    ``n_ctx`` (default 4,096). Raises an EngineError with a message for the
+    user: ModelFileError, EngineSettingsError, InsufficientMemory or
+    EngineUnreachable."""
     if settings.engine_url:
         from .remote import RemoteBackend
 

@@ -69,7 +69,7 @@ class BudgetRequest:
     fixed_tokens: int
     n_ctx: int
     reserve_tokens: int
-    target_ttft_s: float | None = None
+    target_ttft: float | None = None
     cached_tokens: int = 0
     overhead_s: float = 0.0
     safety: float = 1.0
@@ -129,7 +129,7 @@ def passage_room(request: BudgetRequest, cost: CostFn) -> int:
 
 def _room(r: BudgetRequest, cost: CostFn, used: int) -> int:
     ctx_limit = r.n_ctx - r.reserve_tokens
-    if r.target_ttft_s is None:
+    if r.target_ttft is None:
         return max(ctx_limit - used, 0)
     cached = min(r.cached_tokens, r.fixed_tokens)
 
@@ -137,15 +137,114 @@ def _room(r: BudgetRequest, cost: CostFn, used: int) -> int:
         return r.overhead_s + r.safety * cost(max(total - cached, 0), cached)
 
     lo, hi = 0, max(ctx_limit - used, 0)
-    if planned(used) > r.target_ttft_s:
+    if planned(used) > r.target_ttft:
         return 0
     while lo < hi:  # prefill cost grows with tokens: bisect
         mid = (lo + hi + 1) // 2
-        if planned(used + mid) <= r.target_ttft_s:
+        if planned(used + mid) <= r.target_ttft:
             lo = mid
         else:
             hi = mid - 1
     return lo
+
+
+class _Selection:
+    """The passages taken so far and what happened to each candidate."""
+
+    def __init__(self, candidates: Sequence[Candidate], request: BudgetRequest, cost: CostFn) -> None:
+        self.candidates, self.r, self.cost = candidates, request, cost
+        self.ctx_limit = request.n_ctx - request.reserve_tokens
+        self.cached = min(request.cached_tokens, request.fixed_tokens)
+        self.used = request.fixed_tokens
+        self.chosen: list[int] = []
+        self.trim: dict[int, int] = {}
+        self.decisions: dict[int, Decision] = {}
+
+    def central(self, total: int) -> float:
+        return self.r.overhead_s + self.cost(max(total - self.cached, 0), self.cached)
+
+    def planned(self, total: int) -> float:
+        return self.r.overhead_s + self.r.safety * self.cost(max(total - self.cached, 0), self.cached)
+
+    def eligible(self) -> list[int]:
+        """Candidates worth considering, in relevance order; the others are
+        dropped whatever the budget (irrelevant, overlapping, empty)."""
+        eligible: list[int] = []
+        for i, c in enumerate(self.candidates):
+            if c.score < self.r.relevance_floor:
+                self.decisions[i] = Decision(i, False, "relevance", 0, 0.0)
+            elif any(_overlaps(c, self.candidates[j]) for j in eligible):
+                self.decisions[i] = Decision(i, False, "near-duplicate", 0, 0.0)
+            elif c.tokens <= 0:
+                self.decisions[i] = Decision(i, False, "context", 0, 0.0)
+            else:
+                eligible.append(i)
+        return eligible
+
+    def take(self, i: int, tokens: int) -> None:
+        self.used += tokens
+        self.chosen.append(i)
+        size = self.candidates[i].tokens
+        if tokens < size:
+            self.trim[i] = tokens
+        self.decisions[i] = Decision(i, True, None, tokens, self.central(self.used), tokens < size)
+
+    def drop(self, i: int, reason: str) -> None:
+        self.decisions[i] = Decision(i, False, reason, 0, self.central(self.used + self.candidates[i].tokens))
+
+    def take_first(self, queue: list[int]) -> bool:
+        """Take the first ``min_k`` of ``queue`` even over the target,
+        trimmed towards it; True once the budget is full."""
+        r = self.r
+        while queue and len(self.chosen) < min(r.min_k, r.max_k):
+            i = queue.pop(0)
+            size = self.candidates[i].tokens
+            room_ctx = self.ctx_limit - self.used
+            if room_ctx < min(size, r.min_trim_tokens):
+                self.drop(i, "context")
+                continue
+            room = min(room_ctx, max(_room(r, self.cost, self.used), r.min_trim_tokens))
+            self.take(i, min(size, room))
+            if size > room:
+                return True
+        return False
+
+    def fill(self, queue: list[int]) -> None:
+        """Take candidates whole while they fit; trim the first that does
+        not, or skip it for the first later one that fits whole."""
+        r = self.r
+        skipped_once = False
+        while queue:
+            i = queue.pop(0)
+            if len(self.chosen) >= r.max_k:
+                self.drop(i, "max_k")
+                continue
+            size = self.candidates[i].tokens
+            room_ctx = self.ctx_limit - self.used
+            room_ttft = _room(r, self.cost, self.used)
+            room = min(room_ctx, room_ttft)
+            if size <= room:
+                self.take(i, size)
+                if skipped_once:
+                    return
+                continue
+            reason = "context" if room_ctx < size and room_ctx <= room_ttft else "ttft"
+            if skipped_once:
+                self.drop(i, reason)
+            elif room >= r.min_trim_tokens:
+                self.take(i, room)
+                return
+            else:
+                self.drop(i, reason)
+                skipped_once = True
+
+    def leave(self, queue: list[int]) -> None:
+        """Drop what is left once the budget is full."""
+        for i in queue:
+            if len(self.chosen) >= self.r.max_k:
+                self.drop(i, "max_k")
+            else:
+                self.drop(i, "context" if self.ctx_limit - self.used < self.candidates[i].tokens else "ttft")
 
 
 def plan_budget(candidates: Sequence[Candidate], request: BudgetRequest, cost: CostFn) -> Plan:
@@ -156,105 +255,23 @@ def plan_budget(candidates: Sequence[Candidate], request: BudgetRequest, cost: C
     the context window.
     """
     r = request
-    ctx_limit = r.n_ctx - r.reserve_tokens
-    if r.fixed_tokens > ctx_limit:
+    if r.fixed_tokens > r.n_ctx - r.reserve_tokens:
         raise ContextTooSmall(r.fixed_tokens, r.reserve_tokens, r.n_ctx)
-    cached = min(r.cached_tokens, r.fixed_tokens)
-
-    def central(total: int) -> float:
-        return r.overhead_s + cost(max(total - cached, 0), cached)
-
-    def planned(total: int) -> float:
-        return r.overhead_s + r.safety * cost(max(total - cached, 0), cached)
-
-    def ttft_room(used: int) -> int:
-        return _room(r, cost, used)
-
-    decisions: dict[int, Decision] = {}
-    eligible: list[int] = []
-    for i, c in enumerate(candidates):
-        if c.score < r.relevance_floor:
-            decisions[i] = Decision(i, False, "relevance", 0, 0.0)
-        elif any(_overlaps(c, candidates[j]) for j in eligible):
-            decisions[i] = Decision(i, False, "near-duplicate", 0, 0.0)
-        elif c.tokens <= 0:
-            decisions[i] = Decision(i, False, "context", 0, 0.0)
-        else:
-            eligible.append(i)
-
-    used = r.fixed_tokens
-    chosen: list[int] = []
-    trim: dict[int, int] = {}
-
-    def take(i: int, tokens: int) -> None:
-        nonlocal used
-        used += tokens
-        chosen.append(i)
-        if tokens < candidates[i].tokens:
-            trim[i] = tokens
-        decisions[i] = Decision(i, True, None, tokens, central(used), tokens < candidates[i].tokens)
-
-    def drop(i: int, reason: str) -> None:
-        decisions[i] = Decision(i, False, reason, 0, central(used + candidates[i].tokens))
-
-    queue = list(eligible)
-    full = False
-    # The first min_k: taken even over the target, trimmed towards it.
-    while queue and len(chosen) < min(r.min_k, r.max_k) and not full:
-        i = queue.pop(0)
-        size = candidates[i].tokens
-        room_ctx = ctx_limit - used
-        if room_ctx < min(size, r.min_trim_tokens):
-            drop(i, "context")
-            continue
-        room = min(room_ctx, max(ttft_room(used), r.min_trim_tokens))
-        if size <= room:
-            take(i, size)
-        else:
-            take(i, room)
-            full = True
-    # Then: whole while they fit; trim the first that does not, or skip it
-    # for the first later one that fits whole.
-    skipped_once = False
-    while queue and not full:
-        i = queue.pop(0)
-        if len(chosen) >= r.max_k:
-            drop(i, "max_k")
-            continue
-        size = candidates[i].tokens
-        room_ctx = ctx_limit - used
-        room_ttft = ttft_room(used)
-        room = min(room_ctx, room_ttft)
-        if size <= room:
-            take(i, size)
-            if skipped_once:
-                full = True
-            continue
-        reason = "context" if room_ctx < size and room_ctx <= room_ttft else "ttft"
-        if skipped_once:
-            drop(i, reason)
-        elif room >= r.min_trim_tokens:
-            take(i, room)
-            full = True
-        else:
-            drop(i, reason)
-            skipped_once = True
-    for i in queue:  # left once the budget is full
-        if len(chosen) >= r.max_k:
-            drop(i, "max_k")
-        else:
-            drop(i, "context" if ctx_limit - used < candidates[i].tokens else "ttft")
-
-    feasible = r.target_ttft_s is None or planned(used) <= r.target_ttft_s
-    ordered = tuple(decisions[i] for i in range(len(candidates)))
+    selection = _Selection(candidates, r, cost)
+    queue = selection.eligible()
+    if not selection.take_first(queue):
+        selection.fill(queue)
+    selection.leave(queue)
+    used = selection.used
+    ordered = tuple(selection.decisions[i] for i in range(len(candidates)))
     return Plan(
-        chosen=tuple(chosen),
+        chosen=tuple(selection.chosen),
         dropped=tuple((d.index, d.reason) for d in ordered if not d.chosen),
         prompt_tokens=used,
-        predicted_ttft_s=central(used),
-        planned_ttft_s=planned(used),
-        feasible=feasible,
-        trim=trim,
+        predicted_ttft_s=selection.central(used),
+        planned_ttft_s=selection.planned(used),
+        feasible=r.target_ttft is None or selection.planned(used) <= r.target_ttft,
+        trim=selection.trim,
         decisions=ordered,
     )
 

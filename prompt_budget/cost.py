@@ -18,6 +18,7 @@ Does not: model decode, batching, or queueing; measure anything itself.
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -145,6 +146,8 @@ class PrefillCostModel:
     and tracks the ratio of measured to predicted time of each prediction it
     made *before* seeing the measurement, so callers can plan against a high
     quantile of its real error rather than its mean.
+
+    Thread safe: a server's requests predict while finished ones refit it.
     """
 
     def __init__(
@@ -166,6 +169,7 @@ class PrefillCostModel:
         self._ratios: deque[float] = deque(ratios, maxlen=ratio_window)
         self._overheads: deque[float] = deque(overheads, maxlen=ratio_window)
         self.fit = fit or prior_fit(prior_tokens_per_s)
+        self._lock = threading.RLock()
         self._corrections: dict[int, float] = {}
         self._levels: dict[int, float] = {}
         self._update_corrections()
@@ -173,26 +177,31 @@ class PrefillCostModel:
     @property
     def samples(self) -> tuple[PrefillSample, ...]:
         """The window of samples the current fit is made from, oldest first."""
-        return tuple(self._samples)
+        with self._lock:
+            return tuple(self._samples)
 
     @property
     def ratios(self) -> tuple[float, ...]:
         """Measured ÷ predicted prefill of recent requests, oldest first."""
-        return tuple(self._ratios)
+        with self._lock:
+            return tuple(self._ratios)
 
     @property
     def overheads(self) -> tuple[float, ...]:
         """Recent seconds to first token spent outside prefill, oldest first."""
-        return tuple(self._overheads)
+        with self._lock:
+            return tuple(self._overheads)
 
     def overhead(self, default: float = 0.02) -> float:
         """The median of recent non-prefill seconds to first token."""
-        return quantile(list(self._overheads), 0.5) if self._overheads else default
+        with self._lock:
+            return quantile(list(self._overheads), 0.5) if self._overheads else default
 
     def observe_overhead(self, seconds: float) -> None:
         """Record time to first token that prefill does not explain."""
-        if seconds >= 0:
-            self._overheads.append(seconds)
+        with self._lock:
+            if seconds >= 0:
+                self._overheads.append(seconds)
 
     @property
     def calibrated(self) -> bool:
@@ -203,28 +212,31 @@ class PrefillCostModel:
         """Predicted prefill seconds for ``n_new`` tokens on top of ``n_cached``:
         the fitted form, times what recent requests of about this size
         measured against it."""
-        base = self.fit.predict(n_new, n_cached)
-        return base * self.correction(n_new) * self.level(n_new) if base > 0 else base
+        with self._lock:
+            base = self.fit.predict(n_new, n_cached)
+            return base * self.correction(n_new) * self.level(n_new) if base > 0 else base
 
     def correction(self, n_new: int) -> float:
         """The local measured ÷ fitted ratio at this prompt size (1 where
         too few recent requests were this size), interpolated between
         half-octave size bins: ``n_new`` of 90 and 128 may differ."""
-        if not self._corrections or n_new <= 0:
-            return 1.0
-        x = 2.0 * math.log2(n_new)
-        lo, hi = math.floor(x), math.ceil(x)
-        r_lo, r_hi = self._corrections.get(lo), self._corrections.get(hi)
-        if r_lo is None or r_hi is None:
-            return r_lo or r_hi or 1.0
-        return r_lo + (r_hi - r_lo) * (x - lo)
+        with self._lock:
+            if not self._corrections or n_new <= 0:
+                return 1.0
+            x = 2.0 * math.log2(n_new)
+            lo, hi = math.floor(x), math.ceil(x)
+            r_lo, r_hi = self._corrections.get(lo), self._corrections.get(hi)
+            if r_lo is None or r_hi is None:
+                return r_lo or r_hi or 1.0
+            return r_lo + (r_hi - r_lo) * (x - lo)
 
     def level(self, n_new: int) -> float:
         """How the last few requests of about this size ran against the
         size-corrected fit (1 with too few of them): recent drift."""
-        if not self._levels or n_new <= 0:
-            return 1.0
-        return self._levels.get(round(2.0 * math.log2(n_new)), 1.0)
+        with self._lock:
+            if not self._levels or n_new <= 0:
+                return 1.0
+            return self._levels.get(round(2.0 * math.log2(n_new)), 1.0)
 
     def _update_corrections(self, min_samples: int = 8, recent: int = 128, level_samples: int = 8) -> None:
         # The form fits every size at once; what it gets wrong at one size
@@ -266,34 +278,37 @@ class PrefillCostModel:
         machine stalling (another process, a page fault), not the model's
         error, and a burst of them would otherwise starve every later prompt.
         """
-        if len(self._ratios) < min_ratios:
-            return default
-        ratios = list(self._ratios)
-        typical = quantile(ratios, 0.5)
-        kept = [r for r in ratios if r <= stall * typical]
-        return min(max(quantile(kept, q), 1.0), cap)
+        with self._lock:
+            if len(self._ratios) < min_ratios:
+                return default
+            ratios = list(self._ratios)
+            typical = quantile(ratios, 0.5)
+            kept = [r for r in ratios if r <= stall * typical]
+            return min(max(quantile(kept, q), 1.0), cap)
 
     def observe(self, sample: PrefillSample, *, refit: bool = True) -> None:
         """Record a measurement: its ratio to the prediction made now, then
         add it to the window and refit the form in use."""
-        if sample.n_new <= 0 or sample.seconds <= 0:
-            return
-        predicted = self.predict(sample.n_new, sample.n_cached)
-        if predicted > 0 and self.calibrated:
-            self._ratios.append(sample.seconds / predicted)
-        self._samples.append(sample)
-        if refit:
-            self.refit()
+        with self._lock:
+            if sample.n_new <= 0 or sample.seconds <= 0:
+                return
+            predicted = self.predict(sample.n_new, sample.n_cached)
+            if predicted > 0 and self.calibrated:
+                self._ratios.append(sample.seconds / predicted)
+            self._samples.append(sample)
+            if refit:
+                self.refit()
 
     def refit(self) -> None:
         """Refit the current form on the window (the prior stays until the
         window holds enough distinct lengths)."""
-        samples = list(self.anchors) + list(self._samples)
-        if len({s.n_new for s in samples}) < 3:
-            return
-        form = self.fit.form if self.calibrated else "linear"
-        try:
-            self.fit = fit_samples(samples, form)
-        except ValueError:
-            pass
-        self._update_corrections()
+        with self._lock:
+            samples = list(self.anchors) + list(self._samples)
+            if len({s.n_new for s in samples}) < 3:
+                return
+            form = self.fit.form if self.calibrated else "linear"
+            try:
+                self.fit = fit_samples(samples, form)
+            except ValueError:
+                pass
+            self._update_corrections()

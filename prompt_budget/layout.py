@@ -47,12 +47,16 @@ def format_passage(number: int, passage: ContextPassage) -> str:
     return f"[{number}] ({where})\n{passage.text.strip()}"
 
 
+def passage_blocks(passages: Sequence[ContextPassage]) -> str:
+    """The passages numbered from 1, one block each, blank lines between."""
+    return "\n\n".join(format_passage(i, p) for i, p in enumerate(passages, start=1))
+
+
 def user_message(question: str, passages: Sequence[ContextPassage]) -> str:
     """The user turn: the numbered passages, then the question."""
     if not passages:
         return f"Context: (no passages found)\n\nQuestion: {question.strip()}"
-    blocks = "\n\n".join(format_passage(i, p) for i, p in enumerate(passages, start=1))
-    return f"Context:\n\n{blocks}\n\nQuestion: {question.strip()}"
+    return f"Context:\n\n{passage_blocks(passages)}\n\nQuestion: {question.strip()}"
 
 
 @dataclass(frozen=True)

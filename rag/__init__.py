@@ -8,9 +8,10 @@
 Importing this package loads no model.
 """
 
-from .answer import Answer, Budget, Source
 from .errors import (
     DocumentError,
+    DocumentNotFound,
+    EngineMisconfigured,
     EngineUnavailable,
     IndexBusy,
     IndexMismatch,
@@ -19,14 +20,19 @@ from .errors import (
     QuestionTooLong,
     RagError,
 )
-from .ingest import IngestReport
-from .pipeline import Pipeline
-from .store import Hit
+from .index.store import Hit
+from .ingest.run import IngestReport
+from .qa import Answer, AnswerStream, AskOptions, Budget, Pipeline, Source
+from .settings import Settings
 
 __all__ = [
     "Answer",
+    "AnswerStream",
+    "AskOptions",
     "Budget",
     "DocumentError",
+    "DocumentNotFound",
+    "EngineMisconfigured",
     "EngineUnavailable",
     "Hit",
     "IndexBusy",
@@ -37,5 +43,6 @@ __all__ = [
     "Pipeline",
     "QuestionTooLong",
     "RagError",
+    "Settings",
     "Source",
 ]

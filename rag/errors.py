@@ -48,3 +48,35 @@ class EngineUnavailable(RagError):
 
 class DocumentNotFound(RagError):
     """No document with that id in the index."""
+
+
+class EngineMisconfigured(RagError):
+    """Engine options that cannot work together, such as a quantised KV
+    cache without flash attention."""
+
+
+def from_engine(exc: Exception) -> RagError:
+    """The RagError a user is shown for an engine's error: the one place
+    where the engine's error tree meets rag-budget's.
+
+    ``from_engine(ModelFileError("x.gguf: no such model file"))`` is a ModelNotFound.
+    """
+    from engine.errors import (
+        ContextOverflow,
+        EngineSettingsError,
+        EngineUnreachable,
+        GenerationFailed,
+        InsufficientMemory,
+        ModelFileError,
+    )
+
+    message = str(exc)
+    if isinstance(exc, ModelFileError):
+        return ModelNotFound(message)
+    if isinstance(exc, EngineSettingsError):
+        return EngineMisconfigured(f"engine settings: {message}")
+    if isinstance(exc, ContextOverflow):
+        return QuestionTooLong(message)
+    if isinstance(exc, (InsufficientMemory, EngineUnreachable, GenerationFailed)):
+        return EngineUnavailable(message)
+    return EngineUnavailable(f"the engine failed: {message}")

@@ -1,32 +1,26 @@
-"""Where rag-budget keeps things on disk, resolved when asked, never at import."""
+"""Where rag-budget keeps things on disk by default, resolved when asked,
+never at import.
+
+Only the platform's own conventions are read here (``XDG_DATA_HOME``,
+``XDG_CACHE_HOME``); rag-budget's ``RAG_*`` variables are read once, by
+``rag.settings``.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 
-def default_index_dir() -> Path:
-    """``$RAG_INDEX``, else ``$XDG_DATA_HOME/rag-budget/index``
-    (``~/.local/share/rag-budget/index``)."""
-    env = os.environ.get("RAG_INDEX")
-    if env:
-        return Path(env).expanduser()
+def data_dir() -> Path:
+    """``$XDG_DATA_HOME/rag-budget`` (``~/.local/share/rag-budget``): user data."""
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "rag-budget" / "index"
-
-
-def conversations_path() -> Path:
-    """``$RAG_CONVERSATIONS``, else ``$XDG_DATA_HOME/rag-budget/conversations.sqlite``."""
-    env = os.environ.get("RAG_CONVERSATIONS")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "rag-budget" / "conversations.sqlite"
+    return Path(base) / "rag-budget"
 
 
 def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/rag-budget`` (``~/.cache/rag-budget``)."""
+    """``$XDG_CACHE_HOME/rag-budget`` (``~/.cache/rag-budget``): what can be rebuilt."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "rag-budget"
 
@@ -44,10 +38,9 @@ def sample_data_dir() -> Path:
     raise FileNotFoundError(f"the sample corpus is missing (looked in {packed} and {checkout / 'data'})")
 
 
-def sample_index_dir() -> Path:
-    """Where the index of the sample corpus is cached: one per copy of the
-    corpus, so a checkout and an installed wheel do not mix their files."""
-    import hashlib
-
+def sample_index_dir(cache: Path | None = None) -> Path:
+    """Where the index of the sample corpus is cached (under ``cache``,
+    default :func:`cache_dir`): one per copy of the corpus, so a checkout and
+    an installed wheel do not mix their files."""
     tag = hashlib.sha256(str(sample_data_dir()).encode("utf-8")).hexdigest()[:10]
-    return cache_dir() / f"sample-index-{tag}"
+    return (cache or cache_dir()) / f"sample-index-{tag}"

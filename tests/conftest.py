@@ -58,7 +58,7 @@ def write_corpus(root: Path, files: dict[str, str | bytes] = CORPUS) -> Path:
 @pytest.fixture(scope="session")
 def embedder():
     """The real all-MiniLM-L6-v2 embedder from its package."""
-    from rag.embed import SentenceTransformerEmbedder
+    from rag.ingest.embed import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
 

@@ -23,7 +23,7 @@ request_st = st.builds(
     fixed_tokens=st.integers(10, 600),
     n_ctx=st.integers(512, 4096),
     reserve_tokens=st.integers(1, 512),
-    target_ttft_s=st.floats(0.05, 6.0),
+    target_ttft=st.floats(0.05, 6.0),
     cached_tokens=st.integers(0, 600),
     overhead_s=st.floats(0.0, 0.1),
     safety=st.floats(1.0, 1.3),
@@ -61,9 +61,9 @@ def test_target_holds_unless_only_min_k_chunks_were_taken(candidates, request):
     if plan is None:
         return
     if len(plan.chosen) > request.min_k:
-        assert plan.planned_ttft_s <= request.target_ttft_s + 1e-9
+        assert plan.planned_ttft_s <= request.target_ttft + 1e-9
     assert plan.predicted_ttft_s <= plan.planned_ttft_s + 1e-12
-    assert plan.feasible == (plan.planned_ttft_s <= request.target_ttft_s)
+    assert plan.feasible == (plan.planned_ttft_s <= request.target_ttft)
 
 
 @settings(max_examples=300)
@@ -72,7 +72,7 @@ def test_a_larger_target_never_chooses_fewer_chunks(candidates, request, more):
     small = _plan(candidates, request)
     if small is None:
         return
-    large = plan_budget(candidates, BudgetRequest(**{**request.__dict__, "target_ttft_s": request.target_ttft_s + more}), cost)
+    large = plan_budget(candidates, BudgetRequest(**{**request.__dict__, "target_ttft": request.target_ttft + more}), cost)
     assert len(large.chosen) >= len(small.chosen)
 
 
@@ -94,7 +94,7 @@ def test_reasons_and_the_skip_for_a_shorter_chunk():
         Candidate(20, 0.7, "c.md", 0, 80),        # fits: taken instead
         Candidate(50, 0.01, "d.md", 0, 200),      # below the floor
     ]
-    req = BudgetRequest(fixed_tokens=100, n_ctx=4096, reserve_tokens=256, target_ttft_s=cost(225, 0),
+    req = BudgetRequest(fixed_tokens=100, n_ctx=4096, reserve_tokens=256, target_ttft=cost(225, 0),
                         min_trim_tokens=32, relevance_floor=0.05, max_k=8)
     plan = plan_budget(cands, req, cost)
     assert plan.chosen == (0, 3)
@@ -103,10 +103,10 @@ def test_reasons_and_the_skip_for_a_shorter_chunk():
 
 def test_the_last_chunk_is_trimmed_to_fill_the_target():
     cands = [Candidate(100, 0.9, "a", 0, 1), Candidate(300, 0.8, "b", 0, 1)]
-    req = BudgetRequest(fixed_tokens=50, n_ctx=4096, reserve_tokens=64, target_ttft_s=cost(300, 0))
+    req = BudgetRequest(fixed_tokens=50, n_ctx=4096, reserve_tokens=64, target_ttft=cost(300, 0))
     plan = plan_budget(cands, req, cost)
     assert plan.chosen == (0, 1) and plan.trim[1] == 150
-    assert plan.planned_ttft_s <= req.target_ttft_s
+    assert plan.planned_ttft_s <= req.target_ttft
 
 
 def test_the_fixed_part_alone_over_the_window_is_refused():

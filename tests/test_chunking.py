@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rag.chunking import Chunker, ChunkerSettings
-from rag.loaders import LoadedDocument
+from rag.ingest.chunking import Chunker, ChunkerSettings
+from rag.ingest.loaders import LoadedDocument
 
 
 def test_chunks_fit_their_token_size_and_spans_map_back(embedder):

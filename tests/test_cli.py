@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rag import Pipeline, cli
+from rag.settings import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -20,10 +21,12 @@ def run(monkeypatch, embedder, backend):
     """Invoke `rag ARGS...`; the commands share the session's loaded models
     unless --model names another file."""
 
-    def open_pipeline(index, model=None, **options):
-        return Pipeline.open(index, model, embedder=embedder, backend=None if model else backend, **options)
+    def open_pipeline(settings, **options):
+        # The shared model serves the default engine set-up; any other is opened for real.
+        default = settings.model is None and settings.engine == Settings.load().engine
+        return Pipeline.open(settings=settings, embedder=embedder, backend=backend if default else None, **options)
 
-    monkeypatch.setattr(cli, "_open_pipeline", open_pipeline)
+    monkeypatch.setattr(cli.common, "open_pipeline", open_pipeline)
     runner = CliRunner()
 
     def invoke(*args: str):
@@ -279,3 +282,42 @@ def test_bench_peer_runs_langchain_beside_rag_budget(run, corpus, tmp_path):
     # k=20 over a corpus of a few chunks: LangChain stuffs all of them.
     assert systems[2]["prompt_tokens"] > systems[1]["prompt_tokens"]
     assert d["config"]["vector_agreement_min_cos"] > 0.999
+
+
+def test_engine_options_that_cannot_work_together_are_not_a_missing_model(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+    result = run("--kv-type", "q8_0", "--no-flash-attn", "ask", "What is prefill?", "--index", index)
+    _assert_clean_error(result, "flash attention")
+    assert "model" not in result.stderr.split("flash attention")[0].lower()
+
+
+def test_ctrl_c_says_what_was_kept_only_where_it_is_true(run, corpus, tmp_path, monkeypatch):
+    index = tmp_path / "index"
+    run("ingest", corpus, "--index", index)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Pipeline, "search", interrupted)
+    result = run("search", "bread", "--index", index)
+    assert result.exit_code == 130 and "interrupted" in result.stderr
+    assert "index" not in result.stderr and "Traceback" not in result.output
+    monkeypatch.setattr(Pipeline, "ingest", interrupted)
+    result = run("ingest", corpus, "--index", index)
+    assert result.exit_code == 130 and "the index is as it was" in result.stderr
+
+
+def test_every_variable_reaches_every_command(run, corpus, tmp_path, monkeypatch):
+    index = tmp_path / "env-index"
+    monkeypatch.setenv("RAG_INDEX", str(index))
+    assert run("ingest", corpus).exit_code == 0
+    assert index.is_dir()
+    monkeypatch.setenv("RAG_RETRIEVAL", "bm25")
+    doctor = json.loads(run("doctor", "--json").stdout)
+    assert doctor["retrieval"] == "bm25" and doctor["index"]["path"] == str(index)
+    monkeypatch.setenv("RAG_TARGET_TTFT", "0.7")
+    answer = json.loads(run("ask", "What limits decode?", "--max-tokens", "4", "--json").stdout)
+    assert answer["budget"]["target_ttft_s"] == 0.7
+    monkeypatch.setenv("RAG_RETRIEVAL", "sideways")
+    _assert_clean_error(run("search", "bread"), "RAG_RETRIEVAL")

@@ -4,27 +4,35 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Backend, ContextOverflow, FakeBackend, Message, Timings
+from engine import ContextOverflow, FakeBackend, Message, Timings
+
+from .backend_contract import check_backend
 
 SYSTEM = Message("system", "You are a terse assistant. Answer in one short sentence.")
 
 
 def _run(backend, prompt, max_tokens=8):
-    pieces, timings = [], None
-    for item in backend.generate(prompt, max_tokens=max_tokens):
-        if isinstance(item, Timings):
-            assert timings is None
-            timings = item
-        else:
-            assert timings is None, "text after the timings"
-            pieces.append(item)
-    assert timings is not None
-    return "".join(pieces), timings
+    generation = backend.generate(prompt, max_tokens=max_tokens)
+    pieces = list(generation)
+    assert all(isinstance(p, str) for p in pieces)
+    assert isinstance(generation.timings, Timings)
+    return "".join(pieces), generation.timings
 
 
-def test_backends_implement_the_protocol(backend):
-    assert isinstance(backend, Backend)
-    assert isinstance(FakeBackend(), Backend)
+def test_backends_keep_the_protocol(backend):
+    check_backend(backend)
+    fake = FakeBackend()
+    check_backend(fake)
+    fake.close()
+
+
+def test_a_generation_closed_early_frees_the_engine(backend):
+    prompt = backend.render([SYSTEM, Message("user", "Count from one to fifty.")])
+    with backend.generate(prompt, max_tokens=64) as generation:
+        first = next(generation)
+    assert first and not generation.done
+    _, t = backend.generate(prompt, max_tokens=2).result()  # the engine is free again
+    assert t.decode_tokens <= 2
 
 
 def test_prompt_uses_the_models_own_chat_template(backend):
@@ -67,7 +75,7 @@ def test_prompt_over_the_context_is_refused_before_any_work(backend):
 
 
 def test_info_reports_build_device_model_and_threads(backend):
-    info = backend.info()
+    info = backend.describe()
     assert info["build"] in {"CPU", "CUDA", "Metal", "Vulkan", "ROCm", "SYCL", "GPU"}
     assert info["model_bytes"] > 10_000_000 and info["model_path"].endswith(".gguf")
     assert info["n_ctx"] == backend.n_ctx and info["n_threads"] >= 1

@@ -26,6 +26,6 @@ def test_best_window_is_the_highest_scoring_run_that_fits():
 def test_passage_room_follows_the_target_and_the_window():
     linear = lambda new, cached: new / 100.0  # 100 tokens a second
     base = dict(fixed_tokens=100, n_ctx=4096, reserve_tokens=96, cached_tokens=100, overhead_s=0.5, safety=1.0)
-    assert passage_room(BudgetRequest(target_ttft_s=2.5, **base), linear) == 200
-    assert passage_room(BudgetRequest(target_ttft_s=0.4, **base), linear) == 0
-    assert passage_room(BudgetRequest(target_ttft_s=None, **base), linear) == 4096 - 96 - 100
+    assert passage_room(BudgetRequest(target_ttft=2.5, **base), linear) == 200
+    assert passage_room(BudgetRequest(target_ttft=0.4, **base), linear) == 0
+    assert passage_room(BudgetRequest(target_ttft=None, **base), linear) == 4096 - 96 - 100

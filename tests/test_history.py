@@ -10,7 +10,7 @@ from engine import FakeBackend
 from prompt_budget import HistoryPolicy, turns_to_fold, turns_to_skip
 from rag.conversations import ConversationStore, Turn, check_session_id
 from rag.errors import RagError
-from rag.summarise import extractive_summary, summarise
+from rag.conversations.summarise import extractive_summary, summarise
 
 
 def test_nothing_is_folded_within_the_budget():

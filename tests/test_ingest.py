@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from rag.chunking import Chunker, ChunkerSettings
+from rag.ingest.chunking import Chunker, ChunkerSettings
 from rag.ingest import find_files, ingest
-from rag.store import Index, IndexWriter
+from rag.index.store import Index, IndexWriter
 from tests.conftest import write_corpus
 from tests.pdfgen import make_pdf
 

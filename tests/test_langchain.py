@@ -11,7 +11,7 @@ from langchain_core.output_parsers import StrOutputParser  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.runnables import RunnablePassthrough  # noqa: E402
 
-from rag.langchain import BudgetedRetriever  # noqa: E402
+from rag.integrations.langchain import BudgetedRetriever  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rag.errors import DocumentError
-from rag.loaders import LoadedDocument, html_to_text, load_document
+from rag.ingest.loaders import LoadedDocument, html_to_text, load_document
 
 
 def test_html_keeps_visible_text_only():

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backend import Backend, ContextOverflow, Message, Timings, complete
+from engine.backend import Backend, ContextOverflow, Message, Timings
 from engine.memory import InsufficientMemory, ModelShape, check_fits, largest_context
 from engine.models import default_model_path
-from engine.remote import EngineUnreachable, RemoteBackend
+from engine.errors import EngineSettingsError, EngineUnreachable, ModelFileError
+from engine.remote import RemoteBackend
 from rag import EngineUnavailable, Pipeline
 from tests.llama_server import LlamaServer
+
+from .backend_contract import check_backend
 
 pytestmark = pytest.mark.model
 
@@ -33,7 +36,8 @@ def remote(server):
 
 
 def test_remote_backend_speaks_the_protocol_with_the_models_template_and_tokens(remote, backend):
-    assert isinstance(remote, Backend) and remote.kind == "llama-server" and remote.n_ctx == 2048
+    check_backend(remote)
+    assert remote.kind == "llama-server" and remote.n_ctx == 2048
     prompt = remote.render(MESSAGES)
     # The server applies the GGUF's own template and tokenizer: the same as in process.
     assert prompt == backend.render(MESSAGES)
@@ -42,14 +46,14 @@ def test_remote_backend_speaks_the_protocol_with_the_models_template_and_tokens(
 
 def test_remote_timings_come_from_the_server_and_a_repeated_prefix_is_cached(remote):
     tokens = remote.tokenize(remote.render(MESSAGES))
-    text, first = complete(remote, tokens, max_tokens=8)
+    text, first = remote.generate(tokens, max_tokens=8).result()
     assert text.strip() and isinstance(first, Timings)
     assert first.prompt_tokens == len(tokens) == first.cached_tokens + first.prefill_tokens
     assert first.prefill_s > 0 and 0 < first.decode_tokens <= 8 and first.decode_s > 0
     assert remote.cached_prefix(tokens) == len(tokens) - 1
     longer = remote.tokenize(remote.render([MESSAGES[0], Message("user", "What is prefill? Say it in French.")]))
     predicted = remote.cached_prefix(longer)
-    _, second = complete(remote, longer, max_tokens=4)
+    _, second = remote.generate(longer, max_tokens=4).result()
     # The server's own cache_n: the shared prefix was not evaluated again.
     assert second.cached_tokens >= predicted > 10
     assert second.prefill_tokens == len(longer) - second.cached_tokens
@@ -83,9 +87,9 @@ def test_an_unreachable_server_is_a_clear_error(tmp_path):
         port = sock.getsockname()[1]
     with pytest.raises(EngineUnreachable, match="did not answer"):
         RemoteBackend(f"http://127.0.0.1:{port}")
-    from engine.settings import EngineSettings
+    from rag.settings import Settings
 
-    pipeline = Pipeline(tmp_path / "index", engine=EngineSettings(engine_url=f"http://127.0.0.1:{port}"))
+    pipeline = Pipeline(tmp_path / "index", settings=Settings.load(engine_url=f"http://127.0.0.1:{port}"))
     with pytest.raises(EngineUnavailable, match=f"127.0.0.1:{port}"):
         pipeline.backend
 
@@ -103,7 +107,7 @@ def test_kv_cache_size_follows_the_formula_from_the_metadata():
     assert shape.kv_bytes_per_token("f16") == 2 * 30 * 3 * 64 * 2 == 23040
     assert shape.kv_bytes(4096, "q8_0") == pytest.approx(shape.kv_bytes(4096, "f16") * 34 / 64)
     assert shape.kv_bytes(1000) == shape.kv_bytes(1024)  # padded as llama.cpp pads
-    with pytest.raises(ValueError, match="head_count"):
+    with pytest.raises(ModelFileError, match="head_count"):
         ModelShape.from_metadata({"general.architecture": "llama", "llama.block_count": "2"})
 
 
@@ -126,7 +130,7 @@ def test_the_in_process_backend_checks_memory_before_loading():
 
     with pytest.raises(InsufficientMemory, match=r"n_ctx=\d+ would fit"):
         LlamaCppBackend(n_ctx=50_000_000)  # a 1 TB KV cache: refused before llama.cpp allocates
-    with pytest.raises(ValueError, match="flash attention"):
+    with pytest.raises(EngineSettingsError, match="flash attention"):
         LlamaCppBackend(kv_type="q8_0", flash_attn=False)
 
 
@@ -134,9 +138,81 @@ def test_a_q8_kv_cache_with_flash_attention_answers_in_half_the_memory(backend):
     from engine.llama_cpp_backend import LlamaCppBackend
 
     q8 = LlamaCppBackend(n_ctx=2048, kv_type="q8_0")
-    info = q8.info()
+    info = q8.describe()
     assert info["kv_type"] == "q8_0" and info["flash_attn"] is True
-    assert info["kv_cache_bytes"] < 0.6 * backend.info()["kv_cache_bytes"]
+    assert info["kv_cache_bytes"] < 0.6 * backend.describe()["kv_cache_bytes"]
     assert q8.profile_key()["kv_type"] == "q8_0" and "kv_type" not in backend.profile_key()
-    text, timings = complete(q8, q8.tokenize(q8.render(MESSAGES)), max_tokens=8)
+    text, timings = q8.generate(q8.tokenize(q8.render(MESSAGES)), max_tokens=8).result()
     assert text.strip() and timings.decode_tokens > 0
+
+
+@pytest.fixture(scope="module")
+def cut_pipeline(server, embedder, tmp_path_factory):
+    """A pipeline over the real llama-server through a proxy that can cut
+    its answers off midway, with a calibrated profile and an index."""
+    from rag.settings import Settings
+    from tests.conftest import write_corpus
+    from tests.faults import CuttingProxy
+
+    root = tmp_path_factory.mktemp("cut")
+    proxy = CuttingProxy(server.url)
+    settings = Settings.load(engine_url=proxy.url, index=root / "index", cache_dir=root / "cache",
+                             conversations=root / "c.sqlite")
+    pipeline = Pipeline.open(settings=settings, embedder=embedder)
+    pipeline.ingest([write_corpus(root / "corpus")])
+    pipeline.calibrate(quick=True)
+    yield pipeline, proxy, settings
+    proxy.cut_after = None
+    pipeline.close()
+    proxy.stop()
+
+
+def test_an_engine_dying_mid_answer_is_a_clear_error_in_the_api_and_the_cli(cut_pipeline, embedder, monkeypatch):
+    from typer.testing import CliRunner
+
+    from rag import cli
+
+    pipeline, proxy, settings = cut_pipeline
+    proxy.cut_after = 2
+    stream = pipeline.stream("What limits decode speed?", max_tokens=32)
+    with pytest.raises(EngineUnavailable, match="broke off"):
+        for _ in stream:
+            pass
+    monkeypatch.setattr(cli.common, "open_pipeline",
+                        lambda s, **options: Pipeline.open(settings=s, embedder=embedder, **options))
+    result = CliRunner().invoke(cli.app, ["--engine-url", proxy.url, "ask", "What limits decode speed?",
+                                          "--index", str(settings.index), "--max-tokens", "32"],
+                                env={"RAG_CACHE_DIR": str(settings.cache_dir)})
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_an_engine_dying_mid_answer_is_a_json_error_or_an_error_event(cut_pipeline):
+    import json
+
+    import httpx
+
+    from rag.service import LoopbackServer, ServiceSettings, create_app
+
+    pipeline, proxy, _ = cut_pipeline
+    server = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
+    try:
+        proxy.cut_after = 2
+        r = httpx.post(f"{server.url}/v1/ask", json={"question": "What limits decode?", "max_tokens": 32}, timeout=120)
+        assert r.status_code == 503 and r.json()["error"]["type"] == "engine_unavailable"
+        for path, body in (("/v1/ask", {"question": "What limits decode?", "max_tokens": 32, "stream": True}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "What limits decode?"}],
+                                                     "max_tokens": 32, "stream": True})):
+            proxy.cut_after = 3
+            with httpx.stream("POST", f"{server.url}{path}", json=body, timeout=120) as r:
+                lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+            events = [json.loads(x) for x in lines if x != "[DONE]"]
+            assert r.status_code == 200 and "error" in events[-1], (path, events[-3:])
+            assert "Traceback" not in events[-1]["error"]["message"]
+        proxy.cut_after = None
+        r = httpx.post(f"{server.url}/v1/ask", json={"question": "What limits decode?", "max_tokens": 4}, timeout=120)
+        assert r.status_code == 200  # the service carries on once the engine answers again
+    finally:
+        proxy.cut_after = None
+        server.stop()

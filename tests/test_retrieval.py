@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from rag import vectors as vector_kinds
+from rag.index import vectors as vector_kinds
 from rag.errors import RagError
-from rag.lexical import LexicalIndex, tokenize
-from rag.retrieve import QueryCache, check_mode, reciprocal_rank_fusion
-from rag.store import LEXICAL_FOLDER, Index, Manifest, NewChunk, open_writer
+from rag.index.lexical import LexicalIndex, tokenize
+from rag.retrieval import QueryCache, check_mode, reciprocal_rank_fusion
+from rag.index.store import LEXICAL_FOLDER, Index, Manifest, NewChunk, open_writer
 
 DIM = 16
 MANIFEST = Manifest(embedder="test-embedder", dim=DIM, chunker={"chunk_tokens": 100, "overlap_tokens": 10})
@@ -152,6 +152,6 @@ def test_pipeline_modes_find_an_exact_term_and_score_by_cosine(pipeline_factory,
     assert hybrid[0].source == "guide/cooking.rst"
     for h in hybrid:  # the same cosine whichever search found the chunk
         assert h.score == pytest.approx(dense[h.chunk_id], abs=1e-5)
-    assert pipeline.query_cache.hits >= 2  # one embedding served all three searches
+    assert pipeline.parts.query_cache.hits >= 2  # one embedding served all three searches
     with pytest.raises(RagError, match="retrieval mode"):
         pipeline.search("bread", mode="keyword")

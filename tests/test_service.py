@@ -141,7 +141,7 @@ def test_upload_list_ask_delete_a_document(server, pipeline):
     assert r.status_code == 200, r.text
     (doc,) = r.json()["documents"]
     assert doc["source"] == "llama notes.md" and doc["chunks"] >= 1
-    assert (pipeline.uploads_dir / "llama notes.md").is_file()
+    assert (pipeline.library.uploads_dir / "llama notes.md").is_file()
     assert not (pipeline.index_dir.parent.parent / "llama notes.md").exists()  # no path traversal
     listed = httpx.get(f"{server.url}/v1/documents").json()["documents"]
     assert doc["id"] in {d["id"] for d in listed}
@@ -151,7 +151,7 @@ def test_upload_list_ask_delete_a_document(server, pipeline):
     r = httpx.delete(f"{server.url}/v1/documents/{doc['id']}", timeout=120)
     assert r.status_code == 200 and r.json()["deleted"]["source"] == "llama notes.md"
     assert doc["id"] not in {d["id"] for d in httpx.get(f"{server.url}/v1/documents").json()["documents"]}
-    assert not (pipeline.uploads_dir / "llama notes.md").exists()
+    assert not (pipeline.library.uploads_dir / "llama notes.md").exists()
     assert httpx.delete(f"{server.url}/v1/documents/{doc['id']}").status_code == 404
 
 
@@ -162,7 +162,7 @@ def test_unreadable_uploads_are_refused_and_change_nothing(server, pipeline):
     r = httpx.post(f"{server.url}/v1/documents", files={"file": ("...", b"text")}, timeout=60)
     assert r.status_code == 400 and "file name" in r.json()["error"]["message"]
     assert httpx.get(f"{server.url}/v1/documents").json()["documents"] == before
-    assert not (pipeline.uploads_dir / "blob.txt").exists()
+    assert not (pipeline.library.uploads_dir / "blob.txt").exists()
 
 
 def test_upload_size_and_rate_limits(pipeline):
@@ -251,7 +251,77 @@ def test_over_the_target_can_be_served_with_the_least_context(pipeline):
         app.state.queue.depth = 50
         r = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "target_ttft_s": 1.0, "max_tokens": 4},
                        timeout=120)
-        assert r.status_code == 200 and r.json()["budget"]["chosen"] <= 1
+        assert r.status_code == 200 and r.json()["budget"]["chosen"] == 1 and len(r.json()["sources"]) == 1
     finally:
         app.state.queue.depth = 0
         s.stop()
+
+
+def test_simultaneous_requests_with_sessions_all_answer_and_leave_a_consistent_profile(tmp_path, embedder, backend):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prompt_budget.profile import load_profile
+
+    p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend, conversations=tmp_path / "c.sqlite",
+                      profile_dir=tmp_path / "profiles")
+    p.ingest([write_corpus(tmp_path / "corpus")])
+    p.prepare()
+    before = len(p.cost_model.samples)
+    s = Server(create_app(p, ServiceSettings(rate_limit_per_minute=0, load_aware=False)))
+    questions = ["What limits decode?", "How long should bread dough rise?", "What is prefill?"]
+    bodies = [{"question": questions[i % 3], "session": f"busy-{i % 4}", "max_tokens": 4} for i in range(12)]
+    try:
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            replies = list(pool.map(lambda b: httpx.post(f"{s.url}/v1/ask", json=b, timeout=300), bodies))
+    finally:
+        s.stop()
+    assert [r.status_code for r in replies] == [200] * 12, [r.text for r in replies if r.status_code != 200]
+    p.wait_idle()
+    for n in range(4):  # each session's turns are numbered 1, 2, 3: none lost, none twice
+        assert [t.number for t in p.conversation(f"busy-{n}").turns] == [1, 2, 3]
+    model = p.cost_model
+    assert len(model.samples) == min(before + 12, 128)  # every answer learned from, once
+    saved = load_profile(tmp_path / "profiles", backend.profile_key())
+    assert saved is not None and len(saved.samples) == len(model.samples)
+    p.close()
+
+
+def test_the_ttft_clock_starts_when_the_question_is_received(tmp_path, embedder, backend):
+    from rag.conversations import ConversationStore
+
+    class SlowStore(ConversationStore):
+        def load(self, session):
+            time.sleep(0.3)  # a slow disk: the asker waits for it too
+            return super().load(session)
+
+    p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend,
+                      conversations=SlowStore(tmp_path / "c.sqlite"))
+    p.ingest([write_corpus(tmp_path / "corpus")])
+    p.prepare()
+    answer = p.ask("What limits decode?", session="slow", max_tokens=4)
+    assert answer.timings.ttft_s >= 0.3
+    p.close()
+
+
+def test_the_bench_client_counts_a_stream_without_its_answer_as_an_error():
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from rag.bench.serve import bench_serve
+
+    async def cut(request):
+        async def events():
+            yield 'data: {"delta": "Prefill"}\n\n'
+            yield 'data: {"delta": " reads"}\n\n'
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    s = Server(Starlette(routes=[Route("/v1/ask", cut, methods=["POST"])]))
+    try:
+        result = bench_serve([("cut", s.url)], ["What is prefill?"], clients=[2], requests=4)
+    finally:
+        s.stop()
+    (run,) = result["summary"]["runs"]
+    assert run["errors"] == 4 and run["served"] == 0 and run["mean_chunks"] is None
+    assert all("without its answer" in str(r["status"]) for r in result["rows"])

@@ -8,8 +8,9 @@ import gc
 
 import pytest
 
-from engine.backend import Message, Timings
+from engine.backend import Message
 from prompt_budget import ContextPassage, HistoryPolicy, PastTurn, build_messages, system_message
+from rag.conversations.keeper import stable_prefix
 
 PASSAGES = [ContextPassage("a.md", "Prefill reads the whole prompt in one parallel pass."),
             ContextPassage("b.md", "Decode emits one token per forward pass.")]
@@ -25,13 +26,7 @@ def common(a, b) -> int:
 
 
 def run(backend, prompt, session=None, max_tokens=12):
-    pieces, timings = [], None
-    for item in backend.generate(prompt, max_tokens=max_tokens, session=session):
-        if isinstance(item, Timings):
-            timings = item
-        else:
-            pieces.append(item)
-    return "".join(pieces), timings
+    return backend.generate(prompt, max_tokens=max_tokens, session=session).result()
 
 
 def test_consecutive_prompts_share_system_summary_and_earlier_turns(backend):
@@ -147,5 +142,5 @@ def test_old_turns_are_folded_into_a_summary_after_the_answer(chat_pipeline):
     assert prefills, p.background_log
     # The new prefix (system prompt and summary) was prefilled in the background.
     nxt = p.ask("How long should bread rise?", session="fold", max_tokens=8)
-    stable = p._stable_prefix([system_message(conversation.summary)])
+    stable = stable_prefix(p.backend, [system_message(conversation.summary)])
     assert nxt.timings.cached_tokens >= len(stable) - 1

@@ -59,7 +59,7 @@ PY
 mkdir -p /tmp/corpus && tar xzf "$D/corpus.tar.gz" -C /tmp/corpus
 export RAG_MODEL=/tmp/model.gguf
 rag() { python3 -c 'import sys; sys.argv[0] = "rag"; from rag.cli import main; main()' "$@"; }
-Q=rag/benchdata/python_docs_dev.jsonl
+Q=rag/bench/data/python_docs_dev.jsonl
 
 # 3. The figures.
 step doctor rag doctor --json

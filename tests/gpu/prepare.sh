@@ -42,7 +42,7 @@ done
 
 python tests/gpu/make_model.py extract "$(python -c 'from engine.models import default_model_path as d; print(d())')" \
     "$D/tokenizer.json"
-minilm=$(python -c 'from rag.embed import default_embedder_dir as d; print(d())')
+minilm=$(python -c 'from rag.ingest.embed import default_embedder_dir as d; print(d())')
 mkdir -p "$D/minilm"
 (cd "$minilm" && tar cf - --exclude='*.safetensors' --exclude='*.bin' --exclude='*.onnx' --exclude='onnx' \
     --exclude='openvino' .) | tar xf - -C "$D/minilm"

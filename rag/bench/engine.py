@@ -1,0 +1,93 @@
+"""``rag bench engine``: the engine alone, on prompts of given sizes.
+
+For each size: a cold prompt (a new opening, so nothing past the template's
+first tokens is cached), then the same prompt with another question after it
+(the long prefix cached). Every figure is the engine's own, through the
+``Backend`` protocol, so the in-process llama.cpp backend and a remote
+server run the same requests and can be put side by side.
+
+Does not: retrieve or budget; the pipeline's benches do that.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Callable, Sequence
+
+from engine.backend import Backend, Message, Timings
+from prompt_budget.layout import system_message
+
+
+def _text_of(backend: Backend, source: str, n_tokens: int) -> str:
+    """About ``n_tokens`` tokens of ``source`` (repeated if short)."""
+    tokens = backend.tokenize(source)
+    while len(tokens) < n_tokens:
+        source += "\n\n" + source
+        tokens = backend.tokenize(source)
+    # Cut on a character boundary near the token count.
+    return source[: int(len(source) * n_tokens / len(tokens))]
+
+
+def _row(size: int, kind: str, repeat: int, t: Timings) -> dict[str, object]:
+    return {
+        "prompt_size": size, "kind": kind, "repeat": repeat, "prompt_tokens": t.prompt_tokens,
+        "cached_tokens": t.cached_tokens, "prefill_tokens": t.prefill_tokens, "ttft_s": round(t.ttft_s, 4),
+        "prefill_s": round(t.prefill_s, 4),
+        "prefill_tok_s": round(t.prefill_tokens / t.prefill_s, 1) if t.prefill_s > 0 else None,
+        "decode_tokens": t.decode_tokens,
+        "decode_tok_s": round(t.decode_tokens / t.decode_s, 1) if t.decode_s > 0 else None,
+        "total_s": round(t.total_s, 4),
+    }
+
+
+def bench_engine(
+    backend: Backend,
+    document: str,
+    sizes: Sequence[int],
+    *,
+    repeats: int = 3,
+    max_tokens: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, object]:
+    """Cold and prefix-cached requests of each size in ``sizes`` (tokens of
+    ``document``), ``repeats`` times; rows per request, medians per size
+    and kind."""
+    rows: list[dict[str, object]] = []
+    total, done = len(sizes) * repeats * 2, 0
+    system = system_message()
+    for size in sizes:
+        body = _text_of(backend, document, size)
+        for repeat in range(repeats):
+            # A new opening each time: the engine cannot have this prompt cached.
+            opening = f"Request {size}-{repeat}. Documents:\n\n{body}"
+            cold = [system, Message("user", f"{opening}\n\nQuestion: what is this about?")]
+            warm = [system, Message("user", f"{opening}\n\nQuestion: what does it say first?")]
+            for kind, messages in (("cold", cold), ("cached prefix", warm)):
+                prompt = backend.tokenize(backend.render(messages))
+                if len(prompt) + max_tokens > backend.n_ctx:
+                    raise ValueError(f"a {size}-token prompt does not fit the context of {backend.n_ctx}")
+                _, timings = backend.generate(prompt, max_tokens=max_tokens).result()
+                rows.append(_row(size, kind, repeat, timings))
+                done += 1
+                if progress:
+                    progress(done, total)
+    summary = []
+    for size in sizes:
+        for kind in ("cold", "cached prefix"):
+            mine = [r for r in rows if r["prompt_size"] == size and r["kind"] == kind]
+
+            def mid(key: str):
+                values = [r[key] for r in mine if r[key] is not None]
+                return round(median(values), 4) if values else None
+
+            summary.append({"prompt_size": size, "kind": kind, "prompt_tokens": mid("prompt_tokens"),
+                            "cached_tokens": mid("cached_tokens"), "median_ttft_s": mid("ttft_s"),
+                            "prefill_tok_s": mid("prefill_tok_s"), "decode_tok_s": mid("decode_tok_s"),
+                            "median_total_s": mid("total_s")})
+    return {
+        "bench": "engine",
+        "config": {"engine": backend.name, "n_ctx": backend.n_ctx, "sizes": list(sizes), "repeats": repeats,
+                   "max_tokens": max_tokens},
+        "rows": rows,
+        "summary": {"systems": summary},
+    }

@@ -1,0 +1,252 @@
+"""``rag search``, ``rag ask`` and ``rag chat``: questions from the
+command line, answers streamed to stdout, figures on stderr.
+
+Does not: plan or answer (the pipeline does).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import RagError
+from ..qa.answer import Answer
+from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
+from ..qa.pipeline import Pipeline
+from .common import (
+    INDEX_OPTION,
+    MODEL_OPTION,
+    RETRIEVAL_OPTION,
+    TARGET_OPTION,
+    app,
+    echo_json,
+    err,
+    command_pipeline,
+    settings,
+    user_errors,
+)
+
+
+@app.command()
+def search(
+    query: str = typer.Argument(..., help="What to look for."),
+    index: Optional[Path] = INDEX_OPTION,
+    k: int = typer.Option(5, "-k", help="How many chunks to return."),
+    retrieval: Optional[str] = RETRIEVAL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Show the chunks that best match QUERY, without asking the model."""
+    with user_errors():
+        hits = command_pipeline(settings(index=index, retrieval=retrieval)).search(query, k=k)
+    if as_json:
+        echo_json({"results": [h.to_dict() for h in hits]})
+        return
+    console = Console(highlight=False)
+    if not hits:
+        console.print("no results (is the index empty?)")
+    for rank, h in enumerate(hits, start=1):
+        where = h.source if h.page is None else f"{h.source} p.{h.page}"
+        console.print(f"[bold]{rank}. {where}[/]  score {h.score:.3f}  [dim]{h.chunk_id}[/]")
+        console.print(" ".join(h.text.split())[:300], soft_wrap=True)
+        console.print()
+
+
+@app.command()
+def ask(
+    question: str = typer.Argument(..., help="The question to answer from your documents."),
+    index: Optional[Path] = INDEX_OPTION,
+    target_ttft: Optional[float] = TARGET_OPTION,
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in the answer."),
+    session: Optional[str] = typer.Option(
+        None, "--session", help="Continue (or start) the conversation with this id; its history goes into the prompt."
+    ),
+    model: Optional[Path] = MODEL_OPTION,
+    max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help="Most chunks in the prompt."),
+    candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates", help="Chunks retrieved for the budgeter to choose from."),
+    retrieval: Optional[str] = RETRIEVAL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the answer, sources, budget and timings as JSON."),
+    explain: bool = typer.Option(False, "--explain", help="Show the budget decision for every candidate."),
+) -> None:
+    """Answer QUESTION from the index, streaming, then list the sources."""
+    with user_errors():
+        options = AskOptions.of(max_tokens=max_tokens, max_k=max_k, candidates=candidates, session=session,
+                                explain=explain)
+        pipeline = command_pipeline(settings(index=index, model=model, retrieval=retrieval, target_ttft=target_ttft))
+        pipeline.prepare()  # loading the models is not part of the question's time to first token
+        if as_json:
+            answer = pipeline.ask(question, options)
+            echo_json(answer.to_dict())
+            if explain:
+                print_explain(answer, err())
+            finish_background(pipeline)
+            return
+        answer = stream_answer(pipeline, question, options)
+        console = Console(highlight=False)
+        print_sources(answer, console)
+        if explain:
+            print_explain(answer, console)
+        print_cost_line(answer)
+        finish_background(pipeline)
+
+
+def stream_answer(pipeline: Pipeline, question: str, options: AskOptions) -> Answer:
+    """Write the answer to stdout as it is generated; return the Answer."""
+    with pipeline.stream(question, options) as stream:
+        try:
+            for piece in stream:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        finally:
+            sys.stdout.write("\n")
+    return stream.answer
+
+
+def print_sources(answer: Answer, console: Console) -> None:
+    """The numbered sources of ``answer``, as its citations [n] refer to them."""
+    console.print("\n[bold]Sources[/]")
+    for n, s in enumerate(answer.sources, start=1):
+        where = s.source if s.page is None else f"{s.source} p.{s.page}"
+        console.print(f"  [{n}] {where}  (score {s.score:.3f})")
+
+
+def print_cost_line(answer: Answer) -> None:
+    """One dim line on stderr: chunks, tokens, TTFT against target and prediction."""
+    t, b = answer.timings, answer.budget
+    target = "no target" if b.target_ttft is None else f"target {b.target_ttft:.2f} s"
+    err().print(
+        f"[dim]{b.chosen}/{b.candidates} chunks, {t.prompt_tokens} prompt tokens ({t.cached_tokens} cached), "
+        f"TTFT {t.ttft_s:.2f} s ({target}, predicted {b.predicted_ttft_s:.2f} s), "
+        f"{t.decode_tokens} tokens in {t.total_s:.2f} s[/]"
+    )
+
+
+def print_explain(answer: Answer, console: Console) -> None:
+    """The budget decision for every candidate, then predicted against measured TTFT."""
+    b, t = answer.budget, answer.timings
+    table = Table(title="budget decision", title_justify="left")
+    for column in ("#", "source", "tokens", "score", "cum. TTFT s", "decision"):
+        right = column in {"#", "tokens", "score", "cum. TTFT s"}
+        table.add_column(column, justify="right" if right else "left", no_wrap=column != "source",
+                         overflow="fold" if column == "source" else "ellipsis")
+    for n, d in enumerate(b.decisions, start=1):
+        decision = ("chosen, trimmed" if d.trimmed else "chosen") if d.chosen else f"dropped: {d.reason}"
+        table.add_row(str(n), d.source, str(d.tokens), f"{d.score:.3f}", f"{d.ttft_s:.2f}" if d.ttft_s else "",
+                      decision, style=None if d.chosen else "dim")
+    console.print(table)
+    target = "none" if b.target_ttft is None else f"{b.target_ttft:.2f} s"
+    console.print(
+        f"target {target}; predicted {b.predicted_ttft_s:.2f} s (planned with x{b.safety:.2f} margin: "
+        f"{(b.planned_ttft_s or 0):.2f} s); measured {t.ttft_s:.2f} s"
+        + ("" if b.feasible else "  [red]infeasible: even one chunk exceeds the target[/]")
+    )
+
+
+def finish_background(pipeline: Pipeline) -> None:
+    """Let a summary that is being written finish before the process ends
+    (the answer is already out)."""
+    if pipeline.background_busy():
+        err().print("[dim]folding older turns into the conversation summary...[/]")
+    pipeline.wait_idle()
+
+
+CHAT_COMMANDS = "/sources /stats /reset /quit"
+
+
+@app.command()
+def chat(
+    session: Optional[str] = typer.Option(None, "--session", help="Conversation id to continue (default: a new one)."),
+    index: Optional[Path] = INDEX_OPTION,
+    target_ttft: Optional[float] = TARGET_OPTION,
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in each answer."),
+    model: Optional[Path] = MODEL_OPTION,
+) -> None:
+    """Talk with your documents: each question continues the conversation.
+
+    Commands: /sources (of the last answer), /stats (tokens and TTFT per
+    turn), /reset (forget this conversation), /quit.
+    """
+    with user_errors():
+        session = session or time.strftime("chat-%Y%m%d-%H%M%S")
+        options = AskOptions.of(max_tokens=max_tokens, session=session)
+        pipeline = command_pipeline(settings(index=index, model=model, target_ttft=target_ttft))
+        ChatLoop(pipeline, options).run()
+
+
+class ChatLoop:
+    """The read-answer loop of ``rag chat`` over one session."""
+
+    def __init__(self, pipeline: Pipeline, options: AskOptions) -> None:
+        self.pipeline, self.options = pipeline, options
+        self.session = str(options.session)
+        self.console, self.err = Console(highlight=False), err()
+        self.answers: list[Answer] = []
+
+    def run(self) -> None:
+        """Read lines until /quit or end of input; answer each question."""
+        earlier = self.pipeline.conversation(self.session)
+        resumed = f", resuming after {earlier.next_number - 1} turns" if earlier.next_number > 1 else ""
+        self.err.print(f"[dim]session {self.session}{resumed}; {CHAT_COMMANDS}[/]")
+        while True:
+            try:
+                line = self.console.input("[bold green]you>[/] ").strip()
+            except EOFError:
+                self.console.print()
+                break
+            if line in {"/quit", "/exit", "/q"}:
+                break
+            if line:
+                self.handle(line)
+        finish_background(self.pipeline)
+        self.err.print(f"[dim]continue later with: rag chat --session {self.session}[/]")
+
+    def handle(self, line: str) -> None:
+        """One line: a command, or a question to answer."""
+        if line == "/reset":
+            self.pipeline.reset(self.session)
+            self.answers = []
+            self.err.print(f"[dim]session {self.session} forgotten; starting over[/]")
+        elif line == "/sources":
+            if self.answers:
+                print_sources(self.answers[-1], self.console)
+            else:
+                self.err.print("[dim]no answer yet[/]")
+        elif line == "/stats":
+            print_chat_stats(self.answers, self.console, self.pipeline)
+        elif line.startswith("/"):
+            self.err.print(f"[yellow]unknown command {line.split()[0]}[/]; try {CHAT_COMMANDS}")
+        else:
+            try:
+                self.console.print("[bold blue]rag>[/] ", end="")
+                answer = stream_answer(self.pipeline, line, self.options)
+            except RagError as exc:  # one bad question does not end the conversation
+                self.err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+                return
+            self.answers.append(answer)
+            print_cost_line(answer)
+
+
+def print_chat_stats(answers: list[Answer], console: Console, pipeline: Pipeline) -> None:
+    """Tokens and TTFT per turn of this conversation, and its summaries."""
+    table = Table(title="this conversation", title_justify="left")
+    for column in ("turn", "prompt tok", "cached", "prefilled", "restored", "chunks", "TTFT s", "predicted s"):
+        table.add_column(column, justify="right")
+    for a in answers:
+        t = a.timings
+        table.add_row(str(a.turn), str(t.prompt_tokens), str(t.cached_tokens), str(t.prefill_tokens),
+                      str(t.restored_tokens), str(a.budget.chosen), f"{t.ttft_s:.2f}", f"{a.budget.predicted_ttft_s:.2f}")
+    console.print(table)
+    if answers:
+        prompt = sum(a.timings.prompt_tokens for a in answers)
+        cached = sum(a.timings.cached_tokens for a in answers)
+        console.print(f"cached/prompt tokens: {cached / prompt:.2f}")
+    folds = [e for e in pipeline.background_log if e.get("kind") == "summary" and not e.get("interrupted")]
+    if folds:
+        spent = sum(float(e["seconds"]) for e in folds)
+        console.print(f"summaries: {len(folds)} ({', '.join(str(e['method']) for e in folds)}), "
+                      f"{spent:.1f} s in the background")

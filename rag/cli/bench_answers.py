@@ -1,0 +1,262 @@
+"""The benchmarks that ask questions: ``rag bench ttft``, ``chat``, ``peer``
+and ``serve``; each runs one of ``rag.bench`` and prints its figures.
+
+Does not: measure anything itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..bench.questions import Question, load_questions
+from ..errors import RagError
+from ..qa.pipeline import Pipeline
+from .common import MODEL_OPTION, IngestBar, bench_app, counting, echo_json, err, int_list, command_pipeline, settings, user_errors
+
+BENCH_DATA = Path(__file__).resolve().parent.parent / "bench" / "data"
+DEFAULT_CHAT_CORPUS = Path("/usr/share/doc/python3.11/html/_sources")
+
+
+def questions_of(path: Path) -> list[Question]:
+    """The questions of a JSON-lines file; a RagError if it holds none."""
+    qs = load_questions(path)
+    if not qs:
+        raise RagError(f"{path}: no questions in the file")
+    return qs
+
+
+def bench_pipeline(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], **options) -> Pipeline:
+    """A pipeline over an index of ``corpus``, brought up to date first
+    (default: a cache folder per corpus and include patterns)."""
+    s = settings(model=model)
+    if index is None:
+        tag = hashlib.sha256(f"{corpus.resolve()}|{sorted(include)}".encode()).hexdigest()[:10]
+        index = s.cache_folder / f"bench-index-{tag}"
+    p = command_pipeline(s.model_copy(update={"index": index}), **options)
+    with IngestBar.shown(transient=True) as bar:
+        report = p.ingest([corpus], include=include, progress=bar)
+    if report.failed and not (report.added or report.updated or report.skipped):
+        raise RagError(f"{corpus}: nothing could be indexed ({report.failed[0][1]})")
+    return p
+
+
+@bench_app.command("ttft")
+def bench_ttft(
+    corpus: Path = typer.Option(..., "--corpus", help="Folder of documents (ingested incrementally into --index)."),
+    questions: Path = typer.Option(..., "--questions", help="JSON lines of {question, gold}."),
+    targets: str = typer.Option("0.5,1,2,4", "--targets", help="Comma-separated TTFT targets in seconds."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    include: List[str] = typer.Option([], "--include", help="Only corpus files matching this glob (repeatable)."),
+    max_tokens: int = typer.Option(16, "--max-tokens", help="Answer tokens per request (TTFT does not depend on it)."),
+    no_learn: bool = typer.Option(False, "--no-learn", help="Freeze the cost model: no online learning."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Answer every question under every TTFT target; report how well the target held."""
+    from ..bench.ttft import bench_ttft as run_bench
+
+    with user_errors():
+        try:
+            wanted = [float(t) for t in targets.split(",") if t.strip()]
+        except ValueError:
+            raise RagError(f"--targets {targets!r}: expected seconds separated by commas, e.g. 0.5,1,2,4") from None
+        if not wanted or min(wanted) <= 0:
+            raise RagError("--targets: give at least one positive number of seconds")
+        qs = questions_of(questions)
+        pipeline = bench_pipeline(corpus, include, index, model, learn=not no_learn)
+        pipeline.prepare()  # calibrate, if needed, before anything is timed
+        with counting("asking") as update:
+            result = run_bench(pipeline, qs, wanted, max_tokens=max_tokens, progress=update)
+    if as_json:
+        echo_json(result)
+        return
+    table = Table(title=f"rag bench ttft ({len(qs)} questions, learning {'off' if no_learn else 'on'})", title_justify="left")
+    columns = ["target s", "feasible", "requests", "p50 meas/target", "p95 meas/target", "over target",
+               "mean chunks", "mean prompt tok", "pred err p50", "pred err p95"]
+    for c in columns:
+        table.add_column(c, justify="right")
+    for row in result["summary"]["targets"]:
+        table.add_row(
+            f"{row['target_s']:g}", "yes" if row["feasible"] else f"no ({row['infeasible_requests']})", str(row["requests"]),
+            f"{row['p50_ratio']:.2f}", f"{row['p95_ratio']:.2f}", f"{row['over_share'] * 100:.0f}%",
+            f"{row['mean_chunks']:.1f}", f"{row['mean_prompt_tokens']:.0f}",
+            f"{row['pred_err_p50'] * 100:.1f}%", f"{row['pred_err_p95'] * 100:.1f}%",
+        )
+    Console(highlight=False).print(table)
+
+
+@bench_app.command("chat")
+def bench_chat(
+    turns: int = typer.Option(10, "--turns", help="Questions per conversation."),
+    sessions: int = typer.Option(3, "--sessions", help="Conversations."),
+    interleave: bool = typer.Option(False, "--interleave", help="Take turns between conversations (A1 B1 C1 A2 ...)."),
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    conversations: Optional[Path] = typer.Option(None, "--conversations", help="JSON of follow-up questions (default: the bundled Python-docs set)."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="Answer tokens per turn."),
+    target_ttft: Optional[float] = typer.Option(None, "--target-ttft", help="rag-budget's TTFT target (default: 2.0)."),
+    history: str = typer.Option("prompted", "--history", help="How recent turns are replayed: prompted (with their passages) or qa."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Follow-up conversations answered by rag-budget and by a naive pipeline
+    (full history, k=8, chunks first) side by side: tokens and TTFT per turn."""
+    from ..bench.chat import bench_chat as run_bench
+    from ..bench.chat import load_conversations
+
+    with user_errors():
+        if history not in ("prompted", "qa"):
+            raise RagError(f"--history must be prompted or qa, not {history!r}")
+        source = conversations or BENCH_DATA / "python_docs_chat.json"
+        scripts = load_conversations(source)
+        with tempfile.TemporaryDirectory(prefix="rag-bench-chat-") as tmp:
+            # Its own conversation store and RAM-only snapshots: a bench leaves nothing behind.
+            pipeline = bench_pipeline(corpus, include, index, model, conversations=Path(tmp) / "conversations.sqlite",
+                                      kv_dir=False, history_mode=history)
+            pipeline.prepare()  # calibrate, if needed, before anything is timed
+            with counting("turns") as update:
+                result = run_bench(pipeline, scripts, turns=turns, sessions=sessions, interleave=interleave,
+                                   max_tokens=max_tokens, target_ttft=target_ttft, progress=update)
+            pipeline.close()
+    if as_json:
+        echo_json(result)
+        return
+    summary = result["summary"]
+    title = (f"rag bench chat ({sessions} sessions x {turns} turns, {'interleaved' if interleave else 'one after another'}, "
+             f"history {history}; means over sessions)")
+    table = Table(title=title, title_justify="left")
+    for column in ("turn", "ours prompt", "ours cached", "ours prefilled", "ours TTFT s",
+                   "naive prompt", "naive cached", "naive prefilled", "naive TTFT s", "naive/ours TTFT"):
+        table.add_column(column, justify="right")
+    for row in summary["per_turn"]:
+        table.add_row(
+            str(row["turn"]), f"{row['ours_prompt_tokens']:.0f}", f"{row['ours_cached_tokens']:.0f}",
+            f"{row['ours_prefill_tokens']:.0f}", f"{row['ours_ttft_s']:.2f}", f"{row['naive_prompt_tokens']:.0f}",
+            f"{row['naive_cached_tokens']:.0f}", f"{row['naive_prefill_tokens']:.0f}", f"{row['naive_ttft_s']:.2f}",
+            f"{row['ttft_ratio']:.1f}x" if row["ttft_ratio"] else "",
+        )
+    console = Console(highlight=False)
+    console.print(table)
+    console.print(
+        f"cached/prompt from turn 2: ours {summary['ours_cached_ratio']:.2f}, naive {summary['naive_cached_ratio']:.2f}; "
+        f"TTFT naive/ours: last turn {summary['ttft_ratio_last_turn']:.1f}x, overall {summary['ttft_ratio_overall']:.1f}x"
+    )
+    console.print(
+        f"summaries: {summary['summaries']} ({', '.join(summary['summary_methods']) or 'none'}), "
+        f"{summary['summary_s_total']:.1f} s writing them and {summary['background_prefill_s_total']:.1f} s prefilling "
+        f"the new prefix, in the background between turns"
+    )
+
+
+@bench_app.command("peer")
+def bench_peer(
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="JSON lines of {question, gold} (default: the bundled Python-docs dev set)."),
+    limit: int = typer.Option(0, "--limit", help="Only the first N questions (0: all)."),
+    ks: str = typer.Option("4,20", "--k", help="Comma-separated k of the LangChain runs."),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Answer tokens per question."),
+    target_ttft: Optional[float] = typer.Option(None, "--target-ttft", help="rag-budget's TTFT target (default: 2.0)."),
+    reembed: bool = typer.Option(False, "--reembed", help="Embed the peer's documents through HuggingFaceEmbeddings (slow) instead of reading rag-budget's vectors."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """rag-budget against the classic LangChain RAG (FAISS, HuggingFaceEmbeddings, stuff prompt, ChatLlamaCpp)."""
+    from ..bench.peer import bench_peer as run_bench
+
+    with user_errors():
+        wanted = int_list(ks, "--k")
+        qs = questions_of(questions or BENCH_DATA / "python_docs_dev.jsonl")
+        if limit < 0:
+            raise RagError("--limit must be 0 (all) or more")
+        qs = qs[:limit] if limit else qs
+        pipeline = bench_pipeline(corpus, include, index, model)
+        with counting("asking") as update:
+            result = run_bench(
+                pipeline, qs, ks=wanted, max_tokens=max_tokens, target_ttft=target_ttft, reembed=reembed,
+                progress=update,
+                notice=lambda message: err().print(f"[dim]{message}[/]"),
+            )
+    if as_json:
+        echo_json(result)
+        return
+    summary = result["summary"]
+    table = Table(title=f"rag bench peer ({len(qs)} questions, {max_tokens} answer tokens)", title_justify="left")
+    for c in ["system", "median TTFT s", "p95 TTFT s", "median total s", "prompt tokens", "chunks", "prompt recall"]:
+        table.add_column(c, justify="left" if c == "system" else "right")
+    for row in summary["systems"]:
+        table.add_row(row["name"], f"{row['median_ttft_s']:.2f}", f"{row['p95_ttft_s']:.2f}", f"{row['median_total_s']:.2f}",
+                      str(row["prompt_tokens"]), f"{row['mean_chunks']:.1f}", f"{row['prompt_recall']:.2f}")
+    console = Console(highlight=False)
+    console.print(table)
+    for key, value in summary.items():
+        if key.startswith("ttft_ratio"):
+            console.print(f"{key.replace('_', ' ')}: {value:.2f}x")
+
+
+@bench_app.command("serve")
+def bench_serve(
+    clients: str = typer.Option("1,4,8", "--clients", help="Comma-separated numbers of concurrent clients."),
+    requests: int = typer.Option(24, "--requests", help="Requests per run (per client count and system)."),
+    target_ttft: float = typer.Option(2.0, "--target-ttft", help="Every request's TTFT target in seconds."),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Answer tokens per request."),
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Concurrent clients against a real server on 127.0.0.1, with and
+    without load-aware budgeting: TTFT percentiles, tokens/s, errors, 429s."""
+    from ..bench.chat import load_conversations
+    from ..bench.serve import bench_serve as run_bench
+    from ..service import LoopbackServer, ServiceSettings, create_app
+
+    with user_errors():
+        try:
+            levels = [int(c) for c in clients.split(",") if c.strip()]
+        except ValueError:
+            raise RagError(f"--clients {clients!r}: expected whole numbers separated by commas, e.g. 1,4,8") from None
+        if not levels or min(levels) < 1 or max(levels) > 64:
+            raise RagError("--clients: between 1 and 64 clients per run")
+        if not 1 <= requests <= 10_000:
+            raise RagError("--requests: between 1 and 10000")
+        if target_ttft <= 0:
+            raise RagError("--target-ttft must be positive seconds")
+        questions = [q for c in load_conversations(BENCH_DATA / "python_docs_chat.json") for q in c]
+        with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp:
+            pipeline = bench_pipeline(corpus, include, index, model, conversations=Path(tmp) / "c.sqlite", kv_dir=False)
+            pipeline.prepare()
+            servers = {name: LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0, load_aware=on)))
+                       for name, on in (("load-aware off", False), ("load-aware on", True))}
+            try:
+                result = run_bench([(name, s.url) for name, s in servers.items()], questions, clients=levels,
+                                   requests=requests, target_ttft=target_ttft, max_tokens=max_tokens,
+                                   progress=lambda line: err().print(f"[dim]{line}[/]"))
+            finally:
+                for server in servers.values():
+                    server.stop()
+                pipeline.close()
+    if as_json:
+        echo_json(result)
+        return
+    table = Table(title=f"rag bench serve ({requests} requests per run, target {target_ttft:g} s)", title_justify="left")
+    for column in ("clients", "system", "p50 TTFT s", "p95 TTFT s", "p95/target", "tok/s", "served", "429s",
+                   "errors", "over target", "mean chunks"):
+        table.add_column(column, justify="right")
+    for r in result["summary"]["runs"]:
+        p95 = r["p95_ttft_s"]
+        table.add_row(str(r["clients"]), r["system"], f"{r['p50_ttft_s'] or 0:.2f}",
+                      f"{p95 or 0:.2f}", f"{(p95 or 0) / target_ttft:.2f}", f"{r['tok_s']:.1f}", str(r["served"]),
+                      str(r["rejected_429"]), str(r["errors"]),
+                      f"{(r['over_share'] or 0) * 100:.0f}%", f"{r['mean_chunks'] or 0:.1f}")
+    Console(highlight=False).print(table)

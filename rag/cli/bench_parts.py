@@ -1,0 +1,147 @@
+"""The benchmarks of single parts: ``rag bench retrieval`` (search
+quality), ``search`` (FAISS index types) and ``engine`` (the engine alone);
+each runs one of ``rag.bench`` and prints its figures.
+
+Does not: measure anything itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from engine.errors import EngineError
+
+from ..errors import RagError, from_engine
+from .bench_answers import bench_pipeline, questions_of
+from .common import MODEL_OPTION, bench_app, counting, echo_json, err, int_list, command_pipeline, settings, user_errors
+
+
+@bench_app.command("retrieval")
+def bench_retrieval(
+    corpus: Path = typer.Option(..., "--corpus", help="Folder of documents (ingested incrementally into --index)."),
+    questions: Path = typer.Option(..., "--questions", help="JSON lines of {question, gold}."),
+    ks: str = typer.Option("1,3,5,10", "--k", help="Comma-separated k for recall@k."),
+    rrf_ks: str = typer.Option("5,20,60", "--rrf-k", help="Comma-separated RRF constants of the hybrid rows."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    include: List[str] = typer.Option([], "--include", help="Only corpus files matching this glob (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """recall@k and MRR of dense, BM25 and hybrid retrieval on the same questions."""
+    from ..bench.retrieval import bench_retrieval as run_bench
+
+    with user_errors():
+        wanted, fusion, qs = int_list(ks, "--k"), int_list(rrf_ks, "--rrf-k"), questions_of(questions)
+        pipeline = bench_pipeline(corpus, include, index, None)
+        with counting("searching") as update:
+            result = run_bench(pipeline, qs, wanted, rrf_ks=fusion, progress=update)
+    if as_json:
+        echo_json(result)
+        return
+    summary = result["summary"]
+    table = Table(
+        title=f"rag bench retrieval ({len(qs)} questions, {result['config']['chunks']} chunks; "
+              f"query embedding {summary['median_embed_ms']:.0f} ms median, not in the search columns)",
+        title_justify="left",
+    )
+    table.add_column("system")
+    metric_keys = [f"recall@{k}" for k in wanted] + ["mrr"]
+    for c in metric_keys + ["search ms p50", "search ms p95"]:
+        table.add_column(c, justify="right")
+    for row in summary["systems"]:
+        table.add_row(row["name"], *[f"{row[k]:.3f}" for k in metric_keys],
+                      f"{row['median_search_ms']:.1f}", f"{row['p95_search_ms']:.1f}")
+    console = Console(highlight=False)
+    console.print(table)
+    # On its own line so a narrow terminal that wraps the table cannot hide it.
+    console.print(f"default retrieval: {summary['default']}", soft_wrap=True)
+
+
+@bench_app.command("engine")
+def bench_engine_cmd(
+    sizes: str = typer.Option("256,1024,2048", "--sizes", help="Comma-separated prompt sizes in tokens."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Requests of each size and kind."),
+    max_tokens: int = typer.Option(32, "--max-tokens", min=1, help="Answer tokens per request."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """The engine alone (in process, or the server of --engine-url): TTFT,
+    prefill and decode tok/s and cached tokens, cold and with a cached prefix."""
+    from .. import paths
+    from ..bench.engine import bench_engine
+
+    with user_errors():
+        wanted = int_list(sizes, "--sizes")
+        backend = command_pipeline(settings(model=model)).backend
+        document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
+        with counting("requests") as update:
+            try:
+                result = bench_engine(backend, document, wanted, repeats=repeats, max_tokens=max_tokens,
+                                      progress=update)
+            except EngineError as exc:
+                raise from_engine(exc) from None
+    if as_json:
+        echo_json(result)
+        return
+    table = Table(title=f"rag bench engine ({result['config']['engine']}, {repeats} requests each, medians)",
+                  title_justify="left")
+    for c in ("size", "kind", "prompt tok", "cached tok", "TTFT s", "prefill tok/s", "decode tok/s", "total s"):
+        table.add_column(c, justify="left" if c == "kind" else "right")
+
+    def cell(value) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    for row in result["summary"]["systems"]:
+        table.add_row(str(row["prompt_size"]), row["kind"], cell(row["prompt_tokens"]), cell(row["cached_tokens"]),
+                      cell(row["median_ttft_s"]), cell(row["prefill_tok_s"]), cell(row["decode_tok_s"]),
+                      cell(row["median_total_s"]))
+    Console(highlight=False).print(table)
+
+
+@bench_app.command("search")
+def bench_search(
+    vectors: str = typer.Option("10000,100000,1000000", "--vectors", help="Comma-separated index sizes."),
+    dim: int = typer.Option(384, "--dim", help="Vector dimension (default: all-MiniLM-L6-v2's)."),
+    types: str = typer.Option("flat,ivf,hnsw", "--types", help="Index types to measure: flat, ivf, hnsw."),
+    hnsw_max: int = typer.Option(200_000, "--hnsw-max", help="Largest size to build HNSW for (slow to build on few cores)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic vectors."),
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """p50/p99 search latency and recall@10 against exact search, on synthetic vectors."""
+    from ..bench.search import bench_search as run_bench
+    from ..index.vectors import APPROXIMATE_FROM
+
+    with user_errors():
+        sizes = int_list(vectors, "--vectors")
+        kinds = [t.strip() for t in types.split(",") if t.strip()]
+        unknown = sorted(set(kinds) - {"flat", "ivf", "hnsw"})
+        if unknown or not kinds:
+            raise RagError(f"--types {types!r}: use flat, ivf and/or hnsw")
+        if dim < 1:
+            raise RagError("--dim must be at least 1")
+        with err().status("building") as status:
+            result = run_bench(sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed,
+                               progress=lambda message: status.update(message))
+    if as_json:
+        echo_json(result)
+        return
+    table = Table(title=f"rag bench search (dim {dim}, {result['config']['queries']} queries one at a time, "
+                        f"{result['config']['threads']} threads)", title_justify="left")
+    for c in ["vectors", "index", "params", "build s", "p50 ms", "p99 ms", "recall@10", "MB"]:
+        table.add_column(c, justify="left" if c in ("index", "params") else "right")
+    for r in result["rows"]:
+        if "skipped" in r:
+            table.add_row(f"{r['vectors']:,}", r["index"], r["params"], "-", "-", "-", "-", "-")
+            continue
+        table.add_row(f"{r['vectors']:,}", r["index"], r["params"], f"{r['build_s']:.1f}", f"{r['p50_ms']:.2f}",
+                      f"{r['p99_ms']:.2f}", f"{r['recall@10']:.3f}", f"{r['bytes'] / 1e6:.0f}")
+    console = Console(highlight=False)
+    console.print(table)
+    suggested = result["summary"]["suggested_approximate_from"]
+    if suggested:
+        console.print(f"exact search reaches {result['summary']['fast_enough_ms']:g} ms p50 at about {suggested:,} vectors; "
+                      f"the store switches to IVF from {APPROXIMATE_FROM:,}")

@@ -1,0 +1,169 @@
+"""What every ``rag`` command shares: the typer application, the options
+that many commands take, the one place where flags and ``RAG_*`` variables
+become :class:`~rag.settings.Settings`, opening the pipeline, one-line
+errors, JSON output and progress bars.
+
+Does not: answer, ingest or measure anything itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from ..errors import RagError
+from ..qa.pipeline import Pipeline
+from ..settings import Settings
+
+app = typer.Typer(
+    name="rag",
+    help="Local document question answering that treats the prompt as a cost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+INDEX_OPTION = typer.Option(
+    None, "--index", help="Index directory (default: $RAG_INDEX, else ~/.local/share/rag-budget/index)."
+)
+RETRIEVAL_OPTION = typer.Option(
+    None, "--retrieval",
+    help="How candidates are found: hybrid (dense + BM25, fused by rank), dense or bm25 (default: $RAG_RETRIEVAL, else hybrid).",
+)
+MODEL_OPTION = typer.Option(None, "--model", help="GGUF model file (default: $RAG_MODEL, else bundled SmolLM2-135M-Instruct).")
+TARGET_OPTION = typer.Option(
+    None, "--target-ttft", help="Seconds to first token to plan for (default: $RAG_TARGET_TTFT, else 2.0)."
+)
+
+# The engine options given before the command (`rag --engine-url URL ask ...`).
+_ENGINE_FLAGS: dict[str, object] = {}
+
+
+@app.callback()
+def _engine_options(
+    engine_url: Optional[str] = typer.Option(
+        None, "--engine-url",
+        help="Answer with an OpenAI-compatible server (llama-server, vLLM) at this URL instead of in-process llama.cpp ($RAG_ENGINE_URL)."),
+    engine_model: Optional[str] = typer.Option(
+        None, "--engine-model", help="The model name on that server (default: $RAG_ENGINE_MODEL, else its first)."),
+    gpu_layers: Optional[int] = typer.Option(
+        None, "--gpu-layers",
+        help="Layers offloaded to the GPU; -1 all (default: $RAG_GPU_LAYERS, else all where llama.cpp has a GPU, else 0)."),
+    flash_attn: Optional[bool] = typer.Option(
+        None, "--flash-attn/--no-flash-attn", help="Flash attention (default: $RAG_FLASH_ATTN, else on)."),
+    kv_type: Optional[str] = typer.Option(
+        None, "--kv-type", help="KV cache type: f16 or q8_0 (half the memory) (default: $RAG_KV_TYPE, else f16)."),
+) -> None:
+    """Local document question answering that treats the prompt as a cost."""
+    _ENGINE_FLAGS.clear()
+    _ENGINE_FLAGS.update(engine_url=engine_url, engine_model=engine_model, gpu_layers=gpu_layers,
+                         flash_attn=flash_attn, kv_type=kv_type)
+
+
+def settings(**flags) -> Settings:
+    """The settings of this command: ``RAG_*`` variables, overridden by the
+    engine options and ``flags`` that were given (None: not given)."""
+    return Settings.load(**(_ENGINE_FLAGS | flags))
+
+
+def open_pipeline(settings: Settings, **options) -> Pipeline:
+    """The pipeline a command works on (one place, so tests can share loaded models)."""
+    return Pipeline.open(settings=settings, **options)
+
+
+def command_pipeline(settings: Settings, **options) -> Pipeline:
+    """:func:`open_pipeline`, telling the user on stderr what it does on its own."""
+    return open_pipeline(settings, notice=lambda message: err().print(f"[yellow]note:[/] {message}", soft_wrap=True),
+                         **options)
+
+
+def err() -> Console:
+    """A console on stderr, for everything that is not the command's output."""
+    return Console(stderr=True, highlight=False)
+
+
+@contextlib.contextmanager
+def user_errors(interrupted: str = "interrupted") -> Iterator[None]:
+    """Turn errors meant for the user into one line on stderr and exit 1;
+    Ctrl-C into ``interrupted`` and exit 130."""
+    try:
+        yield
+    except RagError as exc:
+        err().print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        err().print(interrupted)
+        raise typer.Exit(130) from None
+
+
+def echo_json(obj: object) -> None:
+    """Print ``obj`` as one line of JSON on stdout."""
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def int_list(raw: str, option: str) -> list[int]:
+    """``"1,3,5" -> [1, 3, 5]``; a RagError naming ``option`` for anything else."""
+    try:
+        values = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise RagError(f"{option} {raw!r}: expected whole numbers separated by commas, e.g. 1,3,5") from None
+    if not values or min(values) < 1:
+        raise RagError(f"{option}: give at least one number, each at least 1")
+    return values
+
+
+class _RateColumn(ProgressColumn):
+    """Files per second and chunks per second since the start."""
+
+    def render(self, task) -> Text:
+        elapsed = task.elapsed or 0.0
+        if elapsed <= 0:
+            return Text("", style="progress.data.speed")
+        chunks = task.fields.get("chunks", 0)
+        return Text(f"{task.completed / elapsed:.1f} files/s  {chunks} chunks  {chunks / elapsed:.1f} chunks/s",
+                    style="progress.data.speed")
+
+
+class IngestBar:
+    """Ingest progress drawn as a rich bar on stderr (an ``IngestProgress``)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task = None
+        self._chunks = 0
+
+    @classmethod
+    @contextlib.contextmanager
+    def shown(cls, *, transient: bool = False) -> Iterator["IngestBar"]:
+        """A bar on stderr for the duration of the block."""
+        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      _RateColumn(), TimeElapsedColumn(), console=err(), transient=transient) as progress:
+            yield cls(progress)
+
+    def start(self, total_files: int) -> None:
+        self._task = self._progress.add_task("ingesting", total=total_files, chunks=0)
+
+    def advance(self, files: int, chunks: int) -> None:
+        self._chunks += chunks
+        self._progress.update(self._task, advance=files, chunks=self._chunks)
+
+
+@contextlib.contextmanager
+def counting(label: str, *, transient: bool = True) -> Iterator:
+    """A bar on stderr for ``label``; yields ``update(done, total)``."""
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err(), transient=transient) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total=None: bar.update(task, completed=done, total=total)
+

@@ -1,0 +1,191 @@
+"""Keeping conversations going: remembering answered turns, showing them
+to the prompt planner, and folding old turns into the summary in the
+background.
+
+A fold runs on one worker thread after an answer is out. It gives way to
+questions: the summariser stops when ``busy()`` says a question is in
+progress, and the fold is tried again after the next answer. After a fold,
+the new stable prefix (system prompt, summary, kept turns) is prefilled so
+the next question finds it cached.
+
+Does not: decide what goes into a prompt (the planner does) or store rows
+(``store`` does).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+from engine.backend import Backend, Message, PrefixCache, Timings
+from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
+from prompt_budget.layout import history_messages
+
+from .store import Conversation, ConversationStore, Turn
+from .summarise import Interrupted, summarise
+
+HistoryMode = Literal["prompted", "qa"]
+BACKGROUND_LOG_SIZE = 256  # entries kept: a long-running server must not grow without bound
+
+
+def kv_key(session: str) -> str:
+    """The engine's snapshot key of a conversation."""
+    return f"session:{session}"
+
+
+def stable_prefix(backend: Backend, messages: Sequence[Message]) -> list[int]:
+    """The tokens every prompt that continues ``messages`` with a user turn
+    starts with, under ``backend``'s template."""
+    from engine.kv_snapshots import common_prefix
+    import numpy as np
+
+    a = backend.tokenize(backend.render([*messages, Message("user", "a")]))
+    b = backend.tokenize(backend.render([*messages, Message("user", "b")]))
+    return a[: common_prefix(np.asarray(a, dtype=np.int32), np.asarray(b, dtype=np.int32))]
+
+
+@dataclass(frozen=True)
+class History:
+    """A conversation as the prompt planner sees it: the summary, the recent
+    turns as they are replayed, and the prompt tokens each of them takes."""
+
+    summary: str | None
+    turns: tuple[PastTurn, ...]
+    turn_tokens: tuple[int, ...]
+
+
+class ConversationKeeper:
+    """Remembers turns in a :class:`ConversationStore` and folds old ones
+    into the summary on a background thread.
+
+    ``history_mode`` "prompted" replays a turn as it was prompted, passages
+    included (append-only, so its KV stays cached); "qa" replays only the
+    question and answer. ``busy()`` tells background work a question waits.
+    """
+
+    def __init__(
+        self,
+        store: Callable[[], ConversationStore],
+        backend: Callable[[], Backend],
+        policy: Callable[[], HistoryPolicy],
+        *,
+        history_mode: HistoryMode = "prompted",
+        busy: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._store, self._backend, self._policy = store, backend, policy
+        self.history_mode: HistoryMode = history_mode
+        self._busy = busy
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-history")
+        self._pending: list[Future] = []
+        self._pending_lock = threading.Lock()
+        self.log: deque[dict[str, object]] = deque(maxlen=BACKGROUND_LOG_SIZE)
+
+    # -- reading -------------------------------------------------------------
+
+    def load(self, session: str) -> Conversation:
+        """The stored conversation ``session``."""
+        return self._store().load(session)
+
+    def turn_tokens(self, turn: Turn) -> int:
+        """Prompt tokens ``turn`` takes when replayed."""
+        if self.history_mode == "prompted":
+            return turn.tokens
+        backend = self._backend()
+        return len(backend.tokenize(turn.question)) + len(backend.tokenize(turn.answer)) + 10
+
+    def history(self, conversation: Conversation | None) -> History:
+        """What the planner needs of ``conversation`` (empty for none)."""
+        if conversation is None:
+            return History(None, (), ())
+        turns = tuple(
+            PastTurn(t.prompted if self.history_mode == "prompted" else t.question, t.answer)
+            for t in conversation.turns
+        )
+        return History(conversation.summary, turns, tuple(self.turn_tokens(t) for t in conversation.turns))
+
+    # -- writing ---------------------------------------------------------------
+
+    def remember(self, session: str, question: str, user: str, answer: str, sources: Sequence[dict],
+                 timings: Timings) -> int:
+        """Store an answered turn at the end of ``session`` and return its
+        number; schedule a fold in the background if one is due."""
+        backend = self._backend()
+        # The template adds a few tokens around each message.
+        tokens = len(backend.tokenize(user)) + len(backend.tokenize(answer)) + 10
+        store = self._store()
+        number = store.append_next(session, question, user, answer, tokens, tuple(sources), timings.to_dict())
+        conversation = store.load(session)
+        if turns_to_fold([self.turn_tokens(t) for t in conversation.turns], self._policy()):
+            with self._pending_lock:
+                self._pending = [f for f in self._pending if not f.done()]
+                self._pending.append(self._worker.submit(self._fold, session))
+        return number
+
+    def reset(self, session: str) -> None:
+        """Forget ``session``: its turns, summary and KV snapshot."""
+        self.wait_idle()
+        self._store().reset(session)
+        backend = self._backend()
+        if isinstance(backend, PrefixCache):
+            backend.forget(kv_key(session))
+
+    # -- background ----------------------------------------------------------
+
+    def _fold(self, session: str) -> None:
+        """Fold the oldest turns of ``session`` into its summary, then
+        prefill the new stable prefix so the next question finds it cached."""
+        store, backend, policy = self._store(), self._backend(), self._policy()
+        conversation = store.load(session)
+        n = turns_to_fold([self.turn_tokens(t) for t in conversation.turns], policy)
+        if not n:
+            return
+        started = time.perf_counter()
+        try:
+            summary, method = summarise(backend, conversation.summary, conversation.turns[:n], policy.summary_tokens,
+                                        self._busy)
+        except Interrupted:
+            # A question came in: it goes first; the fold is retried after its answer.
+            self.log.append({"session": session, "kind": "summary", "interrupted": True,
+                             "seconds": time.perf_counter() - started})
+            return
+        seconds = time.perf_counter() - started
+        tokens = len(backend.tokenize(summary))
+        folded = store.fold(
+            session, through=conversation.turns[n - 1].number, summary=summary,
+            expected_version=conversation.summary_version, method=method, tokens=tokens, seconds=seconds,
+        )
+        self.log.append({"session": session, "kind": "summary", "method": method, "turns": n,
+                         "tokens": tokens, "seconds": seconds, "stored": folded})
+        if not folded or self._busy() or not isinstance(backend, PrefixCache):
+            return
+        # The summary changed right after the system prompt: the kept turns
+        # must be prefilled again once. Do it now, not in the next question.
+        after = self.history(store.load(session))
+        prefix = stable_prefix(backend, [system_message(after.summary), *history_messages(after.turns)])
+        if len(prefix) < backend.n_ctx // 2:
+            t = backend.prefill(prefix, session=kv_key(session))
+            self.log.append({"session": session, "kind": "prefill", "tokens": t.prefill_tokens,
+                             "seconds": t.total_s + t.snapshot_s})
+
+    def busy(self) -> bool:
+        """Whether a fold is still running or waiting to run."""
+        with self._pending_lock:
+            return any(not f.done() for f in self._pending)
+
+    def wait_idle(self) -> float:
+        """Wait for background folds to finish; the seconds waited."""
+        started = time.perf_counter()
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        """Finish background work and stop the worker."""
+        self.wait_idle()
+        self._worker.shutdown(wait=True)

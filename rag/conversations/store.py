@@ -1,0 +1,233 @@
+"""Conversations kept in SQLite by session id: the summary of older turns
+and the recent turns as they were prompted.
+
+A turn is stored once its answer is complete; folding older turns into the
+summary replaces the summary and marks those turns folded in one
+transaction, so a crash leaves either the old or the new history, never a
+mix. Summarisation times are recorded apart from answer times.
+
+Does not: decide when to fold (``prompt_budget.history``) or summarise
+(``summarise``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import RagError
+
+SCHEMA_VERSION = 1
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    summary TEXT NOT NULL DEFAULT '',
+    summary_version INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS turns (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    number INTEGER NOT NULL,
+    question TEXT NOT NULL,
+    prompted TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    timings TEXT NOT NULL,
+    tokens INTEGER NOT NULL,
+    folded INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL,
+    PRIMARY KEY (session_id, number)
+);
+CREATE TABLE IF NOT EXISTS summaries (
+    session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    version INTEGER NOT NULL,
+    method TEXT NOT NULL,
+    folded_turns INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    seconds REAL NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (session_id, version)
+);
+"""
+
+
+def check_session_id(session: str) -> str:
+    """``session`` if it is a usable id (letters, digits and ``._:@-``, at
+    most 128 characters), else a RagError saying so."""
+    if not isinstance(session, str) or not _SESSION_ID.match(session):
+        raise RagError(
+            f"session id {session!r} is not usable: use 1-128 letters, digits or ._:@- , starting with a letter or digit"
+        )
+    return session
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One answered question of a conversation. ``prompted`` is the user
+    message exactly as it went into the prompt (passages included);
+    ``tokens`` what the turn takes when replayed (user and answer)."""
+
+    number: int
+    question: str
+    prompted: str
+    answer: str
+    tokens: int
+    sources: tuple[dict, ...] = ()
+    timings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A session's summary (and its version, bumped by each fold) and its
+    turns not yet folded into it, oldest first."""
+
+    session: str
+    summary: str = ""
+    summary_version: int = 0
+    turns: tuple[Turn, ...] = ()
+    folded: int = 0  # turns folded into the summary so far
+
+    @property
+    def next_number(self) -> int:
+        """The number the next turn gets."""
+        return (self.turns[-1].number if self.turns else self.folded) + 1
+
+
+class ConversationStore:
+    """Conversations in one SQLite file, safe to share between threads and
+    processes (WAL journal, one connection per store)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise RagError(
+                    f"{self.path} holds conversations of schema version {version}; this rag-budget reads "
+                    f"version {SCHEMA_VERSION}. Point RAG_CONVERSATIONS elsewhere or upgrade rag-budget"
+                )
+            with self._db:
+                self._db.executescript(_SCHEMA)
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise RagError(f"{self.path}: cannot open the conversation store ({exc})") from None
+        self._lock = threading.Lock()
+
+    def load(self, session: str) -> Conversation:
+        """The conversation ``session`` (empty if it has no turns yet)."""
+        check_session_id(session)
+        with self._lock:
+            row = self._db.execute(
+                "SELECT summary, summary_version FROM sessions WHERE id = ?", (session,)
+            ).fetchone()
+            if row is None:
+                return Conversation(session)
+            rows = self._db.execute(
+                "SELECT number, question, prompted, answer, tokens, sources, timings, folded FROM turns "
+                "WHERE session_id = ? ORDER BY number", (session,)
+            ).fetchall()
+        turns = tuple(
+            Turn(n, q, p, a, t, tuple(json.loads(s)), json.loads(tm)) for n, q, p, a, t, s, tm, f in rows if not f
+        )
+        folded = sum(1 for r in rows if r[7])
+        return Conversation(session, row[0], row[1], turns, folded)
+
+    def append(self, session: str, turn: Turn) -> None:
+        """Store an answered turn at the end of ``session`` under its own number."""
+        self._insert(session, turn.number, turn)
+
+    def append_next(self, session: str, question: str, prompted: str, answer: str, tokens: int,
+                    sources: tuple[dict, ...] = (), timings: dict | None = None) -> int:
+        """Store an answered turn as the next of ``session`` and return its
+        number, chosen in the same transaction, so turns stored at once by
+        several threads or processes each get their own."""
+        return self._insert(session, None, Turn(0, question, prompted, answer, tokens, sources, timings or {}))
+
+    def _insert(self, session: str, number: int | None, turn: Turn) -> int:
+        check_session_id(session)
+        now = time.time()
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO sessions (id, created, updated) VALUES (?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET updated = excluded.updated", (session, now, now)
+            )
+            if number is None:
+                number = self._db.execute(
+                    "SELECT COALESCE(MAX(number), 0) + 1 FROM turns WHERE session_id = ?", (session,)
+                ).fetchone()[0]
+            self._db.execute(
+                "INSERT INTO turns (session_id, number, question, prompted, answer, sources, timings, tokens, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session, number, turn.question, turn.prompted, turn.answer,
+                 json.dumps(list(turn.sources)), json.dumps(turn.timings), turn.tokens, now),
+            )
+        return int(number)
+
+    def fold(
+        self, session: str, *, through: int, summary: str, expected_version: int,
+        method: str, tokens: int, seconds: float,
+    ) -> bool:
+        """Replace the summary with ``summary`` and mark turns up to number
+        ``through`` folded, if the summary is still at ``expected_version``
+        (else another fold won, and nothing changes: returns False)."""
+        now = time.time()
+        with self._lock, self._db:
+            cur = self._db.execute(
+                "UPDATE sessions SET summary = ?, summary_version = summary_version + 1, updated = ? "
+                "WHERE id = ? AND summary_version = ?", (summary, now, session, expected_version)
+            )
+            if cur.rowcount != 1:
+                return False
+            self._db.execute(
+                "UPDATE turns SET folded = 1 WHERE session_id = ? AND number <= ?", (session, through)
+            )
+            folded = self._db.execute(
+                "SELECT COUNT(*) FROM turns WHERE session_id = ? AND folded = 1", (session,)
+            ).fetchone()[0]
+            self._db.execute(
+                "INSERT INTO summaries (session_id, version, method, folded_turns, tokens, seconds, created) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", (session, expected_version + 1, method, folded, tokens, seconds, now)
+            )
+        return True
+
+    def summaries(self, session: str) -> list[dict[str, object]]:
+        """Every fold of ``session``: version, method (llm or extractive),
+        turns folded in all, summary tokens and seconds it took."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT version, method, folded_turns, tokens, seconds FROM summaries WHERE session_id = ? "
+                "ORDER BY version", (session,)
+            ).fetchall()
+        return [dict(zip(("version", "method", "folded_turns", "tokens", "seconds"), r)) for r in rows]
+
+    def reset(self, session: str) -> None:
+        """Forget ``session``: its turns, summary and summaries."""
+        check_session_id(session)
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM sessions WHERE id = ?", (session,))
+
+    def sessions(self) -> list[dict[str, object]]:
+        """Every session id with its turn count and last update, newest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT s.id, s.updated, COUNT(t.number) FROM sessions s LEFT JOIN turns t ON t.session_id = s.id "
+                "GROUP BY s.id ORDER BY s.updated DESC"
+            ).fetchall()
+        return [{"session": r[0], "updated": r[1], "turns": r[2]} for r in rows]
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,184 @@
+"""BM25 over chunk texts, saved beside the vectors and updated incrementally.
+
+Dense embeddings miss exact names (``shutil.copytree``, ``SIGINT``); BM25
+finds them. The index keeps, per chunk, its terms and their counts (a
+vocabulary, and a chunk-by-term table as flat NumPy arrays); scores are
+computed when a query comes, Lucene's BM25 (``k1`` 1.5, ``b`` 0.75, the
+formula bm25s calls "lucene", which ``tests/test_lexical_reference.py``
+checks against it). Because nothing corpus-wide is precomputed, adding or
+removing a file touches only that file's rows: a one-file upload into a large
+index does not re-read the whole corpus. Saved as JSON and ``.npy`` arrays,
+read with ``allow_pickle=False``.
+
+Does not: fuse rankings (``rag.retrieval``) or touch SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+_FOLDER_FORMAT = 2  # 1: bm25s's own files, which are read no more (rebuilt)
+K1, B = 1.5, 0.75
+# Identifiers split on dots and underscores too, so ``os.path.join`` also
+# matches a question about "path join"; the whole dotted name is kept as well.
+_WORD = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
+_PARTS = re.compile(r"[._]+")
+_STOPWORDS = frozenset(
+    "a an and are as at be but by can do does for from has have how i if in into is it its me my no not of on "
+    "or so such than that the their then there these they this to was what when where which while who why will "
+    "with you your".split()
+)
+_ARRAYS = ("chunk_ids", "offsets", "terms", "counts")
+
+
+def tokenize(text: str) -> list[str]:
+    """The BM25 terms of ``text``: lower-cased words, identifiers whole and
+    in parts, English stopwords left out.
+
+    ``tokenize("Use os.path.join") -> ["use", "os.path.join", "os", "path", "join"]``
+    """
+    terms: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if "." in word or "_" in word:
+            parts = [p for p in _PARTS.split(word) if len(p) > 1 and p not in _STOPWORDS]
+            terms.append(word)
+            terms.extend(parts)
+        elif len(word) > 1 and word not in _STOPWORDS:
+            terms.append(word)
+    return terms
+
+
+class LexicalIndex:
+    """BM25 scores of chunks for a query, by chunk id.
+
+    Row ``i`` stands for chunk ``chunk_ids[i]``; its distinct terms are
+    ``terms[offsets[i]:offsets[i+1]]`` with their ``counts``.
+    """
+
+    def __init__(self, vocab: dict[str, int], chunk_ids: np.ndarray, offsets: np.ndarray, terms: np.ndarray,
+                 counts: np.ndarray) -> None:
+        self.vocab = vocab
+        self.chunk_ids = chunk_ids.astype(np.int64, copy=False)
+        self.offsets = offsets.astype(np.int64, copy=False)
+        self.terms = terms.astype(np.int32, copy=False)
+        self.counts = counts.astype(np.int32, copy=False)
+        self._postings: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float] | None = None
+
+    # -- building --------------------------------------------------------------
+
+    @classmethod
+    def build(cls, ids: Sequence[int], texts: Sequence[str]) -> "LexicalIndex":
+        """An index of ``texts``, row ``i`` standing for chunk ``ids[i]``."""
+        return cls.empty().updated((), ids, texts)
+
+    @classmethod
+    def empty(cls) -> "LexicalIndex":
+        """An index of no chunks."""
+        return cls({}, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32))
+
+    def updated(self, removed: Sequence[int], ids: Sequence[int], texts: Sequence[str]) -> "LexicalIndex":
+        """This index without the chunks ``removed`` and with the chunks
+        ``ids`` (texts ``texts``) added: only the added texts are read."""
+        keep = ~np.isin(self.chunk_ids, np.asarray(removed, dtype=np.int64)) if len(removed) else None
+        chunk_ids, offsets, terms, counts = self.chunk_ids, self.offsets, self.terms, self.counts
+        if keep is not None and not keep.all():
+            lengths = np.diff(offsets)
+            entry_kept = np.repeat(keep, lengths)
+            chunk_ids, terms, counts = chunk_ids[keep], terms[entry_kept], counts[entry_kept]
+            offsets = np.concatenate([[0], np.cumsum(lengths[keep])])
+        vocab = dict(self.vocab)
+        new_terms: list[int] = []
+        new_counts: list[int] = []
+        new_lengths: list[int] = []
+        for text in texts:
+            counted = Counter(vocab.setdefault(t, len(vocab)) for t in tokenize(text))
+            new_terms.extend(counted.keys())
+            new_counts.extend(counted.values())
+            new_lengths.append(len(counted))
+        return LexicalIndex(
+            vocab,
+            np.concatenate([chunk_ids, np.asarray(ids, dtype=np.int64)]),
+            np.concatenate([offsets, offsets[-1] + np.cumsum(np.asarray(new_lengths, dtype=np.int64))]),
+            np.concatenate([terms, np.asarray(new_terms, dtype=np.int32)]),
+            np.concatenate([counts, np.asarray(new_counts, dtype=np.int32)]),
+        )
+
+    def __len__(self) -> int:
+        return int(len(self.chunk_ids))
+
+    # -- searching -------------------------------------------------------------
+
+    def _term_postings(self):
+        """The chunk-by-term table turned term-major (built on first search):
+        per term the rows holding it and their counts, and every row's length."""
+        if self._postings is None:
+            rows = np.repeat(np.arange(len(self.chunk_ids), dtype=np.int64), np.diff(self.offsets))
+            order = np.argsort(self.terms, kind="stable")
+            starts = np.zeros(len(self.vocab) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.terms, minlength=len(self.vocab)), out=starts[1:])
+            doc_len = np.bincount(rows, weights=self.counts, minlength=len(self.chunk_ids))
+            avg = float(doc_len.mean()) if len(doc_len) else 1.0
+            self._postings = (starts, rows[order], self.counts[order], doc_len, avg or 1.0)
+        return self._postings
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        """Up to ``k`` ``(chunk id, BM25 score)`` pairs, best first; only
+        chunks sharing a term with ``query``."""
+        wanted = [self.vocab[t] for t in tokenize(query) if t in self.vocab]
+        k = min(k, len(self))
+        if k <= 0 or not wanted:
+            return []
+        starts, rows, counts, doc_len, avg = self._term_postings()
+        n = len(self.chunk_ids)
+        hit_rows, weights = [], []
+        for term in wanted:  # a repeated query term counts again, as in bm25s
+            a, b = starts[term], starts[term + 1]
+            if a == b:
+                continue
+            idf = np.log(1.0 + (n - (b - a) + 0.5) / ((b - a) + 0.5))
+            tf = counts[a:b].astype(np.float64)
+            norm = K1 * ((1 - B) + B * doc_len[rows[a:b]] / avg)
+            hit_rows.append(rows[a:b])
+            weights.append(idf * tf / (tf + norm))
+        if not hit_rows:
+            return []
+        scores = np.bincount(np.concatenate(hit_rows), weights=np.concatenate(weights), minlength=n)
+        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(int(self.chunk_ids[r]), float(scores[r])) for r in top if scores[r] > 0]
+
+    # -- on disk -----------------------------------------------------------------
+
+    def save(self, folder: Path) -> None:
+        """Write the index into ``folder`` (created; no pickle)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in _ARRAYS:
+            np.save(folder / f"{name}.npy", getattr(self, name), allow_pickle=False)
+        (folder / "vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
+        (folder / "format.json").write_text(json.dumps({"format": _FOLDER_FORMAT, "rows": len(self)}), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> "LexicalIndex":
+        """The index saved in ``folder``; ValueError if it is missing,
+        unreadable or of another format."""
+        try:
+            header = json.loads((folder / "format.json").read_text(encoding="utf-8"))
+            if header.get("format") != _FOLDER_FORMAT:
+                raise ValueError(f"BM25 folder format {header.get('format')!r}")
+            arrays = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in _ARRAYS}
+            vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+        except (OSError, KeyError, TypeError, json.JSONDecodeError, EOFError) as exc:
+            raise ValueError(f"{folder}: unreadable BM25 index ({exc})") from None
+        index = cls(vocab, **arrays)
+        if len(index) != header.get("rows") or len(index.offsets) != len(index) + 1 or \
+                index.offsets[-1] != len(index.terms) or len(index.terms) != len(index.counts):
+            raise ValueError(f"{folder}: BM25 arrays do not match their header")
+        if len(index.terms) and (index.terms.min() < 0 or index.terms.max() >= len(vocab)):
+            raise ValueError(f"{folder}: BM25 terms outside the vocabulary")
+        return index

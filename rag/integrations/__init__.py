@@ -1,0 +1,1 @@
+"""rag-budget inside other frameworks (``langchain``)."""

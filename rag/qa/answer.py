@@ -1,0 +1,98 @@
+"""The result of a question: the answer, its sources, the budget and the timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.backend import Timings
+
+
+@dataclass(frozen=True)
+class Source:
+    """A chunk that was put into the prompt."""
+
+    chunk_id: str
+    source: str
+    score: float
+    page: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page}
+
+
+@dataclass(frozen=True)
+class BudgetDecision:
+    """What the budgeter did with one candidate chunk."""
+
+    chunk_id: str
+    source: str
+    tokens: int
+    score: float
+    ttft_s: float  # predicted TTFT with this and every chunk chosen before it
+    chosen: bool
+    reason: str | None  # why dropped: ttft, context, relevance, near-duplicate, max_k
+    trimmed: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "chunk_id": self.chunk_id, "source": self.source, "tokens": self.tokens, "score": self.score,
+            "ttft_s": self.ttft_s, "chosen": self.chosen, "reason": self.reason, "trimmed": self.trimmed,
+        }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much context was chosen and what it was predicted to cost.
+
+    ``target_ttft`` is the target it was planned for (seconds; None for
+    none); ``predicted_ttft_s`` is the cost model's central prediction;
+    ``planned_ttft_s`` the one with the safety margin the target was held to.
+    """
+
+    target_ttft: float | None
+    predicted_ttft_s: float
+    candidates: int
+    chosen: int
+    planned_ttft_s: float | None = None
+    feasible: bool = True
+    safety: float = 1.0
+    decisions: tuple[BudgetDecision, ...] = ()
+    cached_tokens: int = 0  # prompt tokens expected in the KV cache when planned
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "target_ttft_s": self.target_ttft,
+            "predicted_ttft_s": self.predicted_ttft_s,
+            "candidates": self.candidates,
+            "chosen": self.chosen,
+            "planned_ttft_s": self.planned_ttft_s,
+            "feasible": self.feasible,
+            "safety": self.safety,
+            "cached_tokens": self.cached_tokens,
+            "decisions": [d.to_dict() for d in self.decisions],
+        }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer with what it came from and what it cost."""
+
+    answer: str
+    sources: tuple[Source, ...]
+    budget: Budget
+    timings: Timings
+    session: str | None = None  # the conversation it belongs to
+    turn: int | None = None  # its number in that conversation
+    turns_shown: int = 0  # earlier turns replayed in its prompt
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``rag ask --json`` object of DESIGN.md."""
+        return {
+            "answer": self.answer,
+            "sources": [s.to_dict() for s in self.sources],
+            "budget": self.budget.to_dict(),
+            "timings": self.timings.to_dict(),
+            "session": self.session,
+            "turn": self.turn,
+            "turns_shown": self.turns_shown,
+        }

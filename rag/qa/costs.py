@@ -1,0 +1,86 @@
+"""Keeping the prefill cost model of this machine set-up: loading its saved
+profile (or calibrating one now), learning from every answer, and saving
+what it learned.
+
+Does not: plan prompts (the planner asks the model) or measure by itself
+(``calibrate`` does, on the backend).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable
+
+from engine.backend import Backend, Timings
+from prompt_budget import PrefillCostModel, PrefillSample
+from prompt_budget.profile import Profile, load_profile, save_profile
+
+
+class CostKeeper:
+    """The cost model of ``backend()``'s set-up, its profile under
+    ``profile_dir``, and online learning (``learn``). Thread safe."""
+
+    def __init__(
+        self,
+        backend: Callable[[], Backend],
+        profile_dir: Path,
+        *,
+        learn: bool = True,
+        notice: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self._backend = backend
+        self.profile_dir = Path(profile_dir)
+        self.learn = learn
+        self.notice = notice
+        self._profile: Profile | None = None
+        self._model: PrefillCostModel | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def model(self) -> PrefillCostModel:
+        """The cost model: the saved profile's, else a quick calibration run
+        now (and saved)."""
+        with self._lock:
+            if self._model is None:
+                profile = load_profile(self.profile_dir, self._backend().profile_key())
+                if profile is None:
+                    self.notice(
+                        "no prefill profile for this model and machine yet: running a quick calibration "
+                        "(a few seconds; `rag calibrate` measures a full one)"
+                    )
+                    profile = self.calibrate(quick=True)
+                self._profile, self._model = profile, profile.cost_model()
+            return self._model
+
+    def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
+        """Measure prefill on the backend, fit the cost model, save the
+        profile and use it from now on."""
+        from .calibrate import calibrate
+
+        profile = calibrate(self._backend(), quick=quick, progress=progress)
+        with self._lock:
+            save_profile(self.profile_dir, profile)
+            self._profile, self._model = profile, profile.cost_model()
+        return profile
+
+    def observe(self, timings: Timings, planned_at_s: float) -> None:
+        """Fold one request's measurements into the model (its prefill, and
+        the time to first token outside prefill, ``planned_at_s`` of which
+        was spent before planning finished) and save the profile."""
+        model = self.model
+        model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s),
+                      refit=self.learn)
+        # A snapshot restore and a wait in the queue are their own costs,
+        # not the engine's fixed overhead.
+        model.observe_overhead(timings.ttft_s - planned_at_s - timings.prefill_s - timings.restore_s - timings.queue_s)
+        if not self.learn:
+            return
+        with self._lock:
+            if self._profile is None:
+                return
+            self._profile.absorb(model)
+            try:
+                save_profile(self.profile_dir, self._profile)
+            except OSError:
+                pass  # a read-only cache must not fail an answer

@@ -1,0 +1,97 @@
+"""The options of one question, validated once.
+
+:class:`AskOptions` carries a question's options from wherever it was asked
+(the CLI, the service, the Python API) to the prompt planner, unchanged;
+every check of a value's range happens here, so a bad value is one clear
+error whoever sent it.
+
+Does not: know defaults that depend on the set-up (the target TTFT and the
+retrieval mode default to the pipeline's settings when left None).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..conversations.store import check_session_id
+from ..errors import RagError
+
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_CANDIDATES = 20  # top-N retrieved for the budgeter to choose from
+DEFAULT_MAX_K = 8
+DEFAULT_MIN_K = 1
+DEFAULT_RELEVANCE_FLOOR = 0.05  # cosine; below it a chunk is noise, whatever the budget
+MAX_CANDIDATES = 1000  # more is never useful to a budget, and costs memory
+
+
+class AskOptions(BaseModel):
+    """How to answer one question.
+
+    ``target_ttft``: seconds to first token to plan for (None: the
+    pipeline's default; ``no_target`` for none at all). ``max_tokens``: most
+    answer tokens. ``candidates``: chunks retrieved for the budgeter;
+    ``min_k``/``max_k``: fewest and most of them in the prompt.
+    ``retrieval``: hybrid, dense or bm25 (None: the pipeline's). ``session``:
+    the conversation it continues. ``explain``: the caller wants the budget
+    decisions shown. ``expected_wait_s``: time the request is expected to
+    wait for the engine behind others; the budget plans for it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target_ttft: Optional[float] = Field(None, gt=0)
+    no_target: bool = False
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
+    candidates: int = Field(DEFAULT_CANDIDATES, ge=1, le=MAX_CANDIDATES)
+    max_k: int = Field(DEFAULT_MAX_K, ge=1)
+    min_k: int = Field(DEFAULT_MIN_K, ge=0)
+    relevance_floor: float = DEFAULT_RELEVANCE_FLOOR
+    retrieval: Optional[Literal["dense", "bm25", "hybrid"]] = None
+    session: Optional[str] = None
+    explain: bool = False
+    expected_wait_s: float = Field(0.0, ge=0)
+
+    @field_validator("target_ttft", "relevance_floor", "expected_wait_s")
+    @classmethod
+    def _finite(cls, value):
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("session")
+    @classmethod
+    def _session(cls, value):
+        if value is not None:
+            try:
+                check_session_id(value)
+            except RagError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _k_range(self):
+        if self.min_k > self.max_k:
+            raise ValueError(f"min_k {self.min_k} is more than max_k {self.max_k}")
+        return self
+
+    @classmethod
+    def of(cls, options: "AskOptions | None" = None, **changes) -> "AskOptions":
+        """``options`` (default: all defaults) with ``changes`` applied and
+        validated; a RagError naming the option for any bad value."""
+        base = options.model_dump() if options is not None else {}
+        try:
+            return cls(**(base | changes))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first.get("loc", ())) or "options"
+            message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+            raise RagError(f"{field}: {message}") from None
+
+    def target(self, default: float | None) -> float | None:
+        """The TTFT target to plan for, given the pipeline's ``default``."""
+        if self.no_target:
+            return None
+        return self.target_ttft if self.target_ttft is not None else default

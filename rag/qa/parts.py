@@ -1,0 +1,138 @@
+"""The parts a pipeline answers with, each loaded on first use: the
+embedder, the engine, the index (reopened when a new generation is
+published), the conversation store, the history policy and the query-vector
+cache.
+
+Does not: answer, ingest or plan; it only builds and holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Literal
+
+from engine.backend import Backend
+from engine.errors import EngineError
+from engine.settings import open_backend
+from prompt_budget import HistoryPolicy
+
+from .. import paths
+from ..conversations import ConversationStore
+from ..errors import IndexNotFound, from_engine
+from ..index.store import Index, index_exists
+from ..ingest.embed import Embedder, SentenceTransformerEmbedder
+from ..ingest.library import DocumentLibrary
+from ..ingest.run import ingest
+from ..retrieval import QueryCache
+from ..settings import Settings
+
+KV_RAM_BYTES = 512 << 20
+KV_DISK_BYTES = 2 << 30
+
+
+class Parts:
+    """What a pipeline over ``index_dir`` is made of, under ``settings``;
+    parts given to the constructor are used as they are."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        index_dir: Path,
+        *,
+        use_sample: bool = False,
+        embedder: Embedder | None = None,
+        backend: Backend | None = None,
+        conversations: ConversationStore | Path | None = None,
+        history: HistoryPolicy | None = None,
+        kv_dir: Path | None | Literal[False] = None,
+        kv_ram_bytes: int = KV_RAM_BYTES,
+    ) -> None:
+        self.settings, self.index_dir, self.use_sample = settings, Path(index_dir), use_sample
+        self._embedder, self._backend, self._store, self._history = embedder, backend, conversations, history
+        self.kv_dir, self.kv_ram_bytes = kv_dir, kv_ram_bytes
+        self._index: Index | None = None
+        self._queries: QueryCache | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedding model."""
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = SentenceTransformerEmbedder()
+            return self._embedder
+
+    @property
+    def backend(self) -> Backend:
+        """The inference engine the settings describe."""
+        with self._lock:
+            if self._backend is None:
+                s = self.settings
+                kv_dir = None if self.kv_dir is False else (self.kv_dir or s.kv_folder)
+                try:
+                    self._backend = open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=kv_dir,
+                                                 snapshot_ram_bytes=self.kv_ram_bytes,
+                                                 snapshot_disk_bytes=KV_DISK_BYTES)
+                except EngineError as exc:
+                    raise from_engine(exc) from None
+            return self._backend
+
+    @property
+    def conversations(self) -> ConversationStore:
+        """The conversation store (the settings' unless given)."""
+        with self._lock:
+            if not isinstance(self._store, ConversationStore):
+                self._store = ConversationStore(self._store or self.settings.conversations_path)
+            return self._store
+
+    @property
+    def history(self) -> HistoryPolicy:
+        """When old turns are folded into the summary (default: from the context size)."""
+        if self._history is None:
+            self._history = HistoryPolicy.for_context(self.backend.n_ctx)
+        return self._history
+
+    @property
+    def query_cache(self) -> QueryCache:
+        """Query vectors already computed, by query text."""
+        with self._lock:
+            if self._queries is None:
+                self._queries = QueryCache(self.embedder.embed)
+            return self._queries
+
+    def index(self) -> Index:
+        """The live index, opened once per generation; the sample corpus's
+        when the pipeline answers from it (indexed on first use)."""
+        with self._lock:
+            if self._index is None:
+                directory = self._sample_index() if self.use_sample else self.index_dir
+                if not index_exists(directory):
+                    raise IndexNotFound(
+                        f"no index at {directory}; build one with `rag ingest PATH --index {directory}`"
+                    )
+                self._index = Index.open(directory, embedder=self.embedder.name, dim=self.embedder.dim)
+            return self._index
+
+    def index_changed(self) -> None:
+        """A new generation was published: the next question opens it. The
+        old one is not closed: a query already running finishes on it."""
+        with self._lock:
+            self.use_sample, self._index = False, None
+
+    def _sample_index(self) -> Path:
+        directory = paths.sample_index_dir(self.settings.cache_folder)
+        # Incremental, so after the first time this only hashes a few files.
+        chunker = DocumentLibrary(directory, lambda: self.embedder, lambda: None).chunker()
+        ingest(directory, [paths.sample_data_dir()], embedder=self.embedder, chunker=chunker)
+        return directory
+
+    def close(self) -> None:
+        """Release the index and the conversation store."""
+        with self._lock:
+            if isinstance(self._store, ConversationStore):
+                self._store.close()
+                self._store = self._store.path
+            if self._index is not None:
+                self._index.close()
+                self._index = None

@@ -1,0 +1,347 @@
+"""The Python API: documents in, sourced answers out.
+
+``Pipeline`` is a facade over parts that each have one job: the document
+library (``rag.ingest.library``), retrieval (``rag.retrieval``), the prompt
+planner (``planner``), the cost-model keeper (``costs``), the conversation
+keeper (``rag.conversations.keeper``) and the engine (``engine.Backend``).
+It wires them together, loads each on first use, and answers questions as
+:class:`AnswerStream` s. The CLI and the service are thin layers over it.
+
+Does not: print, parse arguments or talk HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generator, Iterator, Literal, Sequence
+
+from engine.backend import Backend, PrefixCache, Timings
+from engine.errors import EngineError
+from prompt_budget import PrefillCostModel, system_message
+from prompt_budget.profile import Profile
+
+from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
+from ..conversations.keeper import HistoryMode, stable_prefix
+from ..errors import RagError, from_engine
+from ..index.store import Hit, Index, index_exists
+from ..ingest.embed import Embedder
+from ..ingest.library import DocumentLibrary
+from ..ingest.run import IngestProgress, IngestReport
+from ..retrieval import RetrievalMode, check_mode, retrieve
+from ..settings import Settings
+from .answer import Answer, Budget, Source
+from .costs import CostKeeper
+from .options import MAX_CANDIDATES, AskOptions
+from .parts import Parts
+from .planner import PlannedPrompt, PromptPlanner
+from .stream import AnswerStream
+
+SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """The chunks chosen for a prompt, in prompt order, and the budget that chose them."""
+
+    hits: tuple[Hit, ...]
+    budget: Budget
+
+
+class Pipeline:
+    """Ingest, search and ask over one index with one model, alone or in
+    conversations.
+
+    Models load on first use, not when the pipeline is opened. ``settings``
+    (a :class:`rag.settings.Settings`; default: from ``RAG_*`` variables)
+    say where things live and which engine answers. Options:
+    ``history_mode`` (``"prompted"``: turns replayed as prompted, passages
+    included, so their KV stays cached; ``"qa"``: questions and answers
+    only), ``profile_dir``, ``learn`` (online learning of the cost model),
+    ``notice`` (told what the pipeline does on its own, such as a quick
+    calibration), and the parts of :class:`~rag.qa.parts.Parts`:
+    ``embedder`` and ``backend`` already loaded, ``conversations`` (a store
+    or its SQLite path), ``history``, ``kv_dir`` (``False`` for RAM only)
+    and ``kv_ram_bytes``.
+    """
+
+    def __init__(
+        self,
+        index_dir: Path,
+        *,
+        settings: Settings | None = None,
+        use_sample: bool = False,
+        profile_dir: Path | None = None,
+        learn: bool = True,
+        notice=None,
+        history_mode: HistoryMode = "prompted",
+        **parts,
+    ) -> None:
+        if history_mode not in ("prompted", "qa"):
+            raise RagError(f"history_mode must be 'prompted' or 'qa', not {history_mode!r}")
+        self.settings = settings or Settings.load()
+        self.index_dir = Path(index_dir)
+        self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample, **parts)
+        self._system_state = False
+        self._active = 0  # questions in progress: background work gives way to them
+        self._active_lock = threading.Lock()
+        self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
+        self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
+                                notice=notice or (lambda message: None))
+        self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
+                                         history_mode=history_mode, busy=self._busy)
+
+    @classmethod
+    def open(
+        cls,
+        index_dir: str | os.PathLike[str] | None = None,
+        model: str | os.PathLike[str] | None = None,
+        *,
+        settings: Settings | None = None,
+        **options,
+    ) -> "Pipeline":
+        """A pipeline over ``index_dir`` (default: the settings' index,
+        ``$RAG_INDEX``, else the per-user index) answering with the GGUF
+        ``model`` (default: the settings', else the bundled
+        SmolLM2-135M-Instruct).
+
+        With no index given and none built, questions are answered from the
+        bundled sample corpus, indexed on first use and cached.
+        """
+        settings = settings or Settings.load()
+        if model is not None:
+            settings = settings.model_copy(update={"model": Path(model).expanduser()})
+        if index_dir is not None:
+            return cls(Path(index_dir).expanduser(), settings=settings, **options)
+        default = settings.index_folder
+        use_sample = settings.index is None and not index_exists(default)
+        return cls(default, settings=settings, use_sample=use_sample, **options)
+
+    # -- the parts -------------------------------------------------------------
+
+    @property
+    def retrieval(self) -> RetrievalMode:
+        """The default retrieval mode (``hybrid``, ``dense`` or ``bm25``)."""
+        return self.settings.retrieval
+
+    @property
+    def use_sample(self) -> bool:
+        """Whether questions are answered from the bundled sample corpus."""
+        return self.parts.use_sample
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedding model (loaded on first use)."""
+        return self.parts.embedder
+
+    @property
+    def backend(self) -> Backend:
+        """The inference engine (loaded on first use)."""
+        return self.parts.backend
+
+    @property
+    def conversations(self) -> ConversationStore:
+        """The conversation store."""
+        return self.parts.conversations
+
+    @property
+    def cost_model(self) -> PrefillCostModel:
+        """The prefill cost model of this machine set-up (see :class:`CostKeeper`)."""
+        return self.costs.model
+
+    def index(self) -> Index:
+        """The index questions are answered from."""
+        return self.parts.index()
+
+    def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
+        """Measure prefill on this backend, fit the cost model, save the
+        profile and use it from now on."""
+        return self.costs.calibrate(quick=quick, progress=progress)
+
+    def prepare(self) -> None:
+        """Load what a question needs: the engine, the index (its BM25 part
+        too), the cost model, and the system prompt's cached state."""
+        _ = self.backend, self.index(), self.cost_model
+        if self.retrieval != "dense":
+            self.index().lexical()
+        if not self._system_state:
+            self.warm_up()
+
+    def warm_up(self) -> Timings | None:
+        """Prefill the system prompt now and keep its KV state pinned, so
+        every question, in any conversation, finds it cached; what that cost
+        (None for an engine without a prefix cache)."""
+        backend = self.backend
+        self._system_state = True
+        if not isinstance(backend, PrefixCache):
+            return None
+        return backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
+
+    # -- documents -------------------------------------------------------------
+
+    def ingest(self, paths_: Sequence[str | os.PathLike[str]], *, include: Sequence[str] = (),
+               exclude: Sequence[str] = (), chunk_tokens: int | None = None, overlap_tokens: int | None = None,
+               progress: IngestProgress | None = None) -> IngestReport:
+        """Add, update and remove documents under ``paths_`` in this
+        pipeline's index, incrementally and atomically; see
+        :func:`rag.ingest.run.ingest`. Unreadable files are listed in the
+        report's ``failed`` and do not stop the rest."""
+        return self.library.ingest(paths_, include=include, exclude=exclude, chunk_tokens=chunk_tokens,
+                                   overlap_tokens=overlap_tokens, progress=progress)
+
+    def documents(self) -> list[dict[str, object]]:
+        """The files in the index: ``id`` (stable, opaque), ``source``,
+        ``root`` (the folder it was ingested from), ``chunks`` and ``sha256``."""
+        return self.library.documents(self.index().files())
+
+    def add_document(self, name: str, data: bytes) -> IngestReport:
+        """Upload ``data`` as the document ``name``; see :meth:`DocumentLibrary.add`."""
+        return self.library.add(name, data)
+
+    def remove_document(self, doc_id: str) -> dict[str, object]:
+        """Remove the document ``doc_id``; see :meth:`DocumentLibrary.remove`."""
+        return self.library.remove(doc_id)
+
+    # -- questions -------------------------------------------------------------
+
+    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None) -> list[Hit]:
+        """The ``k`` chunks that best match ``query``, best first, each
+        scored by its cosine similarity to it; ``mode`` (default: the
+        settings') is how they are found: ``"hybrid"`` (dense and BM25 fused
+        by rank), ``"dense"`` or ``"bm25"``."""
+        query = query.strip()
+        if not query:
+            raise RagError("the query is empty; pass some text to search for")
+        if not 1 <= k <= MAX_CANDIDATES:
+            raise RagError(f"k must be between 1 and {MAX_CANDIDATES}, not {k}")
+        mode = check_mode(mode) if mode is not None else self.retrieval
+        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode)
+
+    def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:
+        """Answer ``question`` from the index, with sources, budget and
+        timings; options as for :meth:`stream`."""
+        with self.stream(question, options, **changes) as stream:
+            _, answer = stream.result()
+        return answer
+
+    def stream(self, question: str, options: AskOptions | None = None, **changes) -> AnswerStream:
+        """Answer ``question`` as it is generated: an :class:`AnswerStream`
+        to iterate for text, then read ``.answer`` from.
+
+        ``options`` (an :class:`AskOptions`, or its fields as keywords): the
+        top ``candidates`` chunks are retrieved and the budgeter puts as many
+        of them into the prompt (between ``min_k`` and ``max_k``) as keep the
+        predicted time to first token within ``target_ttft`` seconds
+        (default: the settings'; ``no_target`` for none), counted from this
+        call; tokens already in the engine's KV cache cost only their
+        attention term. With a ``session`` id the question continues that
+        conversation: its summary and recent turns go before the passages,
+        the turn is stored when answered, and older turns are folded into the
+        summary afterwards, in the background. Raises QuestionTooLong if the
+        question alone cannot fit the context window with ``max_tokens`` left
+        for the answer, and another RagError for an engine that fails.
+        """
+        received = time.perf_counter()  # the question is received now: TTFT counts from here
+        options = AskOptions.of(options, **changes)
+        return AnswerStream(self._answer(question, options, received))
+
+    def budgeted(self, question: str, options: AskOptions | None = None, **changes) -> Retrieval:
+        """The chunks :meth:`stream` would put into the prompt for
+        ``question`` (same options), in prompt order, with the budget that
+        chose them; nothing is generated. For other frameworks' chains
+        (``rag.integrations.langchain``): the budget is planned for
+        rag-budget's own prompt layout, so a chain's template adds its own
+        few tokens."""
+        received = time.perf_counter()
+        options = AskOptions.of(options, **changes)
+        prompt = self._plan(question, options, received, None)
+        return Retrieval(prompt.hits, prompt.budget)
+
+    def _plan(self, question: str, options: AskOptions, received: float,
+              conversation: Conversation | None) -> PlannedPrompt:
+        self.prepare()
+        hits = self.search(question, k=options.candidates, mode=options.retrieval)
+        return PromptPlanner(self.backend).plan(
+            question, hits, options, target_ttft=options.target(self.settings.target_ttft), cost=self.cost_model,
+            elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
+        )
+
+    def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
+        session = options.session
+        try:
+            with self._foreground():
+                conversation = self.keeper.load(session) if session is not None else None
+                prompt = self._plan(question, options, received, conversation)
+                pieces: list[str] = []
+                with self.backend.generate(prompt.text, max_tokens=options.max_tokens,
+                                           session=kv_key(session) if session is not None else None) as generation:
+                    for piece in generation:
+                        pieces.append(piece)
+                        yield piece
+                timings = generation.timings_since(received)
+                self.costs.observe(timings, prompt.planned_at_s)
+        except EngineError as exc:
+            raise from_engine(exc) from None
+        text = "".join(pieces).strip()
+        sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
+        number = None
+        if session is not None:
+            number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
+                                          timings)
+        return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
+                      session=session, turn=number, turns_shown=prompt.turns_shown)
+
+    # -- conversations -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _foreground(self) -> Iterator[None]:
+        """Mark a question as in progress, so background work gives way."""
+        with self._active_lock:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._active_lock:
+                self._active -= 1
+
+    def _busy(self) -> bool:
+        with self._active_lock:
+            return self._active > 0
+
+    def conversation(self, session: str) -> Conversation:
+        """The stored conversation ``session``: summary and recent turns."""
+        return self.keeper.load(session)
+
+    def reset(self, session: str) -> None:
+        """Forget conversation ``session``: its turns, summary and KV snapshot."""
+        self.keeper.reset(session)
+
+    @property
+    def background_log(self) -> list[dict[str, object]]:
+        """The latest background work (summaries, prefills), oldest first."""
+        return list(self.keeper.log)
+
+    def background_busy(self) -> bool:
+        """Whether background work (a summary being written) is still running."""
+        return self.keeper.busy()
+
+    def wait_idle(self) -> float:
+        """Wait for background work (summaries) to finish; returns the seconds waited."""
+        return self.keeper.wait_idle()
+
+    # -- the rest --------------------------------------------------------------
+
+    def doctor(self) -> dict[str, object]:
+        """Versions, engine build and device, model, context, threads and index statistics."""
+        from .doctor import doctor_report
+
+        return doctor_report(self)
+
+    def close(self) -> None:
+        """Finish background work and release the index and the conversation store."""
+        self.keeper.close()
+        self.parts.close()

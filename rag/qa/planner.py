@@ -1,0 +1,233 @@
+"""Planning one request's prompt: which retrieved chunks go in, cut how,
+in what order, after which history, so that the predicted time to first
+token meets the target and the prompt never exceeds the context window.
+
+Question, candidates, conversation history, options and cost model in; a
+:class:`PlannedPrompt` out. Only the backend's template and tokenizer are
+used (and its prefix cache, when it has one, to count what is cached), so
+the planner is tested on the deterministic fake backend.
+
+Does not: retrieve, generate or store anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from engine.backend import Backend, PrefixCache
+from prompt_budget import (
+    BudgetRequest,
+    PastTurn,
+    Candidate,
+    ContextPassage,
+    ContextTooSmall,
+    PrefillCostModel,
+    build_messages,
+    canonical_order,
+    format_passage,
+    plan_budget,
+    turns_to_skip,
+)
+from prompt_budget.budgeter import passage_room
+from prompt_budget.focus import best_window, focus_cap
+from prompt_budget.trim import sentence_ends, trim_to_tokens
+
+from ..conversations.keeper import History
+from ..errors import QuestionTooLong
+from ..index.store import Hit
+from ..index.lexical import tokenize as lexical_terms
+from .answer import Budget, BudgetDecision
+from .options import AskOptions
+
+HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
+
+
+@dataclass(frozen=True)
+class PlannedPrompt:
+    """The prompt to send and what went into it.
+
+    ``user`` is the last user message as it is kept in the history;
+    ``turns_shown`` the recent turns replayed; ``planned_at_s`` the seconds
+    since the question was received when the budget was planned (the
+    budget counts them as spent).
+    """
+
+    text: str
+    hits: tuple[Hit, ...]
+    budget: Budget
+    user: str
+    turns_shown: int
+    planned_at_s: float
+
+
+def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong:
+    """The error for a question that cannot fit the context window at all."""
+    return QuestionTooLong(
+        f"the question is too long: {prompt_tokens} prompt tokens + {max_tokens} answer tokens exceed "
+        f"the model's context of {n_ctx} tokens; shorten the question or lower --max-tokens"
+    )
+
+
+class PromptPlanner:
+    """Plans prompts for ``backend``'s template, tokenizer and cache."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def _tokens(self, text: str) -> int:
+        return len(self.backend.tokenize(text))
+
+    def _cached(self, tokens: Sequence[int]) -> int:
+        backend = self.backend
+        return backend.cached_prefix(tokens) if isinstance(backend, PrefixCache) else 0
+
+    def plan(
+        self,
+        question: str,
+        hits: Sequence[Hit],
+        options: AskOptions,
+        *,
+        target_ttft: float | None,
+        cost: PrefillCostModel,
+        elapsed: Callable[[], float],
+        history: History = History(None, (), ()),
+    ) -> PlannedPrompt:
+        """The prompt for ``question`` with ``history`` and the chunks the
+        budgeter chose from ``hits`` (best first); ``elapsed()`` is the
+        seconds since the question was received. Raises QuestionTooLong when
+        not even the question fits with ``options.max_tokens`` to answer."""
+        backend, max_tokens = self.backend, options.max_tokens
+        summary, past = history.summary, self._turns_in_view(question, history, max_tokens)
+
+        def render(shown: Sequence[ContextPassage]) -> str:
+            return backend.render(build_messages(question, shown, summary=summary, turns=past))
+
+        fixed_tokens = backend.tokenize(render([]))
+        cached = self._cached(fixed_tokens)
+        safety = cost.safety_factor()
+        planned_at = elapsed()
+        request = BudgetRequest(
+            fixed_tokens=len(fixed_tokens), n_ctx=backend.n_ctx, reserve_tokens=max_tokens, target_ttft=target_ttft,
+            cached_tokens=cached, overhead_s=planned_at + cost.overhead() + options.expected_wait_s,
+            safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
+        )
+        passages, candidates = self._candidates(question, hits, request, cost)
+        try:
+            plan = plan_budget(candidates, request, cost.predict)
+        except ContextTooSmall as exc:
+            raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
+        picked = self._picked(plan, passages)
+        text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens)
+        new = max(n - cached, 0)
+        budget = Budget(
+            target_ttft=target_ttft,
+            predicted_ttft_s=request.overhead_s + cost.predict(new, cached),
+            candidates=len(hits),
+            chosen=len(chosen),
+            planned_ttft_s=request.overhead_s + safety * cost.predict(new, cached),
+            feasible=plan.feasible,
+            safety=safety,
+            decisions=_decisions(plan, hits, candidates, chosen),
+            cached_tokens=cached,
+        )
+        user = build_messages(question, shown)[-1].content
+        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at)
+
+    def _turns_in_view(self, question: str, history: History, max_tokens: int) -> list[PastTurn]:
+        """The recent turns that fit beside the passages: turns the summary
+        has not caught up with yet must still leave room for passages, so
+        the oldest are left out of this prompt."""
+        past = list(history.turns)
+        if not past:
+            return past
+        backend, n_ctx = self.backend, self.backend.n_ctx
+        bare = self._tokens(backend.render(build_messages(question, [], summary=history.summary)))
+        room = n_ctx - max_tokens - bare - min(HISTORY_PASSAGE_ROOM, n_ctx // 4)
+        return past[turns_to_skip(list(history.turn_tokens), room):]
+
+    def _block_tokens(self, number: int, passage: ContextPassage) -> int:
+        return self._tokens(format_passage(number, passage) + "\n\n")
+
+    def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
+                    cost: PrefillCostModel) -> tuple[list[ContextPassage], list[Candidate]]:
+        """The passages of ``hits`` (each focused on the question when the
+        room is too small for three whole ones) and their budget candidates."""
+        passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
+        sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
+        cap = focus_cap(passage_room(request, cost.predict), int(np.median(sizes))) if sizes else None
+        if cap is not None:
+            terms = set(lexical_terms(question))
+            passages = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
+            sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
+        candidates = [
+            Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end)
+            for size, h in zip(sizes, hits)
+        ]
+        return passages, candidates
+
+    def _picked(self, plan, passages: Sequence[ContextPassage]) -> list[tuple[int, ContextPassage]]:
+        """The chosen passages in relevance order, trimmed where the plan says."""
+        picked: list[tuple[int, ContextPassage]] = []
+        for i in plan.chosen:
+            p = passages[i]
+            if i in plan.trim:
+                number = len(picked) + 1
+                keep = trim_to_tokens(p.text, plan.trim[i],
+                                      lambda t: self._block_tokens(number, ContextPassage(p.source, t, p.page)))
+                if not keep.strip():
+                    continue  # not even one word fits: leave it out
+                p = ContextPassage(p.source, keep, p.page)
+            picked.append((i, p))
+        return picked
+
+    def _fitted(self, picked: list[tuple[int, ContextPassage]], hits: Sequence[Hit], render, max_tokens: int):
+        """The prompt text, its passages in prompt order, their indices in
+        ``hits`` and its token count. Token counts of separately tokenized
+        parts can differ slightly from the whole: the real prompt is checked
+        and the least relevant passages dropped until it fits."""
+        n_ctx = self.backend.n_ctx
+        while True:
+            order = canonical_order([(hits[i].source, hits[i].position) for i, _ in picked])
+            shown = [picked[j][1] for j in order]
+            text = render(shown)
+            n = self._tokens(text)
+            if n + max_tokens <= n_ctx or not picked:
+                break
+            picked.pop()
+        if n + max_tokens > n_ctx:
+            raise too_long(n, max_tokens, n_ctx)
+        return text, shown, [picked[j][0] for j in order], n
+
+    def _focused(self, passage: ContextPassage, terms: set[str], cap: int, number: int) -> ContextPassage:
+        """``passage`` cut to the run of its sentences that shares the most
+        terms with the question, in at most ``cap`` prompt tokens."""
+        if self._block_tokens(number, passage) <= cap:
+            return passage
+        room = cap - self._block_tokens(number, ContextPassage(passage.source, "", passage.page))
+        text = passage.text
+        ends = sentence_ends(text)
+        units = [text[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+        sizes = [self._tokens(u) for u in units]
+        scores = [len(terms.intersection(lexical_terms(u))) for u in units]
+        start, end = best_window(scores, sizes, room)
+        window = "".join(units[start:end]).strip()
+        if not window:  # one sentence longer than the room: its head
+            window = trim_to_tokens(text, room, self._tokens)
+        return ContextPassage(passage.source, window, passage.page)
+
+
+def _decisions(plan, hits: Sequence[Hit], candidates: Sequence[Candidate], chosen: Sequence[int]) -> tuple[BudgetDecision, ...]:
+    """What the budget did with every candidate, as the answer reports it."""
+    return tuple(
+        BudgetDecision(
+            chunk_id=hits[d.index].chunk_id, source=hits[d.index].source,
+            tokens=d.tokens if d.chosen else candidates[d.index].tokens, score=hits[d.index].score,
+            ttft_s=d.ttft_s, chosen=d.index in chosen,
+            # A chunk the plan chose can still fall out when the whole prompt is checked.
+            reason=d.reason if d.index in chosen or not d.chosen else "context", trimmed=d.trimmed,
+        )
+        for d in plan.decisions
+    )

@@ -1,0 +1,97 @@
+"""Candidate chunks for a question: dense, lexical (BM25) or both fused.
+
+``hybrid`` runs both searches and fuses their rankings by reciprocal rank
+(Cormack et al., 2009): a chunk's fused score is the sum over the rankings
+of ``1 / (RRF_K + rank)``. Ranks, not scores, are fused, because cosine and
+BM25 scores are on unrelated scales. Every hit keeps its cosine similarity
+as ``score``, whichever search found it, so the budgeter's relevance floor
+means the same in every mode.
+
+Does not: embed documents, or decide how many chunks reach the prompt.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from ..errors import RagError
+from ..index.store import Hit, Index
+
+RetrievalMode = Literal["dense", "bm25", "hybrid"]
+MODES: tuple[str, ...] = ("dense", "bm25", "hybrid")
+# Chosen by `rag bench retrieval` on the Python docs (README, "Retrieval").
+DEFAULT_MODE: RetrievalMode = "hybrid"
+RRF_K = 5  # measured best of 5, 20, 60 (the paper's) on the Python docs; README
+FUSION_DEPTH = 50  # each ranking contributes its first max(k, FUSION_DEPTH)
+
+
+def check_mode(mode: str) -> RetrievalMode:
+    """``mode`` if it is a retrieval mode, else a RagError naming them."""
+    if mode not in MODES:
+        raise RagError(f"retrieval mode {mode!r}: use one of {', '.join(MODES)}")
+    return mode  # type: ignore[return-value]
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[tuple[int, float]]:
+    """Items of all ``rankings`` (each best first) with their fused score
+    ``sum(1 / (k + rank))``, best first; ties keep first-seen order.
+
+    ``reciprocal_rank_fusion([[7, 3], [3, 9]])[0][0] == 3``
+    """
+    fused: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(fused.items(), key=lambda kv: -kv[1])
+
+
+class QueryCache:
+    """The last ``size`` query vectors, by query text: a repeated question
+    (a retry, a benchmark, a chat's `/sources`) is not embedded again."""
+
+    def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], size: int = 1024) -> None:
+        self._embed = embed
+        self._size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def vector(self, query: str) -> np.ndarray:
+        """The unit vector of ``query``, from the cache when it is there."""
+        with self._lock:
+            found = self._vectors.get(query)
+            if found is not None:
+                self._vectors.move_to_end(query)
+                self.hits += 1
+                return found
+        vector = self._embed([query])[0]
+        vector.setflags(write=False)
+        with self._lock:
+            self.misses += 1
+            self._vectors[query] = vector
+            while len(self._vectors) > self._size:
+                self._vectors.popitem(last=False)
+        return vector
+
+
+def retrieve(
+    index: Index, query: str, vector: Callable[[], np.ndarray], k: int, mode: RetrievalMode, *, rrf_k: int = RRF_K
+) -> list[Hit]:
+    """The ``k`` best chunks of ``index`` for ``query`` under ``mode``;
+    ``vector()`` gives the query's unit vector when a mode needs it."""
+    if mode == "dense":
+        return index.search(vector(), k)
+    if mode == "bm25":
+        found = index.lexical_search(query, k)
+        return index.hits([i for i, _ in found], vector()) if found else []
+    depth = max(k, FUSION_DEPTH)
+    q = vector()
+    dense = index.search_ids(q, depth)
+    lexical = index.lexical_search(query, depth)
+    fused = reciprocal_rank_fusion([[i for i, _ in dense], [i for i, _ in lexical]], k=rrf_k)[:k]
+    return index.hits([i for i, _ in fused], q, known=dict(dense))

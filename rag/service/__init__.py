@@ -1,0 +1,17 @@
+"""The document-QA HTTP service: a thin FastAPI layer over :class:`Pipeline`.
+
+Endpoints: ``POST /v1/ask`` (the ``rag ask --json`` contract; server-sent
+events with ``stream``), ``POST /v1/chat/completions`` (OpenAI-compatible,
+with the sources in an extra ``sources`` field), ``/v1/documents``,
+``GET /healthz``, ``GET /metrics`` (Prometheus) and the OpenAPI docs at
+``/docs``.
+
+One model serves every request: requests queue for the engine, and the
+queue is visible to the budgeter (``admission``).
+"""
+
+from .app import create_app, serve
+from .loopback import LoopbackServer
+from .settings import ServiceSettings
+
+__all__ = ["LoopbackServer", "ServiceSettings", "create_app", "serve"]

@@ -1,0 +1,140 @@
+"""Running questions for the HTTP layer: admission by the queue's expected
+wait, the pipeline's answer stream on a thread of its own, read from the
+event loop piece by piece, and the metrics of each answer.
+
+Does not: speak any wire format (the routes do) or plan prompts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Callable
+
+from ..errors import RagError
+from ..qa.answer import Answer
+from ..qa.options import AskOptions
+from ..qa.pipeline import Pipeline
+from ..qa.stream import AnswerStream
+from .admission import EngineQueue, admit
+from .metrics import Metrics
+from .settings import ServiceSettings
+
+
+class Rejected(Exception):
+    """The engine is too busy for this request's target: retry after ``retry_after_s``."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"retry after {retry_after_s:.1f} s")
+        self.retry_after_s = retry_after_s
+
+
+class ThreadedAnswer:
+    """An :class:`AnswerStream` run on its own thread and read from the event
+    loop: ``async for piece in it``, then :attr:`answer`.
+
+    :meth:`aclose` (a client that went away) makes the thread close the
+    stream after the piece in progress, which ends the generation and frees
+    the engine. ``finished(answer or None)`` runs on that thread at the end.
+    """
+
+    def __init__(self, stream: AnswerStream, finished: Callable[[Answer | None], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._inbox: asyncio.Queue = asyncio.Queue()
+        self._stop = threading.Event()
+        self._answer: Answer | None = None
+        self._over = False
+        self._stream, self._finished = stream, finished
+        threading.Thread(target=self._produce, name="rag-request", daemon=True).start()
+
+    def _hand_over(self, kind: str, value: object) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._inbox.put_nowait, (kind, value))
+        except RuntimeError:
+            pass  # the event loop is gone (shutdown): nobody to tell
+
+    def _produce(self) -> None:
+        answer = None
+        try:
+            for piece in self._stream:
+                self._hand_over("piece", piece)
+                if self._stop.is_set():
+                    break
+            else:
+                answer = self._stream.answer
+                self._hand_over("answer", answer)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the consumer's side
+            self._hand_over("error", exc)
+        finally:
+            self._stream.close()  # on this thread: a generator is closed where it runs
+            self._finished(answer)
+
+    def __aiter__(self) -> "ThreadedAnswer":
+        return self
+
+    async def __anext__(self) -> str:
+        if self._over:
+            raise StopAsyncIteration
+        kind, value = await self._inbox.get()
+        if kind == "piece":
+            return value
+        self._over = True
+        if kind == "error":
+            raise value
+        self._answer = value
+        raise StopAsyncIteration
+
+    @property
+    def answer(self) -> Answer:
+        """The final answer, once the pieces are all read."""
+        if self._answer is None:
+            raise RuntimeError("the answer is not finished")
+        return self._answer
+
+    async def result(self) -> Answer:
+        """Read the stream to its end; the final answer."""
+        async for _ in self:
+            pass
+        return self.answer
+
+    async def aclose(self) -> None:
+        """Stop generating after the piece in progress."""
+        self._stop.set()
+
+
+class Answering:
+    """Questions to answers for the routes: each request is admitted by the
+    queue's expected wait (see ``admission``), planned with that wait, run on
+    its own thread, and counted in the metrics."""
+
+    def __init__(self, pipeline: Pipeline, settings: ServiceSettings, metrics: Metrics) -> None:
+        self.pipeline, self.settings, self.metrics = pipeline, settings, metrics
+        self.queue = EngineQueue()
+
+    def start(self, endpoint: str, question: str, *, target_ttft: float | None, session: str | None,
+              max_tokens: int) -> ThreadedAnswer:
+        """The answer to ``question``, started; Rejected when the expected
+        wait alone exceeds the target, RagError for bad options."""
+        limit = self.settings.max_tokens_limit
+        if max_tokens > limit:
+            raise RagError(f"max_tokens {max_tokens} is over this server's limit of {limit}")
+        options = AskOptions.of(target_ttft=target_ttft, session=session, max_tokens=max_tokens)
+        decision = admit(self.queue.expected_wait(), options.target(self.pipeline.settings.target_ttft),
+                         load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
+        if not decision.admit:
+            self.metrics.requests.labels(endpoint, "rejected").inc()
+            raise Rejected(decision.retry_after_s)
+        least = {"max_k": 1, "min_k": 1} if decision.least_context else {}
+        stream = self.pipeline.stream(question, options, expected_wait_s=decision.expected_wait_s, **least)
+        self.queue.enter()
+        self.metrics.queue_depth.set(self.queue.depth)
+
+        def finished(answer: Answer | None) -> None:
+            engine_s = answer.timings.total_s - answer.timings.queue_s if answer is not None else None
+            self.queue.leave(engine_s)
+            self.metrics.queue_depth.set(self.queue.depth)
+            if answer is not None:
+                self.metrics.observe(answer)
+                self.metrics.requests.labels(endpoint, "ok").inc()
+
+        return ThreadedAnswer(stream, finished)

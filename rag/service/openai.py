@@ -1,0 +1,107 @@
+"""``POST /v1/chat/completions``: the OpenAI chat API over the pipeline, so
+OpenAI clients work unchanged; the sources travel in an extra ``sources``
+field and the budget and timings in ``rag``.
+
+Does not: call an OpenAI model; the local pipeline answers.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import StreamingResponse
+
+from ..errors import RagError
+from ..qa.answer import Answer
+from ..qa.options import DEFAULT_MAX_TOKENS
+from .answering import Rejected, ThreadedAnswer
+from .errors import busy, error, error_event, failure, outcome, sse
+from .schemas import ChatBody
+from .state import ServiceState, service
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatBody, state: ServiceState = Depends(service)):
+    """OpenAI-compatible chat completion of the last user message,
+    answered from the index; ``sources`` lists what it came from."""
+    users = [m for m in body.messages if m.role == "user" and m.text().strip()]
+    if not users:
+        return error(400, "no user message with text in messages", "invalid_request")
+    max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS
+    reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
+    try:
+        answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s,
+                                       session=body.session or body.user, max_tokens=max_tokens)
+        if not body.stream:
+            return reply.completion(await answer.result())
+        first = await answer.__anext__()
+    except StopAsyncIteration:
+        first = None
+    except Rejected as exc:
+        return busy(exc.retry_after_s)
+    except RagError as exc:
+        state.metrics.requests.labels("chat", outcome(exc)).inc()
+        return failure(exc)
+    return StreamingResponse(reply.chunks(answer, first), media_type="text/event-stream")
+
+
+class Reply:
+    """One chat completion's identity, and its wire forms."""
+
+    def __init__(self, cid: str, created: int, model: str, max_tokens: int) -> None:
+        self.cid, self.created, self.model, self.max_tokens = cid, created, model, max_tokens
+
+    def completion(self, answer: Answer) -> dict:
+        """The ``chat.completion`` object of a finished answer."""
+        t = answer.timings
+        return {
+            "id": self.cid, "object": "chat.completion", "created": self.created, "model": self.model,
+            "choices": [{
+                "index": 0, "message": {"role": "assistant", "content": answer.answer},
+                "finish_reason": self._finish_reason(answer),
+            }],
+            "usage": self._usage(answer),
+            "sources": [s.to_dict() for s in answer.sources],
+            "rag": {"budget": answer.budget.to_dict(), "timings": t.to_dict(), "session": answer.session,
+                    "turn": answer.turn},
+        }
+
+    def _finish_reason(self, answer: Answer) -> str:
+        return "length" if answer.timings.decode_tokens >= self.max_tokens else "stop"
+
+    @staticmethod
+    def _usage(answer: Answer) -> dict:
+        t = answer.timings
+        return {
+            "prompt_tokens": t.prompt_tokens, "completion_tokens": t.decode_tokens,
+            "total_tokens": t.prompt_tokens + t.decode_tokens,
+            "prompt_tokens_details": {"cached_tokens": t.cached_tokens},
+        }
+
+    async def chunks(self, answer: ThreadedAnswer, first: str | None) -> AsyncIterator[str]:
+        """The ``chat.completion.chunk`` events of a streamed answer, ending
+        with its usage and sources (or an error event) and ``[DONE]``."""
+        base = {"id": self.cid, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
+
+        def delta(content: dict, reason: str | None = None) -> str:
+            return sse(base | {"choices": [{"index": 0, "delta": content, "finish_reason": reason}]})
+
+        try:
+            yield delta({"role": "assistant", "content": ""})
+            if first is not None:
+                yield delta({"content": first})
+                async for piece in answer:
+                    yield delta({"content": piece})
+            final = answer.answer
+            yield sse(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": self._finish_reason(final)}],
+                              "usage": self._usage(final), "sources": [s.to_dict() for s in final.sources]})
+        except Exception as exc:  # noqa: BLE001 - the stream has started: its end says what failed
+            yield error_event(exc)
+        finally:
+            await answer.aclose()
+        yield "data: [DONE]\n\n"

@@ -1,0 +1,112 @@
+"""The service's own routes: ``/v1/ask`` (the ``rag ask --json`` contract,
+or server-sent events), ``/v1/documents`` (upload, list, delete),
+``/healthz`` and ``/metrics``.
+
+Does not: authenticate (the app adds that to each route) or answer by itself.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Depends, File, UploadFile
+from fastapi.responses import Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import DocumentNotFound, RagError
+from .answering import Rejected, ThreadedAnswer
+from .errors import busy, error, error_event, failure, outcome, sse
+from .schemas import AskBody
+from .state import ServiceState, service
+
+public = APIRouter()  # no key needed
+router = APIRouter()  # behind the API keys
+
+
+@public.get("/healthz")
+async def healthz(state: ServiceState = Depends(service)) -> dict:
+    """Liveness: the service answers, with its queue depth."""
+    return {"status": "ok", "queue_depth": state.answering.queue.depth}
+
+
+@public.get("/metrics")
+async def prometheus(state: ServiceState = Depends(service)) -> Response:
+    """Prometheus metrics."""
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.post("/v1/ask")
+async def ask(body: AskBody, state: ServiceState = Depends(service)):
+    """Answer a question from the index: the ``rag ask --json`` object,
+    or with ``stream`` server-sent events of ``{"delta": text}`` then
+    ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway)."""
+    try:
+        answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
+                                       max_tokens=body.max_tokens)
+        if not body.stream:
+            return (await answer.result()).to_dict()
+        first = await answer.__anext__()  # errors before the first token are still HTTP errors
+    except StopAsyncIteration:
+        first = None  # an empty answer: straight to the final event
+    except Rejected as exc:
+        return busy(exc.retry_after_s)
+    except RagError as exc:
+        state.metrics.requests.labels("ask", outcome(exc)).inc()
+        return failure(exc)
+    return StreamingResponse(_ask_events(answer, first), media_type="text/event-stream")
+
+
+async def _ask_events(answer: ThreadedAnswer, first: str | None) -> AsyncIterator[str]:
+    try:
+        if first is not None:
+            yield sse({"delta": first})
+            async for piece in answer:
+                yield sse({"delta": piece})
+        yield sse({"answer": answer.answer.to_dict()})
+    except Exception as exc:  # noqa: BLE001 - the stream has started: its end says what failed
+        yield error_event(exc)
+    finally:
+        await answer.aclose()  # a client that left stops its generation
+
+
+@router.post("/v1/documents")
+async def upload(file: UploadFile = File(..., description="A .txt, .md, .rst, .html or .pdf file"),
+                 state: ServiceState = Depends(service)):
+    """Upload a document and ingest it (incremental and atomic: queries
+    meanwhile run on the index as it was)."""
+    limit = state.settings.max_upload_bytes
+    data = await file.read(limit + 1)
+    if len(data) > limit:
+        return error(413, f"upload over {limit} bytes", "too_large")
+    pipeline = state.pipeline
+    async with state.ingesting:
+        try:
+            report = await run_in_threadpool(pipeline.add_document, file.filename or "", data)
+        except RagError as exc:
+            return error(400, str(exc), "invalid_request")
+    if report.failed:
+        return error(422, f"{report.failed[0][0]}: {report.failed[0][1]}", "unreadable_document")
+    docs = await run_in_threadpool(pipeline.documents)
+    touched = set(report.added + report.updated + report.skipped)
+    mine = [d for d in docs if pipeline.library.is_upload(d) and d["source"] in touched]
+    return {"documents": mine, "report": report.counts()}
+
+
+@router.get("/v1/documents")
+async def list_documents(state: ServiceState = Depends(service)):
+    """Every document in the index."""
+    try:
+        return {"documents": await run_in_threadpool(state.pipeline.documents)}
+    except RagError as exc:
+        return error(404, str(exc), "not_found")
+
+
+@router.delete("/v1/documents/{doc_id}")
+async def delete_document(doc_id: str, state: ServiceState = Depends(service)):
+    """Remove a document from the index (atomically) and, if uploaded, its file."""
+    async with state.ingesting:
+        try:
+            return {"deleted": await run_in_threadpool(state.pipeline.remove_document, doc_id)}
+        except DocumentNotFound as exc:
+            return error(404, str(exc), "not_found")

@@ -1,0 +1,42 @@
+"""What the service's routes share: the pipeline, the settings, the
+metrics, the answering queue, the rate limiter and the ingest lock.
+
+Does not: handle requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from ..qa.pipeline import Pipeline
+from .answering import Answering
+from .metrics import Metrics
+from .ratelimit import RateLimiter
+from .settings import ServiceSettings
+
+
+@dataclass
+class ServiceState:
+    """One service's shared parts (kept in ``app.state.service``)."""
+
+    pipeline: Pipeline
+    settings: ServiceSettings
+    metrics: Metrics
+    answering: Answering
+    limiter: RateLimiter
+    ingesting: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ingest at a time; queries go on
+
+    @classmethod
+    def create(cls, pipeline: Pipeline, settings: ServiceSettings) -> "ServiceState":
+        """The parts of a new service over ``pipeline``."""
+        metrics = Metrics()
+        return cls(pipeline, settings, metrics, Answering(pipeline, settings, metrics),
+                   RateLimiter(settings.rate_limit_per_minute))
+
+
+def service(request: Request) -> ServiceState:
+    """The state of the app serving ``request`` (a FastAPI dependency)."""
+    return request.app.state.service

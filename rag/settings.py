@@ -1,0 +1,128 @@
+"""rag-budget's settings: one validated object, read once.
+
+Every field ``name`` may come from the variable ``RAG_NAME``; command-line
+flags (and arguments of :meth:`Settings.load`) override the variables, in
+that one place. The pipeline, every command and the service take their
+index, model, retrieval mode, target, paths and engine from it.
+
+Does not: open anything; it only says where and how.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engine.settings import EngineSettings
+
+from . import paths
+from .errors import RagError
+
+RetrievalMode = Literal["dense", "bm25", "hybrid"]
+DEFAULT_TARGET_TTFT = 2.0
+NO_TARGET = ("none", "off", "inf")
+
+# The flag each field is set by on the command line, for error messages.
+FLAGS = {
+    "index": "--index", "model": "--model", "retrieval": "--retrieval", "target_ttft": "--target-ttft",
+    "engine_url": "--engine-url", "engine_model": "--engine-model", "gpu_layers": "--gpu-layers",
+    "flash_attn": "--flash-attn", "kv_type": "--kv-type",
+}
+
+
+class Settings(BaseSettings):
+    """Where the index, conversations and caches live, which model and
+    engine answer, how candidates are retrieved and the default TTFT target."""
+
+    model_config = SettingsConfigDict(env_prefix="RAG_", extra="ignore", protected_namespaces=(), frozen=True)
+
+    index: Optional[Path] = Field(None, description="index folder (default: the per-user index, else the sample corpus)")
+    model: Optional[Path] = Field(None, description="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
+    retrieval: RetrievalMode = Field("hybrid", description="hybrid (dense + BM25), dense or bm25")
+    target_ttft: Optional[float] = Field(
+        DEFAULT_TARGET_TTFT, gt=0, description="seconds to first token to plan for; none for no target")
+    conversations: Optional[Path] = Field(None, description="conversation store (default: under the data folder)")
+    data_dir: Optional[Path] = Field(None, description="user data (default: $XDG_DATA_HOME/rag-budget)")
+    cache_dir: Optional[Path] = Field(None, description="rebuildable caches (default: $XDG_CACHE_HOME/rag-budget)")
+    n_ctx: Optional[int] = Field(None, ge=256, description="context window in tokens (default 4,096, or the server's)")
+    engine_url: Optional[str] = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080")
+    engine_model: Optional[str] = Field(None, description="the model name on that server (default: its first)")
+    engine_api_key: Optional[str] = Field(None, description="bearer key for that server")
+    gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all")
+    flash_attn: Optional[bool] = Field(None, description="flash attention (default: on)")
+    kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
+
+    @field_validator("target_ttft", mode="before")
+    @classmethod
+    def _target(cls, value):
+        if isinstance(value, str) and value.strip().lower() in NO_TARGET:
+            return None
+        return value
+
+    @field_validator("target_ttft")
+    @classmethod
+    def _finite(cls, value):
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+    @field_validator("index", "model", "conversations", "data_dir", "cache_dir")
+    @classmethod
+    def _expand(cls, value):
+        return value.expanduser() if value is not None else None
+
+    @classmethod
+    def load(cls, **overrides) -> "Settings":
+        """The settings from ``RAG_*`` variables, with ``overrides`` (the
+        command-line flags; None means not given) on top; a RagError naming
+        the flag or variable for any value that is not valid."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        try:
+            return cls(**given)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first.get("loc") else "settings"
+            source = FLAGS.get(field, field) if field in given else f"RAG_{field.upper()}"
+            raise RagError(f"{source}: {first['msg']}") from None
+
+    @property
+    def engine(self) -> EngineSettings:
+        """The engine options."""
+        return EngineSettings(
+            engine_url=self.engine_url, engine_model=self.engine_model, engine_api_key=self.engine_api_key,
+            gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type,
+        )
+
+    @property
+    def data_folder(self) -> Path:
+        """Where user data lives (``RAG_DATA_DIR``, else the XDG data folder)."""
+        return self.data_dir or paths.data_dir()
+
+    @property
+    def cache_folder(self) -> Path:
+        """Where rebuildable caches live (``RAG_CACHE_DIR``, else the XDG cache folder)."""
+        return self.cache_dir or paths.cache_dir()
+
+    @property
+    def index_folder(self) -> Path:
+        """The index to use: ``RAG_INDEX``/``--index``, else the per-user one."""
+        return self.index or self.data_folder / "index"
+
+    @property
+    def conversations_path(self) -> Path:
+        """The conversation store: ``RAG_CONVERSATIONS``, else under the data folder."""
+        return self.conversations or self.data_folder / "conversations.sqlite"
+
+    @property
+    def profile_folder(self) -> Path:
+        """Where measured prefill profiles are kept."""
+        return self.cache_folder / "profiles"
+
+    @property
+    def kv_folder(self) -> Path:
+        """Where KV snapshots are kept on disk."""
+        return self.cache_folder / "kv"

@@ -1,0 +1,39 @@
+"""The service's admission policy and rate limiter: pure logic."""
+
+from __future__ import annotations
+
+from rag.service.admission import Admission, EngineQueue, admit
+from rag.service.ratelimit import RateLimiter
+
+
+def test_a_wait_within_the_target_is_admitted_and_planned_for():
+    assert admit(0.5, 2.0, load_aware=True, reject_over_target=True) == Admission(True, expected_wait_s=0.5)
+    assert admit(0.5, 2.0, load_aware=False, reject_over_target=True) == Admission(True, expected_wait_s=0.0)
+    assert admit(99.0, None, load_aware=True, reject_over_target=True).admit  # no target: always served
+
+
+def test_a_wait_over_the_target_is_refused_or_served_with_the_least_context():
+    refused = admit(3.0, 2.0, load_aware=True, reject_over_target=True)
+    assert not refused.admit and refused.retry_after_s == 1.0
+    least = admit(3.0, 2.0, load_aware=True, reject_over_target=False)
+    assert least.admit and least.least_context and least.expected_wait_s == 3.0
+    assert admit(3.0, 2.0, load_aware=False, reject_over_target=True).admit  # not load-aware: the wait is unseen
+
+
+def test_the_queue_predicts_a_wait_from_depth_and_service_time():
+    queue = EngineQueue(service_s=1.0)
+    queue.enter()
+    queue.enter()
+    assert queue.expected_wait() == 2.0
+    queue.leave(3.0)
+    assert queue.depth == 1 and queue.expected_wait() == 0.8 * 1.0 + 0.2 * 3.0
+
+
+def test_the_rate_limiter_keeps_a_bounded_number_of_callers():
+    limiter = RateLimiter(per_minute=60, max_buckets=100)
+    for i in range(1000):
+        assert limiter.take(f"addr:10.0.{i // 250}.{i % 250}") == 0.0  # each new caller has its burst
+    assert len(limiter) <= 100
+    for _ in range(int(limiter.burst)):
+        limiter.take("addr:1.2.3.4")
+    assert limiter.take("addr:1.2.3.4") > 0  # its own burst is spent: it waits

@@ -1,0 +1,82 @@
+"""Prompt planning on the deterministic fake backend: pure logic, no model."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import FakeBackend
+from prompt_budget import PastTurn, PrefillCostModel, system_message
+from prompt_budget.cost import fit_samples, PrefillSample
+from rag.conversations import History
+from rag.errors import QuestionTooLong
+from rag.index.store import Hit
+from rag.qa.options import AskOptions
+from rag.qa.planner import PromptPlanner
+
+
+def _cost(seconds_per_token: float = 0.005) -> PrefillCostModel:
+    samples = [PrefillSample(0, n, 0.01 + seconds_per_token * n) for n in (16, 64, 256, 1024)]
+    return PrefillCostModel(fit_samples(samples, "linear"), anchors=samples)
+
+
+def _hits(n: int, words: int = 40) -> list[Hit]:
+    return [
+        Hit(chunk_id=f"c{i}", source=f"doc{i % 3}.md", score=1.0 - i / 100,
+            text=" ".join(f"word{i}x{j}" for j in range(words)) + ".", char_start=i * 1000, char_end=i * 1000 + 500,
+            position=i)
+        for i in range(n)
+    ]
+
+
+def _plan(backend, hits, *, target=None, history=History(None, (), ()), **options):
+    return PromptPlanner(backend).plan("What is prefill?", hits, AskOptions.of(**options), target_ttft=target,
+                                       cost=_cost(), elapsed=lambda: 0.0, history=history)
+
+
+def test_without_a_target_the_context_window_and_max_k_limit_the_prompt():
+    backend = FakeBackend(n_ctx=4096)
+    plan = _plan(backend, _hits(12), max_k=5, max_tokens=64)
+    assert plan.budget.chosen == len(plan.hits) == 5
+    assert len(backend.tokenize(plan.text)) + 64 <= backend.n_ctx
+    assert [h.chunk_id for h in plan.hits] == sorted((h.chunk_id for h in plan.hits), key=lambda c: (f"doc{int(c[1:]) % 3}.md", int(c[1:])))
+    for hit in plan.hits:
+        assert hit.text.rstrip(".") in plan.text
+
+
+def test_a_tighter_target_takes_fewer_passages():
+    backend = FakeBackend(n_ctx=4096)
+    loose = _plan(backend, _hits(12), target=10.0, max_k=8)
+    tight = _plan(backend, _hits(12), target=0.9, max_k=8)
+    assert 1 <= tight.budget.chosen < loose.budget.chosen
+    assert tight.budget.planned_ttft_s <= 0.9 or tight.budget.chosen == 1
+    assert sum(d.reason == "ttft" for d in tight.budget.decisions) >= 1
+
+
+def test_the_prompt_never_exceeds_the_window_and_a_question_too_long_is_refused():
+    backend = FakeBackend(n_ctx=512)
+    plan = _plan(backend, _hits(20, words=120), max_k=8, max_tokens=128)
+    assert len(backend.tokenize(plan.text)) + 128 <= 512
+    with pytest.raises(QuestionTooLong, match="shorten the question"):
+        PromptPlanner(backend).plan("why " * 600, _hits(3), AskOptions.of(max_tokens=64), target_ttft=None,
+                                    cost=_cost(), elapsed=lambda: 0.0)
+
+
+def test_history_goes_first_and_old_turns_give_way_to_passages():
+    backend = FakeBackend(n_ctx=1024)
+    turns = tuple(PastTurn(f"Question {i}? " + "filler " * 80, f"Answer {i}.") for i in range(6))
+    tokens = tuple(len(backend.tokenize(t.user + t.answer)) + 10 for t in turns)
+    plan = _plan(backend, _hits(4), max_tokens=64, history=History("They talked about prefill.", turns, tokens))
+    assert plan.turns_shown < len(turns)  # the oldest were left out of this prompt
+    assert plan.text.index("They talked about prefill.") < plan.text.index("Answer 5.") < plan.text.index("What is prefill?")
+    assert plan.budget.chosen >= 1
+
+
+def test_cached_tokens_are_what_the_engine_holds():
+    backend = FakeBackend(n_ctx=4096)
+    first = _plan(backend, _hits(3), max_k=2)
+    assert first.budget.cached_tokens == 0
+    backend.generate(first.text, max_tokens=4).result()  # the engine now holds that prompt
+    again = _plan(backend, _hits(3), max_k=2)
+    system = len(backend.tokenize(backend.render([system_message()])))
+    # The prompt before its passages is what can be known cached when planning.
+    assert again.budget.cached_tokens >= system - 2 > 0
