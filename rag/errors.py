@@ -6,6 +6,9 @@ what to do; the CLI prints it as is, without a traceback.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 
 class RagError(Exception):
     """Base of every error meant for the user rather than for a developer."""
@@ -80,3 +83,14 @@ def from_engine(exc: Exception) -> RagError:
     if isinstance(exc, (InsufficientMemory, EngineUnreachable, GenerationFailed)):
         return EngineUnavailable(message)
     return EngineUnavailable(f"the engine failed: {message}")
+
+
+@contextlib.contextmanager
+def engine_errors() -> Iterator[None]:
+    """Inside this block, an engine's error leaves as its RagError (see :func:`from_engine`)."""
+    from engine.errors import EngineError
+
+    try:
+        yield
+    except EngineError as exc:
+        raise from_engine(exc) from None

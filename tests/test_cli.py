@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rag import Pipeline, cli
+from rag.errors import EngineMisconfigured
 from rag.settings import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -288,8 +289,10 @@ def test_engine_options_that_cannot_work_together_are_not_a_missing_model(run, c
     index = tmp_path / "index"
     run("ingest", corpus, "--index", index)
     result = run("--kv-type", "q8_0", "--no-flash-attn", "ask", "What is prefill?", "--index", index)
-    _assert_clean_error(result, "flash attention")
+    _assert_clean_error(result, "engine settings", "flash attention")
     assert "model" not in result.stderr.split("flash attention")[0].lower()
+    with pytest.raises(EngineMisconfigured):
+        Pipeline.open(index, settings=Settings.load(kv_type="q8_0", flash_attn=False)).backend
 
 
 def test_ctrl_c_says_what_was_kept_only_where_it_is_true(run, corpus, tmp_path, monkeypatch):

@@ -185,7 +185,7 @@ def test_an_engine_dying_mid_answer_is_a_clear_error_in_the_api_and_the_cli(cut_
                                 env={"RAG_CACHE_DIR": str(settings.cache_dir)})
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
-    assert [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")], (result.stderr, repr(result.exception))
 
 
 def test_an_engine_dying_mid_answer_is_a_json_error_or_an_error_event(cut_pipeline):

@@ -17,6 +17,8 @@ from typing import Callable, Sequence
 from engine.backend import Backend, Message, Timings
 from prompt_budget.layout import system_message
 
+from ..errors import RagError
+
 
 def _text_of(backend: Backend, source: str, n_tokens: int) -> str:
     """About ``n_tokens`` tokens of ``source`` (repeated if short)."""
@@ -65,7 +67,7 @@ def bench_engine(
             for kind, messages in (("cold", cold), ("cached prefix", warm)):
                 prompt = backend.tokenize(backend.render(messages))
                 if len(prompt) + max_tokens > backend.n_ctx:
-                    raise ValueError(f"a {size}-token prompt does not fit the context of {backend.n_ctx}")
+                    raise RagError(f"--sizes: a {size}-token prompt does not fit the context of {backend.n_ctx}")
                 _, timings = backend.generate(prompt, max_tokens=max_tokens).result()
                 rows.append(_row(size, kind, repeat, timings))
                 done += 1

@@ -14,9 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from engine.errors import EngineError
-
-from ..errors import RagError, from_engine
+from ..errors import RagError, engine_errors
 from .bench_answers import bench_pipeline, questions_of
 from .common import MODEL_OPTION, bench_app, counting, echo_json, err, int_list, command_pipeline, settings, user_errors
 
@@ -79,11 +77,9 @@ def bench_engine_cmd(
         backend = command_pipeline(settings(model=model)).backend
         document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
         with counting("requests") as update:
-            try:
+            with engine_errors():
                 result = bench_engine(backend, document, wanted, repeats=repeats, max_tokens=max_tokens,
                                       progress=update)
-            except EngineError as exc:
-                raise from_engine(exc) from None
     if as_json:
         echo_json(result)
         return

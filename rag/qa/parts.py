@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Literal
 
 from engine.backend import Backend
-from engine.errors import EngineError
 from engine.settings import open_backend
 from prompt_budget import HistoryPolicy
 
 from .. import paths
 from ..conversations import ConversationStore
-from ..errors import IndexNotFound, from_engine
+from ..errors import IndexNotFound, engine_errors
 from ..index.store import Index, index_exists
 from ..ingest.embed import Embedder, SentenceTransformerEmbedder
 from ..ingest.library import DocumentLibrary
@@ -70,12 +69,10 @@ class Parts:
             if self._backend is None:
                 s = self.settings
                 kv_dir = None if self.kv_dir is False else (self.kv_dir or s.kv_folder)
-                try:
+                with engine_errors():
                     self._backend = open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=kv_dir,
                                                  snapshot_ram_bytes=self.kv_ram_bytes,
                                                  snapshot_disk_bytes=KV_DISK_BYTES)
-                except EngineError as exc:
-                    raise from_engine(exc) from None
             return self._backend
 
     @property

@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Generator, Iterator, Literal, Sequence
 
 from engine.backend import Backend, PrefixCache, Timings
-from engine.errors import EngineError
 from prompt_budget import PrefillCostModel, system_message
 from prompt_budget.profile import Profile
 
 from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
 from ..conversations.keeper import HistoryMode, stable_prefix
-from ..errors import RagError, from_engine
+from ..errors import RagError, engine_errors
 from ..index.store import Hit, Index, index_exists
 from ..ingest.embed import Embedder
 from ..ingest.library import DocumentLibrary
@@ -160,16 +159,18 @@ class Pipeline:
     def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
         """Measure prefill on this backend, fit the cost model, save the
         profile and use it from now on."""
-        return self.costs.calibrate(quick=quick, progress=progress)
+        with engine_errors():
+            return self.costs.calibrate(quick=quick, progress=progress)
 
     def prepare(self) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
         too), the cost model, and the system prompt's cached state."""
-        _ = self.backend, self.index(), self.cost_model
-        if self.retrieval != "dense":
-            self.index().lexical()
-        if not self._system_state:
-            self.warm_up()
+        with engine_errors():
+            _ = self.backend, self.index(), self.cost_model
+            if self.retrieval != "dense":
+                self.index().lexical()
+            if not self._system_state:
+                self.warm_up()
 
     def warm_up(self) -> Timings | None:
         """Prefill the system prompt now and keep its KV state pinned, so
@@ -179,7 +180,8 @@ class Pipeline:
         self._system_state = True
         if not isinstance(backend, PrefixCache):
             return None
-        return backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
+        with engine_errors():
+            return backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
 
     # -- documents -------------------------------------------------------------
 
@@ -258,7 +260,8 @@ class Pipeline:
         few tokens."""
         received = time.perf_counter()
         options = AskOptions.of(options, **changes)
-        prompt = self._plan(question, options, received, None)
+        with engine_errors():
+            prompt = self._plan(question, options, received, None)
         return Retrieval(prompt.hits, prompt.budget)
 
     def _plan(self, question: str, options: AskOptions, received: float,
@@ -272,7 +275,7 @@ class Pipeline:
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
-        try:
+        with engine_errors():
             with self._foreground():
                 conversation = self.keeper.load(session) if session is not None else None
                 prompt = self._plan(question, options, received, conversation)
@@ -284,8 +287,6 @@ class Pipeline:
                         yield piece
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
-        except EngineError as exc:
-            raise from_engine(exc) from None
         text = "".join(pieces).strip()
         sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
         number = None
@@ -339,7 +340,8 @@ class Pipeline:
         """Versions, engine build and device, model, context, threads and index statistics."""
         from .doctor import doctor_report
 
-        return doctor_report(self)
+        with engine_errors():
+            return doctor_report(self)
 
     def close(self) -> None:
         """Finish background work and release the index and the conversation store."""
