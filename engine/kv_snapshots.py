@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import struct
 import threading
@@ -33,6 +34,7 @@ import numpy as np
 
 MAGIC = b"RBKV"
 FORMAT = 1
+log = logging.getLogger("rag_budget.cache")
 
 
 @dataclass(frozen=True)
@@ -253,24 +255,41 @@ class SnapshotCache:
         self._evict_disk()
 
 
+MAX_HEADER_BYTES = 1 << 16
+
+
 def _read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None] | None:
     """The key, tokens and (with ``data``) state bytes of a snapshot file,
-    or None if it is not one or is damaged."""
+    or None if it is not one or is damaged (then it is deleted, with one line
+    in the log: a cache entry is only ever recomputed, never trusted)."""
     try:
+        total = path.stat().st_size
         with open(path, "rb") as fh:
             if fh.read(4) != MAGIC:
-                return None
+                raise ValueError("not a snapshot file")
             (size,) = struct.unpack("<I", fh.read(4))
+            if size > MAX_HEADER_BYTES:
+                raise ValueError(f"a header of {size} bytes")
             header = json.loads(fh.read(size))
-            if header.get("format") != FORMAT:
-                return None
-            n, d = int(header["n_tokens"]), int(header["data_bytes"])
+            if not isinstance(header, dict) or header.get("format") != FORMAT:
+                raise ValueError("not a snapshot header of this format")
+            n, d = header.get("n_tokens"), header.get("data_bytes")
+            if not isinstance(n, int) or not isinstance(d, int) or n < 0 or d < 0 or \
+                    8 + size + 4 * n + d != total or not isinstance(header.get("key"), str):
+                raise ValueError("its header does not match its size")
             raw = fh.read(4 * n)
             state = fh.read(d) if data else None
             if len(raw) != 4 * n or (state is not None and len(state) != d):
-                return None
-            return str(header["key"]), np.frombuffer(raw, dtype="<i4").astype(np.int32), state
-    except (OSError, ValueError, KeyError, struct.error):
+                raise ValueError("it is shorter than its header says")
+            return header["key"], np.frombuffer(raw, dtype="<i4").astype(np.int32), state
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, struct.error, UnicodeDecodeError, MemoryError) as exc:
+        log.warning("dropped a damaged KV snapshot %s (%s)", path, exc)
+        try:
+            path.unlink()
+        except OSError:
+            pass
         return None
 
 

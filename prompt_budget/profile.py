@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cost import Fit, PrefillCostModel, PrefillSample
+from .cost import FORMS, Fit, PrefillCostModel, PrefillSample
 
 PROFILE_FORMAT = "rag-budget-prefill-profile"
 PROFILE_VERSION = 1
+log = logging.getLogger("rag_budget.cache")
 
 
 def profile_id(key: dict[str, object]) -> str:
@@ -93,13 +95,21 @@ class Profile:
             if raw.get("format") != PROFILE_FORMAT or raw.get("version") != PROFILE_VERSION:
                 raise ValueError(f"not a version {PROFILE_VERSION} prefill profile")
 
+            def finite(x) -> float:
+                value = float(x)
+                if not math.isfinite(value):
+                    raise ValueError(f"a value that is not finite ({x!r})")
+                return value
+
             def fit_of(d: dict) -> Fit:
                 mape = d.get("mape")
-                return Fit(str(d["form"]), tuple(float(c) for c in d["coef"]),
+                if d.get("form") not in FORMS:
+                    raise ValueError(f"unknown form {d.get('form')!r}")
+                return Fit(str(d["form"]), tuple(finite(c) for c in d["coef"]),
                            math.nan if mape is None else float(mape), int(d["samples"]), int(d.get("outliers", 0)))
 
             def samples_of(rows: list) -> list[PrefillSample]:
-                return [PrefillSample(int(a), int(b), float(c)) for a, b, c in rows]
+                return [PrefillSample(int(a), int(b), finite(c)) for a, b, c in rows]
 
             return cls(
                 key=dict(raw["key"]),
@@ -112,7 +122,7 @@ class Profile:
                 table=list(raw.get("table", [])),
                 quick=bool(raw.get("quick", False)),
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise ValueError(f"malformed prefill profile ({exc})") from None
 
 
@@ -127,7 +137,16 @@ def load_profile(directory: Path, key: dict[str, object]) -> Profile | None:
     path = profile_path(directory, key)
     try:
         profile = Profile.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # Set aside, not deleted: a person may want to see what went wrong.
+        aside = path.with_name(path.name + ".damaged")
+        log.warning("set aside an unusable prefill profile %s as %s (%s); it will be measured again", path, aside.name, exc)
+        try:
+            os.replace(path, aside)
+        except OSError:
+            pass
         return None
     return profile if profile_id(profile.key) == profile_id(key) else None
 

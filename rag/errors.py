@@ -32,6 +32,10 @@ class IndexMismatch(RagError):
     chunker than the one asked for."""
 
 
+class IndexDamaged(RagError):
+    """No generation of the index can be read: a file is damaged or missing."""
+
+
 class IndexBusy(RagError):
     """Another process is writing the index."""
 

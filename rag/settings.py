@@ -30,7 +30,7 @@ NO_TARGET = ("none", "off", "inf")
 FLAGS = {
     "index": "--index", "model": "--model", "retrieval": "--retrieval", "target_ttft": "--target-ttft",
     "engine_url": "--engine-url", "engine_model": "--engine-model", "gpu_layers": "--gpu-layers",
-    "flash_attn": "--flash-attn", "kv_type": "--kv-type",
+    "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
 }
 
 
@@ -49,6 +49,7 @@ class Settings(BaseSettings):
     data_dir: Optional[Path] = Field(None, description="user data (default: $XDG_DATA_HOME/rag-budget)")
     cache_dir: Optional[Path] = Field(None, description="rebuildable caches (default: $XDG_CACHE_HOME/rag-budget)")
     n_ctx: Optional[int] = Field(None, ge=256, description="context window in tokens (default 4,096, or the server's)")
+    max_file_mb: float = Field(16.0, gt=0, description="files larger than this many MiB are not ingested")
     engine_url: Optional[str] = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080")
     engine_model: Optional[str] = Field(None, description="the model name on that server (default: its first)")
     engine_api_key: Optional[str] = Field(None, description="bearer key for that server")
@@ -63,7 +64,7 @@ class Settings(BaseSettings):
             return None
         return value
 
-    @field_validator("target_ttft")
+    @field_validator("target_ttft", "max_file_mb")
     @classmethod
     def _finite(cls, value):
         if value is not None and not math.isfinite(value):
@@ -96,6 +97,11 @@ class Settings(BaseSettings):
             engine_url=self.engine_url, engine_model=self.engine_model, engine_api_key=self.engine_api_key,
             gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type,
         )
+
+    @property
+    def max_file_bytes(self) -> int:
+        """The largest file an ingest reads, in bytes."""
+        return int(self.max_file_mb * 2**20)
 
     @property
     def data_folder(self) -> Path:

@@ -92,3 +92,36 @@ def pipeline_factory(embedder, backend):
         return Pipeline.open(index_dir, embedder=embedder, backend=backend, **options)
 
     return make
+
+
+@pytest.fixture
+def run(monkeypatch, embedder, backend):
+    """Invoke `rag ARGS...` through typer's CliRunner; the commands share the
+    session's loaded models unless --model or engine options ask for another."""
+    from typer.testing import CliRunner
+
+    from rag import Pipeline, cli
+    from rag.settings import Settings
+
+    def open_pipeline(settings, **options):
+        # The shared model serves the default engine set-up; any other is opened for real.
+        default = settings.model is None and settings.engine == Settings.load().engine
+        return Pipeline.open(settings=settings, embedder=embedder, backend=backend if default else None, **options)
+
+    monkeypatch.setattr(cli.common, "open_pipeline", open_pipeline)
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(cli.app, [str(a) for a in args])
+
+    return invoke
+
+
+def assert_clean_error(result, *fragments):
+    """The command failed with exit 1 and one ``error:`` line holding ``fragments``."""
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    line = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    assert len(line) == 1, result.stderr
+    for f in fragments:
+        assert f in line[0]

@@ -11,38 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from rag import Pipeline, cli
+
+from .conftest import assert_clean_error
 from rag.errors import EngineMisconfigured
 from rag.settings import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-@pytest.fixture
-def run(monkeypatch, embedder, backend):
-    """Invoke `rag ARGS...`; the commands share the session's loaded models
-    unless --model names another file."""
-
-    def open_pipeline(settings, **options):
-        # The shared model serves the default engine set-up; any other is opened for real.
-        default = settings.model is None and settings.engine == Settings.load().engine
-        return Pipeline.open(settings=settings, embedder=embedder, backend=backend if default else None, **options)
-
-    monkeypatch.setattr(cli.common, "open_pipeline", open_pipeline)
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(cli.app, [str(a) for a in args])
-
-    return invoke
-
-
-def _assert_clean_error(result, *fragments):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output
-    line = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert len(line) == 1, result.stderr
-    for f in fragments:
-        assert f in line[0]
 
 
 def test_ingest_then_reingest_prints_counts(run, corpus, tmp_path):
@@ -119,13 +93,13 @@ def test_bad_input_is_one_line_and_nonzero(run, corpus, tmp_path, args, fragment
         assert result.exit_code == 1 and "no such file or folder" in result.stderr
         assert "Traceback" not in result.output
     else:
-        _assert_clean_error(result, *fragments)
+        assert_clean_error(result, *fragments)
 
 
 def test_question_longer_than_context_is_a_clean_error(run, corpus, tmp_path):
     index = tmp_path / "index"
     run("ingest", corpus, "--index", index)
-    _assert_clean_error(run("ask", "why " * 3000, "--index", index), "question is too long")
+    assert_clean_error(run("ask", "why " * 3000, "--index", index), "question is too long")
 
 
 def test_index_from_another_version_is_refused(run, corpus, tmp_path):
@@ -135,8 +109,8 @@ def test_index_from_another_version_is_refused(run, corpus, tmp_path):
     raw = json.loads(manifest.read_text())
     raw["format_version"] = 99
     manifest.write_text(json.dumps(raw))
-    _assert_clean_error(run("search", "bread", "--index", index), "format version 99", "rebuild")
-    _assert_clean_error(run("ingest", corpus, "--index", index), "format version 99")
+    assert_clean_error(run("search", "bread", "--index", index), "format version 99", "rebuild")
+    assert_clean_error(run("ingest", corpus, "--index", index), "format version 99")
 
 
 def test_doctor_reports_engine_and_index(run, corpus, tmp_path):
@@ -199,7 +173,7 @@ def test_bench_ttft_json_follows_the_bench_convention(run, corpus, tmp_path):
     assert [t["target_s"] for t in d["summary"]["targets"]] == [0.4, 3.0]
     assert all(keys <= set(t) for t in d["summary"]["targets"])
     bad = run("bench", "ttft", "--corpus", corpus, "--questions", questions, "--targets", "fast")
-    _assert_clean_error(bad, "--targets")
+    assert_clean_error(bad, "--targets")
 
 
 def test_ask_with_a_session_continues_the_conversation(run, corpus, tmp_path, monkeypatch):
@@ -213,7 +187,7 @@ def test_ask_with_a_session_continues_the_conversation(run, corpus, tmp_path, mo
     assert (one["turn"], two["turn"]) == (1, 2) and two["turns_shown"] == 1 and two["session"] == "cli-1"
     assert two["timings"]["prompt_tokens"] > one["timings"]["prompt_tokens"]
     bad = run("ask", "x", "--index", index, "--session", "no spaces please")
-    _assert_clean_error(bad, "session id")
+    assert_clean_error(bad, "session id")
 
 
 def test_chat_streams_answers_and_runs_its_commands(run, corpus, tmp_path, monkeypatch):
@@ -234,8 +208,8 @@ def test_chat_streams_answers_and_runs_its_commands(run, corpus, tmp_path, monke
 
 def test_serve_refuses_an_exposed_address_without_keys(run, monkeypatch):
     monkeypatch.delenv("RAG_SERVE_API_KEYS", raising=False)
-    _assert_clean_error(run("serve", "--host", "0.0.0.0"), "API keys")
-    _assert_clean_error(run("serve", "--port", "70000"), "port")
+    assert_clean_error(run("serve", "--host", "0.0.0.0"), "API keys")
+    assert_clean_error(run("serve", "--port", "70000"), "port")
 
 
 def _questions_file(tmp_path: Path) -> Path:
@@ -265,7 +239,7 @@ def test_bench_retrieval_reports_recall_and_mrr_for_every_mode(run, corpus, tmp_
     table = run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
                 "--index", tmp_path / "index")
     assert table.exit_code == 0 and f"default retrieval: {summary['default']}" in table.stdout
-    _assert_clean_error(run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
+    assert_clean_error(run("bench", "retrieval", "--corpus", corpus, "--questions", _questions_file(tmp_path),
                             "--k", "0"), "--k")
 
 
@@ -289,7 +263,7 @@ def test_engine_options_that_cannot_work_together_are_not_a_missing_model(run, c
     index = tmp_path / "index"
     run("ingest", corpus, "--index", index)
     result = run("--kv-type", "q8_0", "--no-flash-attn", "ask", "What is prefill?", "--index", index)
-    _assert_clean_error(result, "engine settings", "flash attention")
+    assert_clean_error(result, "engine settings", "flash attention")
     assert "model" not in result.stderr.split("flash attention")[0].lower()
     with pytest.raises(EngineMisconfigured):
         Pipeline.open(index, settings=Settings.load(kv_type="q8_0", flash_attn=False)).backend
@@ -323,4 +297,4 @@ def test_every_variable_reaches_every_command(run, corpus, tmp_path, monkeypatch
     answer = json.loads(run("ask", "What limits decode?", "--max-tokens", "4", "--json").stdout)
     assert answer["budget"]["target_ttft_s"] == 0.7
     monkeypatch.setenv("RAG_RETRIEVAL", "sideways")
-    _assert_clean_error(run("search", "bread"), "RAG_RETRIEVAL")
+    assert_clean_error(run("search", "bread"), "RAG_RETRIEVAL")

@@ -113,14 +113,16 @@ def test_bad_files_are_reported_and_the_rest_are_indexed(tmp_path, embedder, chu
 
 
 def test_include_and_exclude_globs(corpus):
-    files, roots, missing = find_files([corpus], include=["*.md", "*.html"], exclude=["guide/*.html"])
-    assert [f.source for f in files] == ["prefill.md"]
-    files, _, _ = find_files([corpus], exclude=["guide/*"])
-    assert sorted(f.source for f in files) == ["decode.txt", "prefill.md"]
+    found = find_files([corpus], include=["*.md", "*.html"], exclude=["guide/*.html"])
+    assert [f.source for f in found.files] == ["prefill.md"]
+    found = find_files([corpus], exclude=["guide/*"])
+    assert sorted(f.source for f in found.files) == ["decode.txt", "prefill.md"]
     (corpus / ".hidden.md").write_text("secret")
+    (corpus / ".git").mkdir()
+    (corpus / ".git" / "notes.md").write_text("internal")
     (corpus / "notes.docx").write_bytes(b"PK")
-    assert ".hidden.md" not in {f.source for f in find_files([corpus])[0]}
-    assert "notes.docx" not in {f.source for f in find_files([corpus])[0]}
+    sources = {f.source for f in find_files([corpus]).files}
+    assert ".hidden.md" not in sources and ".git/notes.md" not in sources and "notes.docx" not in sources
 
 
 def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunker):

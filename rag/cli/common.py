@@ -16,7 +16,15 @@ from typing import Iterator, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 from ..errors import RagError
@@ -124,39 +132,43 @@ def int_list(raw: str, option: str) -> list[int]:
 
 
 class _RateColumn(ProgressColumn):
-    """Files per second and chunks per second since the start."""
+    """Files done of all, and chunks and chunks per second since the start."""
 
     def render(self, task) -> Text:
         elapsed = task.elapsed or 0.0
-        if elapsed <= 0:
-            return Text("", style="progress.data.speed")
+        files, total = task.fields.get("files", 0), task.fields.get("total_files", 0)
         chunks = task.fields.get("chunks", 0)
-        return Text(f"{task.completed / elapsed:.1f} files/s  {chunks} chunks  {chunks / elapsed:.1f} chunks/s",
-                    style="progress.data.speed")
+        rate = f"  {chunks / elapsed:.1f} chunks/s" if elapsed > 0 else ""
+        return Text(f"{files}/{total} files  {chunks} chunks{rate}", style="progress.data.speed")
 
 
 class IngestBar:
-    """Ingest progress drawn as a rich bar on stderr (an ``IngestProgress``)."""
+    """Ingest progress drawn as a rich bar on stderr (an ``IngestProgress``):
+    the bar follows the bytes read, so a large file moves it too, with the
+    time remaining."""
 
     def __init__(self, progress: Progress) -> None:
         self._progress = progress
         self._task = None
-        self._chunks = 0
+        self._files = self._chunks = 0
 
     @classmethod
     @contextlib.contextmanager
     def shown(cls, *, transient: bool = False) -> Iterator["IngestBar"]:
         """A bar on stderr for the duration of the block."""
-        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      _RateColumn(), TimeElapsedColumn(), console=err(), transient=transient) as progress:
+        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), _RateColumn(),
+                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err(),
+                      transient=transient) as progress:
             yield cls(progress)
 
-    def start(self, total_files: int) -> None:
-        self._task = self._progress.add_task("ingesting", total=total_files, chunks=0)
+    def start(self, total_files: int, total_bytes: int) -> None:
+        self._task = self._progress.add_task("ingesting", total=max(total_bytes, 1), total_files=total_files,
+                                             files=0, chunks=0)
 
-    def advance(self, files: int, chunks: int) -> None:
+    def advance(self, files: int, chunks: int, nbytes: int) -> None:
+        self._files += files
         self._chunks += chunks
-        self._progress.update(self._task, advance=files, chunks=self._chunks)
+        self._progress.update(self._task, advance=nbytes, files=self._files, chunks=self._chunks)
 
 
 @contextlib.contextmanager

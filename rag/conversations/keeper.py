@@ -14,12 +14,13 @@ Does not: decide what goes into a prompt (the planner does) or store rows
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 from engine.backend import Backend, Message, PrefixCache, Timings
 from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
@@ -82,7 +83,29 @@ class ConversationKeeper:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-history")
         self._pending: list[Future] = []
         self._pending_lock = threading.Lock()
+        self._turns: dict[str, list] = {}  # session -> [lock, holders]: one question of a session at a time
+        self._turns_lock = threading.Lock()
         self.log: deque[dict[str, object]] = deque(maxlen=BACKGROUND_LOG_SIZE)
+
+    @contextlib.contextmanager
+    def turn(self, session: str | None) -> Iterator[None]:
+        """Hold ``session`` for one question, from reading its history to
+        storing the answer, so a session's questions are answered one at a
+        time, each seeing the ones before (no session: nothing to hold)."""
+        if session is None:
+            yield
+            return
+        with self._turns_lock:
+            entry = self._turns.setdefault(session, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._turns_lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._turns[session]
 
     # -- reading -------------------------------------------------------------
 

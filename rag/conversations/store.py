@@ -12,6 +12,7 @@ Does not: decide when to fold (``prompt_budget.history``) or summarise
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -19,11 +20,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import RagError
 
 SCHEMA_VERSION = 1
-_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -59,10 +61,15 @@ CREATE TABLE IF NOT EXISTS summaries (
 """
 
 
+def valid_session_id(session: object) -> bool:
+    """Whether ``session`` is a usable id (see :func:`check_session_id`)."""
+    return isinstance(session, str) and bool(_SESSION_ID.match(session))
+
+
 def check_session_id(session: str) -> str:
     """``session`` if it is a usable id (letters, digits and ``._:@-``, at
     most 128 characters), else a RagError saying so."""
-    if not isinstance(session, str) or not _SESSION_ID.match(session):
+    if not valid_session_id(session):
         raise RagError(
             f"session id {session!r} is not usable: use 1-128 letters, digits or ._:@- , starting with a letter or digit"
         )
@@ -112,6 +119,9 @@ class ConversationStore:
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
+            checked = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if checked != "ok":
+                raise sqlite3.DatabaseError(f"damaged: {checked}")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, SCHEMA_VERSION):
                 raise RagError(
@@ -122,19 +132,40 @@ class ConversationStore:
                 self._db.executescript(_SCHEMA)
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
-            raise RagError(f"{self.path}: cannot open the conversation store ({exc})") from None
+            raise self._refused(exc) from None
         self._lock = threading.Lock()
+
+    def _refused(self, exc: Exception) -> RagError:
+        # Conversations are the user's data: a damaged store is never deleted or rewritten.
+        return RagError(
+            f"{self.path}: the conversation store cannot be read ({exc}); it is left as it is: move it aside, "
+            "or point RAG_CONVERSATIONS at another file, to start a new one"
+        )
+
+    @contextlib.contextmanager
+    def _access(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """The database under the store's lock (in a transaction when
+        ``write``), its errors as RagError."""
+        try:
+            with self._lock:
+                if write:
+                    with self._db:
+                        yield self._db
+                else:
+                    yield self._db
+        except sqlite3.DatabaseError as exc:
+            raise self._refused(exc) from None
 
     def load(self, session: str) -> Conversation:
         """The conversation ``session`` (empty if it has no turns yet)."""
         check_session_id(session)
-        with self._lock:
-            row = self._db.execute(
+        with self._access() as db:
+            row = db.execute(
                 "SELECT summary, summary_version FROM sessions WHERE id = ?", (session,)
             ).fetchone()
             if row is None:
                 return Conversation(session)
-            rows = self._db.execute(
+            rows = db.execute(
                 "SELECT number, question, prompted, answer, tokens, sources, timings, folded FROM turns "
                 "WHERE session_id = ? ORDER BY number", (session,)
             ).fetchall()
@@ -158,16 +189,16 @@ class ConversationStore:
     def _insert(self, session: str, number: int | None, turn: Turn) -> int:
         check_session_id(session)
         now = time.time()
-        with self._lock, self._db:
-            self._db.execute(
+        with self._access(write=True) as db:
+            db.execute(
                 "INSERT INTO sessions (id, created, updated) VALUES (?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET updated = excluded.updated", (session, now, now)
             )
             if number is None:
-                number = self._db.execute(
+                number = db.execute(
                     "SELECT COALESCE(MAX(number), 0) + 1 FROM turns WHERE session_id = ?", (session,)
                 ).fetchone()[0]
-            self._db.execute(
+            db.execute(
                 "INSERT INTO turns (session_id, number, question, prompted, answer, sources, timings, tokens, created) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session, number, turn.question, turn.prompted, turn.answer,
@@ -183,20 +214,20 @@ class ConversationStore:
         ``through`` folded, if the summary is still at ``expected_version``
         (else another fold won, and nothing changes: returns False)."""
         now = time.time()
-        with self._lock, self._db:
-            cur = self._db.execute(
+        with self._access(write=True) as db:
+            cur = db.execute(
                 "UPDATE sessions SET summary = ?, summary_version = summary_version + 1, updated = ? "
                 "WHERE id = ? AND summary_version = ?", (summary, now, session, expected_version)
             )
             if cur.rowcount != 1:
                 return False
-            self._db.execute(
+            db.execute(
                 "UPDATE turns SET folded = 1 WHERE session_id = ? AND number <= ?", (session, through)
             )
-            folded = self._db.execute(
+            folded = db.execute(
                 "SELECT COUNT(*) FROM turns WHERE session_id = ? AND folded = 1", (session,)
             ).fetchone()[0]
-            self._db.execute(
+            db.execute(
                 "INSERT INTO summaries (session_id, version, method, folded_turns, tokens, seconds, created) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", (session, expected_version + 1, method, folded, tokens, seconds, now)
             )
@@ -205,8 +236,8 @@ class ConversationStore:
     def summaries(self, session: str) -> list[dict[str, object]]:
         """Every fold of ``session``: version, method (llm or extractive),
         turns folded in all, summary tokens and seconds it took."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._access() as db:
+            rows = db.execute(
                 "SELECT version, method, folded_turns, tokens, seconds FROM summaries WHERE session_id = ? "
                 "ORDER BY version", (session,)
             ).fetchall()
@@ -215,13 +246,13 @@ class ConversationStore:
     def reset(self, session: str) -> None:
         """Forget ``session``: its turns, summary and summaries."""
         check_session_id(session)
-        with self._lock, self._db:
-            self._db.execute("DELETE FROM sessions WHERE id = ?", (session,))
+        with self._access(write=True) as db:
+            db.execute("DELETE FROM sessions WHERE id = ?", (session,))
 
     def sessions(self) -> list[dict[str, object]]:
         """Every session id with its turn count and last update, newest first."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._access() as db:
+            rows = db.execute(
                 "SELECT s.id, s.updated, COUNT(t.number) FROM sessions s LEFT JOIN turns t ON t.session_id = s.id "
                 "GROUP BY s.id ORDER BY s.updated DESC"
             ).fetchall()

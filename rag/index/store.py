@@ -1,15 +1,13 @@
-"""The on-disk index: FAISS for vectors, SQLite for everything else.
-
-An index directory holds generations, each complete on its own::
-
-    DIR/CURRENT            name of the live generation (one line)
-    DIR/gen-000007/        manifest.json, vectors.faiss, chunks.sqlite
-    DIR/.lock              held by the one process writing
+"""The on-disk index: FAISS for vectors, SQLite for everything else, BM25
+beside them, in generations (see ``generations``) each complete on its own.
 
 A write builds a new generation beside the live one and publishes it by
 atomically replacing ``CURRENT``, so an interrupted write leaves the previous
-generation untouched and in use. Nothing is pickled: vectors go through
-``faiss.write_index``, metadata through SQLite, the manifest through JSON.
+generation untouched and in use. A generation found damaged (a file whose
+size or checksum differs from its manifest, or that FAISS or SQLite cannot
+read) is not used: the newest intact one before it answers, and says so.
+Nothing is pickled: vectors go through ``faiss.write_index``, metadata
+through SQLite, the manifest through JSON.
 
 Does not: read documents, chunk or embed (see ``rag.ingest``).
 """
@@ -17,24 +15,34 @@ Does not: read documents, chunk or embed (see ``rag.ingest``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
-import os
 import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
+from urllib.parse import quote
 
 import numpy as np
 
-from ..errors import IndexBusy, IndexMismatch, IndexNotFound
+from ..errors import IndexDamaged
+from .generations import (
+    choose,
+    fsync_dir,
+    fsync_file,
+    generations,
+    index_exists,
+    next_name,
+    problem,
+    publish,
+    remove_others,
+    write_lock,
+)
 from .lexical import LexicalIndex
+from .manifest import FORMAT_VERSION, Manifest, check_manifest, describe_files, sha256_of
 from .vectors import describe, fit_vectors, new_vectors, vector_search
 
-FORMAT_NAME = "rag-budget-index"
-FORMAT_VERSION = 1
-LEXICAL_FOLDER = "bm25"  # optional in a generation: rebuilt in memory when absent
+LEXICAL_FOLDER = "bm25"  # optional in a generation: rebuilt in memory when absent or stale
+_DAMAGE = (RuntimeError, sqlite3.DatabaseError, OSError, ValueError, MemoryError)
 
 _SCHEMA = """
 CREATE TABLE files (
@@ -113,83 +121,48 @@ class NewChunk:
     text: str
 
 
-@dataclass(frozen=True)
-class Manifest:
-    """What an index was built with; an index is only opened by the same."""
-
-    embedder: str
-    dim: int
-    chunker: dict[str, int]
-    format_version: int = FORMAT_VERSION
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": FORMAT_NAME,
-                "format_version": self.format_version,
-                "embedder": self.embedder,
-                "dim": self.dim,
-                "chunker": self.chunker,
-            },
-            indent=2,
-            sort_keys=True,
-        )
-
-    @classmethod
-    def read(cls, path: Path) -> "Manifest":
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            if raw.get("format") != FORMAT_NAME:
-                raise ValueError("not a rag-budget manifest")
-            return cls(
-                embedder=str(raw["embedder"]),
-                dim=int(raw["dim"]),
-                chunker={str(k): int(v) for k, v in raw["chunker"].items()},
-                format_version=int(raw["format_version"]),
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise IndexMismatch(
-                f"{path}: unreadable index manifest ({exc}); rebuild the index with `rag ingest`"
-            ) from None
-
-
 def live_manifest(directory: Path) -> Manifest:
-    """The manifest of the live generation of ``directory``."""
-    return Manifest.read(_live_generation(Path(directory)) / "manifest.json")
-
-
-def index_exists(directory: Path) -> bool:
-    """Whether ``directory`` holds a published index."""
-    return (directory / "CURRENT").is_file()
+    """The manifest of the generation ``directory`` answers from."""
+    return Manifest.read(choose(Path(directory)).generation / "manifest.json")
 
 
 class Index:
     """A read-only view of the live generation of an index directory."""
 
-    def __init__(self, directory: Path, generation: Path, manifest: Manifest, vectors, db: sqlite3.Connection):
+    def __init__(self, directory: Path, generation: Path, manifest: Manifest, vectors, db: sqlite3.Connection,
+                 notes: Sequence[str] = ()):
         self.directory = directory
         self.generation = generation
         self.manifest = manifest
         self._vectors = vectors
         self._db = db
         self._lexical: LexicalIndex | None = None
+        self.notes: list[str] = list(notes)  # what was wrong, for the user: damage, a stale BM25 folder
+        self.on_note = lambda note: None  # told each note as it is found
+
+    def _note(self, note: str) -> None:
+        self.notes.append(note)
+        self.on_note(note)
 
     @classmethod
     def open(cls, directory: Path, *, embedder: str, dim: int) -> "Index":
-        """Open the live generation of ``directory`` for reading.
-
-        Raises IndexNotFound if there is none, IndexMismatch if it was
-        written by another format version or embedding model.
-        """
-        import faiss
-
+        """Open the generation of ``directory`` to answer from: the live one,
+        or when it is damaged the newest intact one before it (``notes`` say
+        so). Raises IndexNotFound if there is none, IndexMismatch if it was
+        written by another format version or embedding model, IndexDamaged
+        if no generation is intact."""
         directory = Path(directory)
-        generation = _live_generation(directory)
-        manifest = Manifest.read(generation / "manifest.json")
-        check_manifest(manifest, directory, embedder=embedder, dim=dim)
-        vectors = faiss.read_index(str(generation / "vectors.faiss"))
-        db = _connect(generation / "chunks.sqlite", readonly=True)
-        return cls(directory, generation, manifest, vectors, db)
+        failed: dict[str, str] = {}
+        while True:
+            chosen = choose(directory, skip=failed)
+            manifest = Manifest.read(chosen.generation / "manifest.json")
+            check_manifest(manifest, directory, embedder=embedder, dim=dim)
+            try:
+                vectors, db = _load(chosen.generation, manifest)
+            except IndexDamaged as exc:
+                failed[chosen.generation.name] = str(exc)
+                continue
+            return cls(directory, chosen.generation, manifest, vectors, db, chosen.notes)
 
     def close(self) -> None:
         """Release the database connection."""
@@ -219,14 +192,38 @@ class Index:
 
     def lexical(self) -> LexicalIndex:
         """The BM25 index of this generation; built in memory from the chunk
-        texts when the generation has none saved (written before BM25 was)."""
+        texts when the generation has none, or one that does not hold
+        exactly its chunks (a note says so)."""
         if self._lexical is None:
+            ids = np.array([r[0] for r in self._db.execute("SELECT id FROM chunks ORDER BY id")], dtype=np.int64)
             try:
-                self._lexical = LexicalIndex.load(self.generation / LEXICAL_FOLDER)
-            except ValueError:
+                stale = self._lexical_problem()
+                if stale:
+                    raise ValueError(stale)
+                loaded = LexicalIndex.load(self.generation / LEXICAL_FOLDER)
+                if not np.array_equal(np.sort(loaded.chunk_ids), ids):
+                    self._note(f"{self.generation.name}/{LEXICAL_FOLDER} does not match the index's chunks "
+                               f"({len(loaded)} rows for {len(ids)} chunks); BM25 rebuilt in memory")
+                    loaded = None
+            except ValueError as exc:
+                if (self.generation / LEXICAL_FOLDER).is_dir() and self.manifest.files:
+                    self._note(f"{self.generation.name}/{LEXICAL_FOLDER} is not usable ({exc}); BM25 rebuilt in memory")
+                loaded = None  # missing, damaged, or written in an older format
+            if loaded is None:
                 rows = self._db.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
-                self._lexical = LexicalIndex.build([r[0] for r in rows], [r[1] for r in rows])
+                loaded = LexicalIndex.build([r[0] for r in rows], [r[1] for r in rows])
+            self._lexical = loaded
         return self._lexical
+
+    def _lexical_problem(self) -> str | None:
+        """What differs between the BM25 files and the manifest (None if nothing)."""
+        for name, facts in self.manifest.files.items():
+            if name.startswith(f"{LEXICAL_FOLDER}/"):
+                path = self.generation / name
+                if not path.is_file() or path.stat().st_size != facts.get("bytes") or \
+                        sha256_of(path) != facts.get("sha256"):
+                    return f"{name} differs from the manifest"
+        return None
 
     def chunks(self) -> list[tuple[int, str, str, np.ndarray]]:
         """Every chunk as ``(chunk id, source, text, unit vector)``, in id order."""
@@ -288,29 +285,6 @@ class Index:
         }
 
 
-def check_manifest(manifest: Manifest, directory: Path, *, embedder: str, dim: int, chunker: dict[str, int] | None = None) -> None:
-    """Raise IndexMismatch unless ``manifest`` matches what is asked for."""
-    if manifest.format_version != FORMAT_VERSION:
-        raise IndexMismatch(
-            f"{directory}: index format version {manifest.format_version}, this rag-budget reads version "
-            f"{FORMAT_VERSION}; rebuild it with `rag ingest PATH --index NEW_DIR` (or delete {directory})"
-        )
-    if manifest.embedder != embedder or manifest.dim != dim:
-        raise IndexMismatch(
-            f"{directory}: index built with embedder {manifest.embedder} (dim {manifest.dim}), "
-            f"not {embedder} (dim {dim}); rebuild it into a new --index directory"
-        )
-    if chunker is not None and manifest.chunker != chunker:
-        raise IndexMismatch(
-            f"{directory}: index chunked with {_fmt(manifest.chunker)}, not {_fmt(chunker)}; "
-            "ingest with the index's settings or into a new --index directory"
-        )
-
-
-def _fmt(settings: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
-
-
 class IndexWriter:
     """Changes to an index, staged in a new generation until :meth:`commit`.
 
@@ -326,6 +300,7 @@ class IndexWriter:
         self._vectors = vectors
         self._db = db
         self._live = live  # the generation this one starts from
+        self.notes: list[str] = []  # what was wrong with the index it started from
         self._removed: list[int] = []  # chunk ids, for the BM25 index's update
         self._added: list[tuple[int, str]] = []
         self.committed = False
@@ -393,7 +368,9 @@ class IndexWriter:
         return LexicalIndex.build([r[0] for r in rows], [r[1] for r in rows])
 
     def commit(self) -> None:
-        """Write the staged generation durably and make it the live one."""
+        """Write the staged generation durably, with the size and checksum of
+        each file in its manifest, and make it the live one; the generation
+        it started from is kept to fall back to."""
         import faiss
 
         self._db.commit()
@@ -404,59 +381,65 @@ class IndexWriter:
         self._lexical(len(ids)).save(lexical)
         self._db.close()
         faiss.write_index(self._vectors, str(self.staged / "vectors.faiss"))
-        (self.staged / "manifest.json").write_text(self.manifest.to_json(), encoding="utf-8")
-        for name in ("vectors.faiss", "manifest.json", "chunks.sqlite"):
-            _fsync_file(self.staged / name)
-        for path in lexical.iterdir():
-            _fsync_file(path)
-        _fsync_dir(lexical)
-        _fsync_dir(self.staged)
-        tmp = self.directory / "CURRENT.tmp"
-        tmp.write_text(self.staged.name + "\n", encoding="utf-8")
-        _fsync_file(tmp)
-        os.replace(tmp, self.directory / "CURRENT")
-        _fsync_dir(self.directory)
+        names = ["vectors.faiss", "chunks.sqlite"] + sorted(f"{LEXICAL_FOLDER}/{p.name}" for p in lexical.iterdir())
+        for name in names:
+            fsync_file(self.staged / name)
+        manifest = Manifest(self.manifest.embedder, self.manifest.dim, self.manifest.chunker,
+                            chunks=len(ids), files=describe_files(self.staged, names))
+        (self.staged / "manifest.json").write_text(manifest.to_json(), encoding="utf-8")
+        fsync_file(self.staged / "manifest.json")
+        fsync_dir(lexical)
+        fsync_dir(self.staged)
+        publish(self.directory, self.staged)
         self.committed = True
-        _remove_stale_generations(self.directory, keep=self.staged.name)
+        remove_others(self.directory, keep={self.staged.name} | ({self._live.name} if self._live else set()))
 
 
 @contextlib.contextmanager
-def open_writer(directory: Path, manifest: Manifest) -> Iterator[IndexWriter]:
+def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> Iterator[IndexWriter]:
     """Stage changes to the index in ``directory`` (created if missing),
-    starting from a copy of its live generation.
+    starting from a copy of the generation it answers from (or, ``fresh``,
+    from an empty index).
 
     The caller calls ``commit()``; anything else (an exception, a crash, a
     return without commit) leaves the live generation as it was. Raises
     IndexBusy if another process is writing, IndexMismatch if the live index
-    was built with other settings than ``manifest``.
+    was built with other settings than ``manifest``, IndexDamaged if no
+    generation is intact (``fresh`` rebuilds it).
     """
     import faiss
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    with _write_lock(directory):
-        live = _live_generation(directory) if index_exists(directory) else None
+    with write_lock(directory):
+        chosen = choose(directory) if index_exists(directory) and not fresh else None
+        live = chosen.generation if chosen else None
         if live is not None:
-            check_manifest(
-                Manifest.read(live / "manifest.json"), directory,
-                embedder=manifest.embedder, dim=manifest.dim, chunker=manifest.chunker,
-            )
-        _remove_stale_generations(directory, keep=live.name if live else None)
-        staged = directory / _next_generation_name(directory)
+            check_manifest(Manifest.read(live / "manifest.json"), directory,
+                           embedder=manifest.embedder, dim=manifest.dim, chunker=manifest.chunker)
+        # Leftovers of interrupted writes go; the live one and the one kept to fall back to stay.
+        keep = {g.name for g in generations(directory)[:2] if problem(g, full=False) is None}
+        remove_others(directory, keep=keep | ({live.name} if live else set()))
+        staged = directory / next_name(directory)
         staged.mkdir()
         db: sqlite3.Connection | None = None
         writer: IndexWriter | None = None
         try:
             db = _connect(staged / "chunks.sqlite")
             if live is not None:
-                vectors = faiss.read_index(str(live / "vectors.faiss"))
-                src = _connect(live / "chunks.sqlite", readonly=True)
-                src.backup(db)
-                src.close()
+                try:
+                    vectors = faiss.read_index(str(live / "vectors.faiss"))
+                    src = _connect(live / "chunks.sqlite", readonly=True)
+                    src.backup(db)
+                    src.close()
+                except _DAMAGE as exc:
+                    raise IndexDamaged(f"{live}: cannot be read ({exc}); rebuild the index with "
+                                       f"`rag ingest --rebuild PATH --index {directory}`") from None
             else:
                 vectors = new_vectors(manifest.dim)
                 db.executescript(_SCHEMA)
             writer = IndexWriter(directory, staged, manifest, vectors, db, live)
+            writer.notes.extend(chosen.notes if chosen else ())
             yield writer
         finally:
             if writer is None or not writer.committed:
@@ -466,48 +449,33 @@ def open_writer(directory: Path, manifest: Manifest) -> Iterator[IndexWriter]:
                 shutil.rmtree(staged, ignore_errors=True)
 
 
-def _live_generation(directory: Path) -> Path:
-    current = directory / "CURRENT"
+def _load(generation: Path, manifest: Manifest):
+    """The vectors and the database of ``generation``; IndexDamaged naming
+    the file that FAISS or SQLite cannot read, or that disagree."""
+    import faiss
+
     try:
-        name = current.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        raise IndexNotFound(
-            f"no index at {directory}; build one with `rag ingest PATH --index {directory}`"
-        ) from None
-    generation = directory / name
-    if not name.startswith("gen-") or not (generation / "manifest.json").is_file():
-        raise IndexMismatch(f"{directory}: CURRENT names a missing generation {name!r}; rebuild the index")
-    return generation
+        vectors = faiss.read_index(str(generation / "vectors.faiss"))
+    except _DAMAGE as exc:
+        raise IndexDamaged(f"{generation.name}/vectors.faiss cannot be read ({_one_line(exc)})") from None
+    try:
+        db = _connect(generation / "chunks.sqlite", readonly=True)
+        (count,) = db.execute("SELECT COUNT(*) FROM chunks").fetchone()
+    except _DAMAGE as exc:
+        raise IndexDamaged(f"{generation.name}/chunks.sqlite cannot be read ({_one_line(exc)})") from None
+    if count != vectors.ntotal or (manifest.chunks is not None and count != manifest.chunks):
+        db.close()
+        raise IndexDamaged(f"{generation.name}: {vectors.ntotal} vectors for {count} chunks")
+    return vectors, db
 
 
-def _next_generation_name(directory: Path) -> str:
-    numbers = [int(p.name[4:]) for p in directory.glob("gen-*") if p.name[4:].isdigit()]
-    return f"gen-{max(numbers, default=0) + 1:06d}"
-
-
-def _remove_stale_generations(directory: Path, keep: str | None) -> None:
-    # Leftovers of interrupted writes and superseded generations.
-    for p in directory.glob("gen-*"):
-        if p.name != keep and p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _write_lock(directory: Path) -> Iterator[None]:
-    with open(directory / ".lock", "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise IndexBusy(f"{directory}: another process is writing this index; wait for it to finish") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:160]
 
 
 def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False)
     else:
         db = sqlite3.connect(path, check_same_thread=False)
         db.execute("PRAGMA foreign_keys = ON")
@@ -518,19 +486,3 @@ def _files(db: sqlite3.Connection, root: str | None) -> dict[tuple[str, str], Fi
     query = "SELECT id, root, source, sha256, n_chunks FROM files"
     rows = db.execute(query + " WHERE root = ?", (root,)) if root is not None else db.execute(query)
     return {(r[1], r[2]): FileRecord(*r) for r in rows}
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

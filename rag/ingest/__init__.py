@@ -2,6 +2,7 @@
 (``chunking``), embedding (``embed``), the incremental ingest run (``run``)
 and the library of an index's documents (``library``)."""
 
-from .run import IngestProgress, IngestReport, find_files, ingest
+from .files import FoundFiles, SourceFile, find_files
+from .run import IngestProgress, IngestReport, ingest
 
-__all__ = ["IngestProgress", "IngestReport", "find_files", "ingest"]
+__all__ = ["FoundFiles", "IngestProgress", "IngestReport", "SourceFile", "find_files", "ingest"]

@@ -19,6 +19,28 @@ from .loaders import LoadedDocument
 # recall peaked at this size.
 DEFAULT_CHUNK_TOKENS = 200
 DEFAULT_OVERLAP_TOKENS = 30
+SECTION_CHARS = 1 << 20  # longer texts are chunked a section at a time, with progress
+
+
+def sections(text: str, size: int) -> list[tuple[int, int]]:
+    """``(start, end)`` spans covering ``text`` in order, each at most about
+    ``size`` characters, cut at a paragraph break, else a line break, else a
+    space, where there is one in the second half of the span.
+
+    ``sections("aa\\n\\nbb", 4) -> [(0, 4), (4, 6)]``
+    """
+    spans, start = [], 0
+    while len(text) - start > size:
+        end = start + size
+        for mark in ("\n\n", "\n", " "):
+            cut = text.rfind(mark, start + size // 2, end)
+            if cut >= 0:
+                end = cut + len(mark)
+                break
+        spans.append((start, end))
+        start = end
+    spans.append((start, len(text)))
+    return spans
 
 
 @dataclass(frozen=True)
@@ -67,18 +89,26 @@ class Chunker:
             strip_whitespace=True,
         )
 
-    def split(self, document: LoadedDocument) -> list[TextChunk]:
-        """The document's chunks in reading order, each with its span and page.
+    def split(self, document: LoadedDocument, progress: Callable[[float], None] | None = None) -> list[TextChunk]:
+        """The document's chunks in reading order, each with its span and page;
+        ``progress(share)`` is told the share of the text done as it goes.
 
         Pages are split separately, so a chunk never spans two pages and its
-        page number is exact.
+        page number is exact. A text longer than ``SECTION_CHARS`` is split
+        in sections at paragraph breaks, so that progress can be reported
+        inside it.
         """
+        text = document.text
         if not document.page_starts:
-            return self._split_span(document.text, 0, None)
+            spans = [(start, end, None) for start, end in sections(text, SECTION_CHARS)]
+        else:
+            bounds = [start for _, start in document.page_starts[1:]] + [len(text)]
+            spans = [(start, end, page) for (page, start), end in zip(document.page_starts, bounds)]
         chunks: list[TextChunk] = []
-        bounds = [start for _, start in document.page_starts[1:]] + [len(document.text)]
-        for (page, start), end in zip(document.page_starts, bounds):
-            chunks.extend(self._split_span(document.text[start:end], start, page))
+        for start, end, page in spans:
+            chunks.extend(self._split_span(text[start:end], start, page))
+            if progress:
+                progress(end / max(len(text), 1))
         return chunks
 
     def _split_span(self, text: str, offset: int, page: int | None) -> list[TextChunk]:

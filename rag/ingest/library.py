@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import DocumentNotFound, RagError
-from ..index.store import index_exists, live_manifest, open_writer
+from ..index.generations import index_exists
+from ..index.store import live_manifest, open_writer
 from .chunking import Chunker, ChunkerSettings
 from .embed import Embedder
+from .files import DEFAULT_MAX_FILE_BYTES
+from .loaders import SUPPORTED_SUFFIXES, is_supported
 from .run import IngestProgress, IngestReport, ingest
 
 
@@ -26,18 +29,29 @@ def document_id(root: str, source: str) -> str:
     return hashlib.sha256(f"{root}\0{source}".encode("utf-8")).hexdigest()[:16]
 
 
-def safe_file_name(name: str) -> str:
-    """``name`` as a bare, harmless file name: no folders, no leading dots,
-    no control characters; a RagError if nothing usable is left.
+MAX_NAME_BYTES = 200  # the name of an upload; its temporary name adds about 40
 
-    ``safe_file_name("../../etc/passwd") -> "passwd"``
+
+def safe_file_name(name: str) -> str:
+    """``name`` as a bare, harmless file name of a type that can be indexed:
+    no folders, no leading dots, no control characters, at most
+    ``MAX_NAME_BYTES`` bytes with its suffix kept; a RagError if nothing
+    usable is left or the type cannot be read.
+
+    ``safe_file_name("../../notes/plan.md") -> "plan.md"``
     """
     base = re.split(r"[\\/]", name or "")[-1]
     base = re.sub(r"[\x00-\x1f\x7f]", "", base).strip().lstrip(".")
-    base = re.sub(r"[^\w.\- ]", "_", base)[:200]
-    if not base or not any(c.isalnum() for c in base):
+    base = re.sub(r"[^\w.\- ]", "_", base)
+    stem, suffix = os.path.splitext(base)
+    if not stem or not any(c.isalnum() for c in stem):
         raise RagError(f"{name!r} is not a usable file name")
-    return base
+    if not is_supported(Path(base)):
+        raise RagError(f"{name!r}: {suffix or 'no suffix'} is not a type rag-budget reads; "
+                       f"upload one of {', '.join(sorted(SUPPORTED_SUFFIXES))}")
+    room = MAX_NAME_BYTES - len(suffix.encode("utf-8"))
+    stem = stem.encode("utf-8")[:room].decode("utf-8", "ignore").rstrip() or "upload"
+    return stem + suffix
 
 
 class DocumentLibrary:
@@ -54,10 +68,12 @@ class DocumentLibrary:
         """Where uploaded documents are kept: beside the index folder."""
         return self.index_dir.parent / f"{self.index_dir.name}-uploads"
 
-    def chunker(self, chunk_tokens: int | None = None, overlap_tokens: int | None = None) -> Chunker:
-        """The chunker for this index: its own settings unless told otherwise."""
+    def chunker(self, chunk_tokens: int | None = None, overlap_tokens: int | None = None, *,
+                fresh: bool = False) -> Chunker:
+        """The chunker for this index: its own settings unless told otherwise
+        (or ``fresh``: the defaults)."""
         settings = ChunkerSettings()
-        if index_exists(self.index_dir):
+        if index_exists(self.index_dir) and not fresh:
             built = live_manifest(self.index_dir).chunker
             if set(built) == {"chunk_tokens", "overlap_tokens"}:
                 settings = ChunkerSettings(**built)
@@ -78,13 +94,15 @@ class DocumentLibrary:
         exclude: Sequence[str] = (),
         chunk_tokens: int | None = None,
         overlap_tokens: int | None = None,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        rebuild: bool = False,
         progress: IngestProgress | None = None,
     ) -> IngestReport:
         """Add, update and remove documents under ``paths``, incrementally
         and atomically; see :func:`rag.ingest.run.ingest`."""
-        chunker = self.chunker(chunk_tokens, overlap_tokens)
-        report = ingest(self.index_dir, paths, embedder=self._embedder(), chunker=chunker,
-                        include=include, exclude=exclude, progress=progress)
+        chunker = self.chunker(chunk_tokens, overlap_tokens, fresh=rebuild)
+        report = ingest(self.index_dir, paths, embedder=self._embedder(), chunker=chunker, include=include,
+                        exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress)
         self._changed()
         return report
 
@@ -99,25 +117,35 @@ class DocumentLibrary:
 
     def add(self, name: str, data: bytes) -> IngestReport:
         """Save ``data`` as the file ``name`` (sanitised: a bare file name,
-        no folders) in the uploads folder and ingest that folder. The file
-        is written atomically; a file that cannot be indexed is removed
-        again (or its previous version restored) and reported in ``failed``."""
+        no folders, a type that can be read) in the uploads folder and ingest
+        that folder. The file is written atomically; when it cannot be
+        indexed, or the ingest fails, it is removed again (or its previous
+        version restored): the folder never keeps what the index does not."""
         folder = self.uploads_dir
         safe = safe_file_name(name)
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / safe
         tmp = folder / f".{safe}.{os.getpid()}.{threading.get_ident()}.part"
-        tmp.write_bytes(data)
-        previous = target.read_bytes() if target.exists() else None
-        os.replace(tmp, target)
-        report = self.ingest([folder])
+        previous = target.read_bytes() if target.is_file() else None
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+            report = self.ingest([folder])
+        except BaseException:
+            self._restore(target, previous)
+            raise
+        finally:
+            tmp.unlink(missing_ok=True)
         if any(Path(path).name == safe for path, _ in report.failed):
-            # Keep the folder and the index in step: an unindexable file does not stay.
-            if previous is None:
-                target.unlink(missing_ok=True)
-            else:
-                target.write_bytes(previous)
+            self._restore(target, previous)
         return report
+
+    @staticmethod
+    def _restore(target: Path, previous: bytes | None) -> None:
+        if previous is None:
+            target.unlink(missing_ok=True)
+        else:
+            target.write_bytes(previous)
 
     def remove(self, doc_id: str) -> dict[str, object]:
         """Remove the document ``doc_id`` from the index, atomically, and its

@@ -11,21 +11,24 @@ pipeline passes both in).
 
 from __future__ import annotations
 
-import fnmatch
+import errno
 import hashlib
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
+from ..errors import DocumentError, RagError
+from ..index.manifest import Manifest
+from ..index.store import FileRecord, IndexWriter, NewChunk, open_writer
 from .chunking import Chunker, TextChunk
 from .embed import Embedder
-from ..errors import DocumentError, RagError
-from .loaders import is_supported, load_document
-from ..index.store import FileRecord, IndexWriter, Manifest, NewChunk, open_writer
+from .files import DEFAULT_MAX_FILE_BYTES, FoundFiles, SourceFile, find_files, safe_name
+from .loaders import load_document
 
 # Files are embedded in groups of at least this many chunks, so many small
 # files still fill the embedder's batches.
@@ -33,11 +36,12 @@ EMBED_GROUP_CHUNKS = 64
 
 
 class IngestProgress(Protocol):
-    """Receives progress while an ingest runs (the CLI draws a bar from it)."""
+    """Receives progress while an ingest runs (the CLI draws a bar from it):
+    files, chunks and bytes done, so a large file shows progress inside it."""
 
-    def start(self, total_files: int) -> None: ...
+    def start(self, total_files: int, total_bytes: int) -> None: ...
 
-    def advance(self, files: int, chunks: int) -> None: ...
+    def advance(self, files: int, chunks: int, nbytes: int) -> None: ...
 
 
 @dataclass
@@ -49,6 +53,9 @@ class IngestReport:
     removed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (source, one-line error)
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (source, why it was not read)
+    unmatched: list[str] = field(default_factory=list)  # globs that matched no file
+    notes: list[str] = field(default_factory=list)  # what was wrong with the index it started from
     chunks_added: int = 0
     chunks_removed: int = 0
     chunks_embedded: int = 0  # of chunks_added: the rest reused a vector (same text as before, or as another chunk)
@@ -70,66 +77,10 @@ class IngestReport:
             "chunks_embedded": self.chunks_embedded,
             "seconds": round(self.seconds, 3),
             "failures": [{"source": s, "error": e} for s, e in self.failed],
+            "ignored": [{"source": s, "reason": r} for s, r in self.ignored],
+            "unmatched_globs": list(self.unmatched),
+            "notes": list(self.notes),
         }
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """A file found for ingest: ``root / source`` is where it lies."""
-
-    root: str
-    source: str
-    path: Path
-
-
-DEFAULT_EXCLUDE = (".*", "*/.*", "__pycache__/*", "*/__pycache__/*")
-
-
-def find_files(
-    paths: Iterable[str | os.PathLike[str]],
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-) -> tuple[list[SourceFile], list[str], list[tuple[str, str]]]:
-    """The supported files under ``paths``, the directory roots walked, and
-    ``(path, error)`` for paths that do not exist.
-
-    A glob matches a file's source path or its name (``*.md`` matches
-    ``a/b.md``). With ``include`` empty, every supported file is included;
-    hidden files and folders are excluded unless named directly.
-    """
-    found: dict[tuple[str, str], SourceFile] = {}
-    roots: list[str] = []
-    missing: list[tuple[str, str]] = []
-    excludes = tuple(exclude) + DEFAULT_EXCLUDE
-    for raw in paths:
-        path = Path(raw).expanduser()
-        if path.is_dir():
-            root = path.resolve()
-            roots.append(str(root))
-            for dirpath, dirnames, filenames in os.walk(root):
-                dirnames.sort()
-                for name in sorted(filenames):
-                    full = Path(dirpath) / name
-                    source = full.relative_to(root).as_posix()
-                    if is_supported(full) and _selected(source, include, excludes):
-                        found.setdefault((str(root), source), SourceFile(str(root), source, full))
-        elif path.is_file():
-            full = path.resolve()
-            found.setdefault((str(full.parent), full.name), SourceFile(str(full.parent), full.name, full))
-        elif path.exists():
-            missing.append((str(raw), "not a regular file or folder"))
-        else:
-            missing.append((str(raw), "no such file or folder; check the path"))
-    return list(found.values()), roots, missing
-
-
-def _matches(source: str, patterns: Sequence[str]) -> bool:
-    name = source.rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(source, p) or fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
-def _selected(source: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
-    return (not include or _matches(source, include)) and not _matches(source, exclude)
 
 
 def chunk_id(root: str, source: str, position: int, chunk: TextChunk) -> str:
@@ -155,6 +106,8 @@ def ingest(
     chunker: Chunker,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    rebuild: bool = False,
     progress: IngestProgress | None = None,
 ) -> IngestReport:
     """Bring the index in ``index_dir`` up to date with the files under
@@ -162,61 +115,91 @@ def ingest(
 
     The index is replaced atomically at the end: an exception or a crash at
     any point leaves the previous index as it was. Unreadable files are
-    reported in ``failed`` and do not stop the others.
+    reported in ``failed``, files not read (special, too large) in
+    ``ignored``, and neither stops the others. A folder's indexed files that
+    are gone, or no longer match the globs, are removed; those in a folder
+    that could not be listed are kept. ``rebuild`` starts from an empty index
+    instead of the live one (a damaged index is repaired so).
     """
     started = time.perf_counter()
     report = IngestReport()
-    files, roots, missing = find_files(paths, include, exclude)
-    report.failed.extend(missing)
+    found = find_files(paths, include, exclude, max_file_bytes=max_file_bytes)
+    report.failed.extend(found.failed)
+    report.ignored.extend(found.ignored)
+    report.unmatched.extend(found.unmatched)
     manifest = Manifest(embedder=embedder.name, dim=embedder.dim, chunker=chunker.settings.to_dict())
     if progress:
-        progress.start(len(files))
-    with open_writer(index_dir, manifest) as writer:
+        progress.start(len(found.files), sum(f.size for f in found.files))
+    with open_writer(index_dir, manifest, fresh=rebuild) as writer:
+        report.notes.extend(writer.notes)
         known = writer.files()
         pending: list[_Pending] = []
-        for f in files:
-            item = _prepare(f, known.get((f.root, f.source)), chunker, report)
+        for f in found.files:
+            item = _prepare(f, known.get((f.root, f.source)), chunker, report, progress)
             if item is None:
                 if progress:
-                    progress.advance(1, 0)
+                    progress.advance(1, 0, 0)
                 continue
             pending.append(item)
             if sum(len(p.chunks) for p in pending) >= EMBED_GROUP_CHUNKS:
                 _store(writer, pending, embedder, report, progress)
                 pending = []
         _store(writer, pending, embedder, report, progress)
-        for root in roots:
-            for (_, source), record in writer.files(root).items():
-                if not (Path(root) / source).exists():
-                    writer.remove_file(record.id)
-                    report.removed.append(source)
-                    report.chunks_removed += record.n_chunks
+        _remove_gone(writer, found, report)
         changed = report.added or report.updated or report.removed
-        if changed or not (Path(index_dir) / "CURRENT").exists():
+        # A damaged index (notes) is repaired by publishing the intact state anew.
+        if changed or rebuild or writer.notes or not (Path(index_dir) / "CURRENT").exists():
             writer.commit()
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report: IngestReport) -> _Pending | None:
+def _remove_gone(writer: IndexWriter, found: FoundFiles, report: IngestReport) -> None:
+    """Remove the indexed files of each folder walked that this walk did not
+    find (deleted, or no longer matching the globs), except under a folder
+    that could not be listed."""
+    present = {(f.root, f.source) for f in found.files}
+    present |= {(root, source) for root in found.roots for source, _ in found.ignored}
+    for root in found.roots:
+        kept = [prefix for r, prefix in found.unlisted if r == root]
+        for (_, source), record in writer.files(root).items():
+            if (root, source) in present or any(prefix == "" or source.startswith(prefix) for prefix in kept):
+                continue
+            writer.remove_file(record.id)
+            report.removed.append(source)
+            report.chunks_removed += record.n_chunks
+
+
+def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report: IngestReport,
+             progress: IngestProgress | None) -> _Pending | None:
+    """The file read and chunked, or None when it is unchanged or cannot be
+    read (then reported); its bytes are counted as done either way."""
+    done = 0
+
+    def advance(fraction: float) -> None:
+        nonlocal done
+        now = min(int(f.size * fraction), f.size)
+        if progress and now > done:
+            progress.advance(0, 0, now - done)
+            done = now
+
     try:
-        data = f.path.read_bytes()
+        data = _read(f)
+        digest = hashlib.sha256(data).hexdigest()
+        if record is not None and record.sha256 == digest:
+            report.skipped.append(f.source)
+            return None
+        chunks = chunker.split(load_document(f.source, f.path.suffix, data), progress=advance)
+        return _Pending(f, digest, len(data), chunks, record)
     except OSError as exc:
         report.failed.append((f.source, f"cannot read ({exc.strerror or exc}); check its permissions"))
-        return None
-    digest = hashlib.sha256(data).hexdigest()
-    if record is not None and record.sha256 == digest:
-        report.skipped.append(f.source)
-        return None
-    try:
-        chunks = chunker.split(load_document(f.source, f.path.suffix, data))
     except DocumentError as exc:
         report.failed.append((f.source, exc.problem))
-        return None
     except RagError as exc:
         report.failed.append((f.source, str(exc)))
-        return None
-    return _Pending(f, digest, len(data), chunks, record)
+    finally:
+        advance(1.0)
+    return None
 
 
 def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, report: IngestReport, progress) -> None:
@@ -241,7 +224,7 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
             writer.remove_file(p.replaces.id)
             report.chunks_removed += p.replaces.n_chunks
         writer.add_file(
-            root=p.file.root, source=p.file.source, path=str(p.file.path), sha256=p.sha256, size=p.size,
+            root=p.file.root, source=p.file.source, path=safe_name(str(p.file.path)), sha256=p.sha256, size=p.size,
             chunks=[
                 NewChunk(chunk_id(p.file.root, p.file.source, i, c), i, c.start, c.end, c.page, c.n_tokens, c.text)
                 for i, c in enumerate(p.chunks)
@@ -252,4 +235,18 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
         (report.updated if p.replaces is not None else report.added).append(p.file.source)
         report.chunks_added += n
         if progress:
-            progress.advance(1, n)
+            progress.advance(1, n, 0)
+
+
+GROWTH_BYTES = 1 << 20  # read of a file that grew since it was found
+
+
+def _read(f: SourceFile) -> bytes:
+    """The bytes of ``f``: a regular file only (one swapped for a pipe or a
+    device since it was found is refused, without blocking), and at most
+    ``GROWTH_BYTES`` more than its size when found."""
+    fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file any more")
+        return fh.read(f.size + GROWTH_BYTES)

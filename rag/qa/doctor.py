@@ -9,6 +9,7 @@ import importlib.metadata as md
 import platform
 
 from ..errors import RagError
+from ..index.generations import index_exists, verify
 
 DISTRIBUTIONS = ("rag-budget", "llama-cpp-python", "sentence-transformers", "faiss-cpu", "torch",
                  "langchain-text-splitters", "pypdf", "typer", "rich")
@@ -28,7 +29,12 @@ def doctor_report(pipeline) -> dict[str, object]:
         "engine": pipeline.backend.describe(),
     }
     try:
-        report["index"] = pipeline.index().stats() | {"sample": pipeline.use_sample}
+        index = pipeline.index()
+        report["index"] = index.stats() | {"sample": pipeline.use_sample, "notes": list(index.notes)}
     except RagError as exc:
         report["index"] = {"path": str(pipeline.index_dir), "error": str(exc)}
+    if index_exists(pipeline.index_dir):
+        checked = verify(pipeline.index_dir)
+        report["index"]["integrity"] = checked["generations"]
+        report["index"]["live_generation"] = checked["live"]
     return report

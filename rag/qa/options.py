@@ -27,6 +27,19 @@ DEFAULT_RELEVANCE_FLOOR = 0.05  # cosine; below it a chunk is noise, whatever th
 MAX_CANDIDATES = 1000  # more is never useful to a budget, and costs memory
 
 
+def valid_text(text: object, what: str = "the question") -> str:
+    """``text`` if it is a string that can be written as UTF-8; else a
+    RagError (a command-line argument with bytes that are not UTF-8 arrives
+    holding lone surrogates)."""
+    if not isinstance(text, str):
+        raise RagError(f"{what} must be text, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RagError(f"{what} is not valid text: it holds bytes that are not UTF-8") from None
+    return text
+
+
 class AskOptions(BaseModel):
     """How to answer one question.
 

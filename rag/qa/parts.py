@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from engine.backend import Backend
 from engine.settings import open_backend
@@ -19,7 +19,8 @@ from prompt_budget import HistoryPolicy
 from .. import paths
 from ..conversations import ConversationStore
 from ..errors import IndexNotFound, engine_errors
-from ..index.store import Index, index_exists
+from ..index.generations import index_exists
+from ..index.store import Index
 from ..ingest.embed import Embedder, SentenceTransformerEmbedder
 from ..ingest.library import DocumentLibrary
 from ..ingest.run import ingest
@@ -46,10 +47,12 @@ class Parts:
         history: HistoryPolicy | None = None,
         kv_dir: Path | None | Literal[False] = None,
         kv_ram_bytes: int = KV_RAM_BYTES,
+        notice: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.settings, self.index_dir, self.use_sample = settings, Path(index_dir), use_sample
         self._embedder, self._backend, self._store, self._history = embedder, backend, conversations, history
         self.kv_dir, self.kv_ram_bytes = kv_dir, kv_ram_bytes
+        self.notice = notice
         self._index: Index | None = None
         self._queries: QueryCache | None = None
         self._lock = threading.RLock()
@@ -108,7 +111,11 @@ class Parts:
                     raise IndexNotFound(
                         f"no index at {directory}; build one with `rag ingest PATH --index {directory}`"
                     )
-                self._index = Index.open(directory, embedder=self.embedder.name, dim=self.embedder.dim)
+                index = Index.open(directory, embedder=self.embedder.name, dim=self.embedder.dim)
+                for note in index.notes:
+                    self.notice(f"index {directory}: {note}")
+                index.on_note = lambda note: self.notice(f"index {directory}: {note}")
+                self._index = index
             return self._index
 
     def index_changed(self) -> None:

@@ -27,7 +27,8 @@ from prompt_budget.profile import Profile
 from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
 from ..conversations.keeper import HistoryMode, stable_prefix
 from ..errors import RagError, engine_errors
-from ..index.store import Hit, Index, index_exists
+from ..index.generations import index_exists
+from ..index.store import Hit, Index
 from ..ingest.embed import Embedder
 from ..ingest.library import DocumentLibrary
 from ..ingest.run import IngestProgress, IngestReport
@@ -35,7 +36,7 @@ from ..retrieval import RetrievalMode, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
-from .options import MAX_CANDIDATES, AskOptions
+from .options import MAX_CANDIDATES, AskOptions, valid_text
 from .parts import Parts
 from .planner import PlannedPrompt, PromptPlanner
 from .stream import AnswerStream
@@ -84,13 +85,16 @@ class Pipeline:
             raise RagError(f"history_mode must be 'prompted' or 'qa', not {history_mode!r}")
         self.settings = settings or Settings.load()
         self.index_dir = Path(index_dir)
-        self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample, **parts)
+        # Where the pipeline says what it does on its own, or what it found wrong.
+        self.notice = notice or (lambda message: None)
+        self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
+                           notice=lambda message: self.notice(message), **parts)
         self._system_state = False
         self._active = 0  # questions in progress: background work gives way to them
         self._active_lock = threading.Lock()
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
         self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
-                                notice=notice or (lambda message: None))
+                                notice=lambda message: self.notice(message))
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
                                          history_mode=history_mode, busy=self._busy)
 
@@ -187,13 +191,15 @@ class Pipeline:
 
     def ingest(self, paths_: Sequence[str | os.PathLike[str]], *, include: Sequence[str] = (),
                exclude: Sequence[str] = (), chunk_tokens: int | None = None, overlap_tokens: int | None = None,
-               progress: IngestProgress | None = None) -> IngestReport:
+               rebuild: bool = False, progress: IngestProgress | None = None) -> IngestReport:
         """Add, update and remove documents under ``paths_`` in this
-        pipeline's index, incrementally and atomically; see
-        :func:`rag.ingest.run.ingest`. Unreadable files are listed in the
-        report's ``failed`` and do not stop the rest."""
+        pipeline's index, incrementally and atomically (``rebuild``: from an
+        empty index); see :func:`rag.ingest.run.ingest`. Unreadable files are
+        listed in the report's ``failed``, files not read in ``ignored``;
+        neither stops the rest."""
         return self.library.ingest(paths_, include=include, exclude=exclude, chunk_tokens=chunk_tokens,
-                                   overlap_tokens=overlap_tokens, progress=progress)
+                                   overlap_tokens=overlap_tokens, max_file_bytes=self.settings.max_file_bytes,
+                                   rebuild=rebuild, progress=progress)
 
     def documents(self) -> list[dict[str, object]]:
         """The files in the index: ``id`` (stable, opaque), ``source``,
@@ -215,7 +221,7 @@ class Pipeline:
         scored by its cosine similarity to it; ``mode`` (default: the
         settings') is how they are found: ``"hybrid"`` (dense and BM25 fused
         by rank), ``"dense"`` or ``"bm25"``."""
-        query = query.strip()
+        query = valid_text(query, "the query").strip()
         if not query:
             raise RagError("the query is empty; pass some text to search for")
         if not 1 <= k <= MAX_CANDIDATES:
@@ -249,7 +255,7 @@ class Pipeline:
         """
         received = time.perf_counter()  # the question is received now: TTFT counts from here
         options = AskOptions.of(options, **changes)
-        return AnswerStream(self._answer(question, options, received))
+        return AnswerStream(self._answer(valid_text(question), options, received))
 
     def budgeted(self, question: str, options: AskOptions | None = None, **changes) -> Retrieval:
         """The chunks :meth:`stream` would put into the prompt for
@@ -261,7 +267,7 @@ class Pipeline:
         received = time.perf_counter()
         options = AskOptions.of(options, **changes)
         with engine_errors():
-            prompt = self._plan(question, options, received, None)
+            prompt = self._plan(valid_text(question), options, received, None)
         return Retrieval(prompt.hits, prompt.budget)
 
     def _plan(self, question: str, options: AskOptions, received: float,
@@ -275,7 +281,7 @@ class Pipeline:
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
-        with engine_errors():
+        with engine_errors(), self.keeper.turn(session):
             with self._foreground():
                 conversation = self.keeper.load(session) if session is not None else None
                 prompt = self._plan(question, options, received, conversation)
@@ -287,12 +293,12 @@ class Pipeline:
                         yield piece
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
-        text = "".join(pieces).strip()
-        sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
-        number = None
-        if session is not None:
-            number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
-                                          timings)
+            text = "".join(pieces).strip()
+            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
+            number = None
+            if session is not None:
+                number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
+                                              timings)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
                       session=session, turn=number, turns_shown=prompt.turns_shown)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ..errors import RagError
 from ..qa.answer import Answer
@@ -96,6 +96,22 @@ class ThreadedAnswer:
         async for _ in self:
             pass
         return self.answer
+
+    async def result_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> Answer | None:
+        """The final answer, or None (and the generation stopped) as soon as
+        ``gone()`` says the client went away."""
+        task = asyncio.ensure_future(self.result())
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=every_s)
+                if done:
+                    return task.result()
+                if await gone():
+                    await self.aclose()
+                    return None
+        finally:
+            if not task.done():
+                task.cancel()
 
     async def aclose(self) -> None:
         """Stop generating after the piece in progress."""

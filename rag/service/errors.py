@@ -11,7 +11,7 @@ import math
 
 from fastapi.responses import JSONResponse
 
-from ..errors import EngineUnavailable, QuestionTooLong, RagError
+from ..errors import EngineUnavailable, IndexBusy, IndexDamaged, QuestionTooLong, RagError
 
 
 def error(status: int, message: str, kind: str, headers: dict | None = None) -> JSONResponse:
@@ -21,10 +21,16 @@ def error(status: int, message: str, kind: str, headers: dict | None = None) -> 
 
 def failure(exc: RagError) -> JSONResponse:
     """The response to a request that failed with ``exc``: 503 with
-    Retry-After when the engine is unavailable, 413 for a question too
-    long, else 400 (the request can be fixed)."""
+    Retry-After when the engine is unavailable, 409 with Retry-After when
+    another process writes the index, 503 when the index is damaged beyond
+    falling back, 413 for a question too long, else 400 (the request can be
+    fixed)."""
     if isinstance(exc, EngineUnavailable):
         return error(503, str(exc), "engine_unavailable", {"Retry-After": "5"})
+    if isinstance(exc, IndexBusy):
+        return error(409, str(exc), "index_busy", {"Retry-After": "5"})
+    if isinstance(exc, IndexDamaged):
+        return error(503, str(exc), "index_damaged")
     return error(413 if isinstance(exc, QuestionTooLong) else 400, str(exc), "invalid_request")
 
 

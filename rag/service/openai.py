@@ -11,8 +11,8 @@ import time
 import uuid
 from typing import AsyncIterator
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response, StreamingResponse
 
 from ..errors import RagError
 from ..qa.answer import Answer
@@ -26,7 +26,7 @@ router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(body: ChatBody, state: ServiceState = Depends(service)):
+async def chat_completions(body: ChatBody, request: Request, state: ServiceState = Depends(service)):
     """OpenAI-compatible chat completion of the last user message,
     answered from the index; ``sources`` lists what it came from."""
     users = [m for m in body.messages if m.role == "user" and m.text().strip()]
@@ -36,9 +36,10 @@ async def chat_completions(body: ChatBody, state: ServiceState = Depends(service
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
     try:
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s,
-                                       session=body.session or body.user, max_tokens=max_tokens)
+                                       session=body.session_id(), max_tokens=max_tokens)
         if not body.stream:
-            return reply.completion(await answer.result())
+            done = await answer.result_unless(request.is_disconnected)
+            return reply.completion(done) if done is not None else Response(status_code=499)
         first = await answer.__anext__()
     except StopAsyncIteration:
         first = None

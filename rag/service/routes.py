@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import AsyncIterator
 
-from fastapi import APIRouter, Depends, File, UploadFile
+from fastapi import APIRouter, Depends, File, Request, UploadFile
 from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
@@ -37,7 +37,7 @@ async def prometheus(state: ServiceState = Depends(service)) -> Response:
 
 
 @router.post("/v1/ask")
-async def ask(body: AskBody, state: ServiceState = Depends(service)):
+async def ask(body: AskBody, request: Request, state: ServiceState = Depends(service)):
     """Answer a question from the index: the ``rag ask --json`` object,
     or with ``stream`` server-sent events of ``{"delta": text}`` then
     ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway)."""
@@ -45,7 +45,8 @@ async def ask(body: AskBody, state: ServiceState = Depends(service)):
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
                                        max_tokens=body.max_tokens)
         if not body.stream:
-            return (await answer.result()).to_dict()
+            done = await answer.result_unless(request.is_disconnected)
+            return done.to_dict() if done is not None else Response(status_code=499)
         first = await answer.__anext__()  # errors before the first token are still HTTP errors
     except StopAsyncIteration:
         first = None  # an empty answer: straight to the final event
@@ -70,7 +71,16 @@ async def _ask_events(answer: ThreadedAnswer, first: str | None) -> AsyncIterato
         await answer.aclose()  # a client that left stops its generation
 
 
-@router.post("/v1/documents")
+# OpenAPI links: what a client (or a stateful fuzzer) can do with an upload's answer.
+UPLOAD_LINKS = {"responses": {"200": {"links": {
+    "DeleteDocument": {"operationId": "delete_document_v1_documents__doc_id__delete",
+                       "parameters": {"doc_id": "$response.body#/documents/0/id"}},
+    "ListDocuments": {"operationId": "list_documents_v1_documents_get"},
+    "Ask": {"operationId": "ask_v1_ask_post"},
+}}}}
+
+
+@router.post("/v1/documents", openapi_extra=UPLOAD_LINKS)
 async def upload(file: UploadFile = File(..., description="A .txt, .md, .rst, .html or .pdf file"),
                  state: ServiceState = Depends(service)):
     """Upload a document and ingest it (incremental and atomic: queries
@@ -84,7 +94,7 @@ async def upload(file: UploadFile = File(..., description="A .txt, .md, .rst, .h
         try:
             report = await run_in_threadpool(pipeline.add_document, file.filename or "", data)
         except RagError as exc:
-            return error(400, str(exc), "invalid_request")
+            return failure(exc)
     if report.failed:
         return error(422, f"{report.failed[0][0]}: {report.failed[0][1]}", "unreadable_document")
     docs = await run_in_threadpool(pipeline.documents)
@@ -110,3 +120,5 @@ async def delete_document(doc_id: str, state: ServiceState = Depends(service)):
             return {"deleted": await run_in_threadpool(state.pipeline.remove_document, doc_id)}
         except DocumentNotFound as exc:
             return error(404, str(exc), "not_found")
+        except RagError as exc:
+            return failure(exc)

@@ -5,9 +5,12 @@ Does not: answer anything.
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ..conversations.store import valid_session_id
 
 from ..qa.options import DEFAULT_MAX_TOKENS
 
@@ -24,20 +27,36 @@ class AskBody(BaseModel):
     stream: bool = False
 
 
+class TextPart(BaseModel):
+    """An OpenAI text content part."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: str = Field(..., max_length=100_000)
+
+
+class OtherPart(BaseModel):
+    """Any other OpenAI content part (an image, audio): accepted, not read."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["image_url", "input_audio", "file", "refusal"]
+
+
 class ChatMessage(BaseModel):
     """One OpenAI chat message; ``content`` is text or a list of content parts."""
 
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list | None = None
+    content: Union[str, list[Union[TextPart, OtherPart]], None] = Field(None, max_length=100_000)
 
     def text(self) -> str:
         """The message's text: the string, or its text parts joined."""
-        content = self.content
-        if isinstance(content, list):  # OpenAI content parts: keep the text ones
-            return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        return content or ""
+        if isinstance(self.content, list):
+            return "".join(p.text for p in self.content if isinstance(p, TextPart))
+        return self.content or ""
 
 
 class ChatBody(BaseModel):
@@ -53,6 +72,16 @@ class ChatBody(BaseModel):
     stream: bool = False
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    user: str | None = Field(None, max_length=128)
+    user: str | None = Field(None, max_length=256)
     session: str | None = Field(None, max_length=128)
     target_ttft_s: float | None = Field(None, gt=0, le=600)
+
+    def session_id(self) -> str | None:
+        """The conversation this request continues: ``session``, else the
+        OpenAI ``user`` (any string: used as is when it is a usable id, else
+        as a stable id made from it)."""
+        if self.session is not None or not self.user:
+            return self.session
+        if valid_session_id(self.user):
+            return self.user
+        return "user-" + hashlib.sha256(self.user.encode("utf-8")).hexdigest()[:24]

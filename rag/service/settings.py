@@ -6,9 +6,11 @@ Does not: hold what the pipeline needs (``rag.settings`` does).
 from __future__ import annotations
 
 import ipaddress
+import json
+from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ..errors import RagError
 
@@ -20,7 +22,10 @@ class ServiceSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    api_keys: list[str] = Field(default_factory=list, description="Bearer keys; required off loopback")
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Bearer keys, comma-separated or a JSON list; required off loopback")
+    public_docs: bool = Field(False, description="Serve /metrics, /docs and /openapi.json without a key when keys are set")
+    auth_failures_per_minute: int = Field(10, ge=1, description="Wrong keys a client address may send a minute")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body")
     max_tokens_limit: int = Field(1024, ge=1, description="Most answer tokens a request may ask for")
     max_upload_bytes: int = Field(20 << 20, ge=1024, description="Largest document upload")
@@ -32,7 +37,16 @@ class ServiceSettings(BaseSettings):
     @classmethod
     def _split_keys(cls, value):
         if isinstance(value, str):
-            return [k.strip() for k in value.split(",") if k.strip()]
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    raise ValueError("api_keys: not a JSON list; give keys as key1,key2 or [\"key1\", \"key2\"]") from None
+            else:
+                return [k.strip() for k in text.split(",") if k.strip()]
+        if isinstance(value, list):
+            return [str(k).strip() for k in value if str(k).strip()]
         return value
 
     def check(self) -> None:

@@ -27,6 +27,7 @@ class ServiceState:
     metrics: Metrics
     answering: Answering
     limiter: RateLimiter
+    auth_failures: RateLimiter  # wrong API keys, per client address
     ingesting: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ingest at a time; queries go on
 
     @classmethod
@@ -34,7 +35,7 @@ class ServiceState:
         """The parts of a new service over ``pipeline``."""
         metrics = Metrics()
         return cls(pipeline, settings, metrics, Answering(pipeline, settings, metrics),
-                   RateLimiter(settings.rate_limit_per_minute))
+                   RateLimiter(settings.rate_limit_per_minute), RateLimiter(settings.auth_failures_per_minute))
 
 
 def service(request: Request) -> ServiceState:

@@ -1,0 +1,219 @@
+"""Finding the files an ingest reads: folders walked, globs applied, and
+everything that cannot or should not be read set aside with its reason.
+
+Globs match a file's path relative to the folder given (``/``-separated) or
+its name, case-insensitively (file types are recognised case-insensitively
+too, so ``*.md`` finds ``B.MD``); ``**`` matches any number of folders,
+none included, so ``**/*.md`` finds the top-level files too. ``--exclude``
+applies to files named directly as well. Special files (named pipes,
+devices, sockets) are never opened, files over the size limit are not read,
+and a name that is not valid UTF-8 is kept under a safe spelling (its bad
+bytes written as ``\\xff``).
+
+Does not: read file contents (``run`` does) or decide what is supported
+beyond the file name (``loaders`` does).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .loaders import is_supported
+
+DEFAULT_EXCLUDE = (".*", "**/.*", "**/.*/**", "__pycache__/**", "**/__pycache__/**")
+DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a small CPU: see the README
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A file found for ingest: ``path`` is where it lies; ``source`` its
+    name in the index (relative to ``root``, ``/``-separated, safe to print)."""
+
+    root: str
+    source: str
+    path: Path
+    size: int
+
+
+@dataclass
+class FoundFiles:
+    """What a walk found: the files to read, the folders walked, files set
+    aside (``ignored``: not read, with the reason), paths that failed
+    (``failed``: missing, unreadable), folders that could not be listed
+    (their files already indexed are kept), and globs that matched nothing."""
+
+    files: list[SourceFile] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    unlisted: list[tuple[str, str]] = field(default_factory=list)  # (root, folder source prefix)
+    unmatched: list[str] = field(default_factory=list)
+
+
+def safe_name(name: str) -> str:
+    """A file system name as printable text: bytes that are not UTF-8 (which
+    Python keeps as surrogates) are written as ``\\xNN``.
+
+    ``safe_name(os.fsdecode(b"caf\\xe9.txt")) -> "caf\\\\xe9.txt"``
+    """
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+@lru_cache(maxsize=256)
+def _pattern(glob: str) -> re.Pattern[str]:
+    """A glob as a regular expression over ``/``-separated paths: ``*`` and
+    ``?`` within a name, ``**`` across folders (``**/`` also matches none)."""
+    out, i = [], 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif glob[i] == "[" and "]" in glob[i + 1:]:
+            j = glob.index("]", i + 1 + (glob[i + 1:i + 2] == "]"))
+            body = glob[i + 1:j].replace("\\", "\\\\")
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = j + 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z", re.IGNORECASE | re.DOTALL)
+
+
+def matches(source: str, globs: Sequence[str]) -> str | None:
+    """The first of ``globs`` that matches ``source`` (its path or its name), or None."""
+    name = source.rsplit("/", 1)[-1]
+    for glob in globs:
+        pattern = _pattern(glob)
+        if pattern.match(source) or ("/" not in glob and pattern.match(name)):
+            return glob
+    return None
+
+
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, in words (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    for test, name in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+class _Walk:
+    """One find_files call's state."""
+
+    def __init__(self, include: Sequence[str], exclude: Sequence[str], max_file_bytes: int) -> None:
+        self.include, self.exclude, self.max_bytes = tuple(include), tuple(exclude), max_file_bytes
+        self.found = FoundFiles()
+        self.seen: set[tuple[str, str]] = set()
+        self.used: set[str] = set()  # globs that matched something
+
+    def consider(self, root: str, source: str, path: Path, *, named: bool) -> None:
+        if (root, source) in self.seen:
+            return
+        self.seen.add((root, source))
+        excluded = matches(source, self.exclude) or (not named and matches(source, DEFAULT_EXCLUDE))
+        if excluded:
+            self.used.add(excluded)
+            return
+        if self.include and not named:
+            hit = matches(source, self.include)
+            if hit is None:
+                return
+            self.used.add(hit)
+        if not is_supported(path):
+            if named:
+                self.found.ignored.append((source, f"unsupported file type {path.suffix or '(no suffix)'}"))
+            return
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            self.found.failed.append((source, f"cannot read ({exc.strerror or exc}); check the file"))
+            return
+        kind = _kind(st.st_mode)
+        if kind is not None:
+            self.found.ignored.append((source, f"{kind}, not a regular file: not read"))
+            return
+        if st.st_size > self.max_bytes:
+            self.found.ignored.append((source, (
+                f"{st.st_size / 2**20:.1f} MiB is over the size limit of {self.max_bytes / 2**20:.0f} MiB; "
+                "raise it with --max-file-mb (or RAG_MAX_FILE_MB) to index it")))
+            return
+        self.found.files.append(SourceFile(root, source, path, st.st_size))
+
+    def folder(self, raw: str, path: Path) -> None:
+        root = path.resolve()
+        shown_root = safe_name(str(root))
+        self.found.roots.append(shown_root)
+
+        def unreadable(exc: OSError) -> None:
+            where = Path(exc.filename or root)
+            rel = safe_name(where.relative_to(root).as_posix()) if where != root else "."
+            self.found.failed.append((f"{safe_name(str(raw))}/{rel}" if rel != "." else safe_name(str(raw)),
+                                      f"cannot list this folder ({exc.strerror or exc}); its files were not read"))
+            self.found.unlisted.append((shown_root, "" if rel == "." else rel + "/"))
+
+        for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+            dirnames.sort()
+            for name in sorted(filenames):
+                full = Path(dirpath) / name
+                self.consider(shown_root, safe_name(full.relative_to(root).as_posix()), full, named=False)
+
+    def named_file(self, path: Path) -> None:
+        full = path.resolve() if not path.is_symlink() else path.parent.resolve() / path.name
+        self.consider(safe_name(str(full.parent)), safe_name(full.name), full, named=True)
+
+
+def find_files(
+    paths: Iterable[str | os.PathLike[str]],
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> FoundFiles:
+    """The supported files under ``paths``, the folders walked, and every
+    file or path set aside with its reason.
+
+    With ``include`` empty, every supported file of a folder is included;
+    hidden files and folders are left out unless named directly. ``exclude``
+    applies to files named directly too.
+    """
+    walk = _Walk(include, exclude, max_file_bytes)
+    for raw in paths:
+        path = Path(raw).expanduser()
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            shown = safe_name(str(raw))
+            problem = "a broken symbolic link" if path.is_symlink() else "no such file or folder; check the path"
+            walk.found.failed.append((shown, problem))
+            continue
+        except OSError as exc:
+            walk.found.failed.append((safe_name(str(raw)), f"cannot read ({exc.strerror or exc})"))
+            continue
+        if stat.S_ISDIR(mode):
+            walk.folder(str(raw), path)
+        else:
+            walk.named_file(path)
+    walk.found.unmatched = [g for g in (*walk.include, *walk.exclude) if g not in walk.used]
+    return walk.found

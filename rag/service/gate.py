@@ -1,0 +1,123 @@
+"""The gate in front of every route: the API key and the caller's rate
+limit are checked from the request's headers alone, before any body is
+read, and a body (with a length or chunked) is cut off at its limit.
+
+A raw ASGI middleware, because a FastAPI dependency runs only after the
+body has been read: a caller without a key could otherwise make the server
+hold a body of any size.
+
+Does not: answer requests (the routes do).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+
+from .state import ServiceState
+
+PUBLIC = frozenset({"/healthz"})
+DOCS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+
+
+class BodyTooLarge(Exception):
+    """The request body went past its limit."""
+
+
+def _response(status: int, message: str, kind: str, headers: dict[str, str] | None = None):
+    body = json.dumps({"error": {"message": message, "type": kind}}).encode("utf-8")
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    head += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    return ({"type": "http.response.start", "status": status, "headers": head},
+            {"type": "http.response.body", "body": body})
+
+
+class Gate:
+    """ASGI middleware: authentication, rate limits and body limits."""
+
+    def __init__(self, app, state: ServiceState) -> None:
+        self.app, self.state = app, state
+
+    def _key_ok(self, header: bytes) -> tuple[bool, str]:
+        """Whether an ``Authorization`` header carries one of the keys, and the key."""
+        scheme, _, key = header.partition(b" ")
+        key = key.strip()
+        good = scheme.lower() == b"bearer" and any(
+            hmac.compare_digest(key, k.encode("utf-8")) for k in self.state.settings.api_keys)
+        return good, key.decode("latin-1")
+
+    def _refusal(self, scope) -> tuple[int, str, str, dict] | None:
+        """Why the request may not go on (status, message, kind, headers), or None."""
+        settings, path = self.state.settings, scope["path"]
+        if path in PUBLIC or (path in DOCS and (settings.public_docs or not settings.api_keys)):
+            return None
+        headers = dict(scope.get("headers") or ())
+        address = f"addr:{scope['client'][0] if scope.get('client') else '?'}"
+        caller = address
+        if settings.api_keys:
+            good, key = self._key_ok(headers.get(b"authorization", b""))
+            if not good:
+                wait = self.state.auth_failures.take(address)
+                if wait > 0:
+                    return 429, f"too many wrong API keys from this address; retry in {math.ceil(wait)} s", \
+                        "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
+                return 401, "missing or wrong API key: send Authorization: Bearer KEY", "unauthorized", \
+                    {"WWW-Authenticate": "Bearer"}
+            caller = f"key:{key}"
+        wait = self.state.limiter.take(caller)
+        if wait > 0:
+            self.state.metrics.requests.labels(path, "rate_limited").inc()
+            return 429, (f"rate limit of {settings.rate_limit_per_minute} requests a minute reached; "
+                         f"retry in {math.ceil(wait)} s"), "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
+        return None
+
+    def _limit(self, scope) -> int:
+        settings = self.state.settings
+        return settings.max_upload_bytes + 65536 if scope["path"] == "/v1/documents" else settings.max_body_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        limit = self._limit(scope)
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if refusal is None and length is not None and (not length.isdigit() or int(length) > limit):
+            refusal = 413, f"request body over {limit} bytes", "too_large", {}
+        if refusal is not None:
+            for message in _response(*refusal):
+                await send(message)
+            return
+        received = 0
+        over = False
+        started = False
+
+        async def counted_receive():
+            nonlocal received, over
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    over = True
+                    raise BodyTooLarge()
+            return message
+
+        async def guarded_send(message):
+            nonlocal started
+            if over:
+                return  # the app's answer to a cut body is replaced by the 413 below
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except BodyTooLarge:
+            pass
+        except Exception:
+            if not over:
+                raise
+        if over and not started:
+            for message in _response(413, f"request body over {limit} bytes", "too_large",
+                                     {"Connection": "close"}):
+                await send(message)

@@ -1,0 +1,216 @@
+"""The service under concurrency and hostile clients, on a real server on
+127.0.0.1 with the real model: every request answered or deliberately
+refused, never a 500, never a body read before its caller is known."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from rag import Pipeline
+from rag.service import LoopbackServer, ServiceSettings, create_app
+
+from .conftest import write_corpus
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, embedder, backend):
+    root = tmp_path_factory.mktemp("hostile")
+    p = Pipeline.open(root / "index", embedder=embedder, backend=backend, conversations=root / "c.sqlite")
+    p.ingest([write_corpus(root / "corpus")])
+    p.prepare()
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def open_server(pipeline):
+    s = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def patient_server(pipeline):
+    """A server that serves a request past its target (with the least context) instead of refusing it."""
+    s = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0, reject_over_target=False)))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(pipeline):
+    s = LoopbackServer(create_app(pipeline, ServiceSettings(api_keys=["key1", "key2"], rate_limit_per_minute=0,
+                                                             auth_failures_per_minute=10)))
+    yield s
+    s.stop()
+
+
+def _stream_events(url: str, body: dict) -> tuple[int, list[dict]]:
+    with httpx.stream("POST", f"{url}/v1/ask", json=body | {"stream": True}, timeout=300) as r:
+        if r.status_code != 200:
+            r.read()
+            return r.status_code, []
+        return 200, [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("which", ["refusing", "patient"])
+def test_thirty_simultaneous_session_requests_are_all_answered(which, open_server, patient_server, pipeline):
+    server = open_server if which == "refusing" else patient_server
+    questions = ["What limits decode?", "How long should dough rise?", "What is prefill?"]
+    jobs = [({"question": questions[i % 3], "session": f"{which}-{i % 10}", "max_tokens": 4}, i % 2 == 0)
+            for i in range(30)]
+
+    def send(job):
+        body, streamed = job
+        if streamed:
+            status, events = _stream_events(server.url, body)
+            return status, events[-1] if events else None
+        r = httpx.post(f"{server.url}/v1/ask", json=body, timeout=300)
+        return r.status_code, r.json()
+
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        results = list(pool.map(send, jobs))
+    assert all(status in (200, 429) for status, _ in results), [r for r in results if r[0] not in (200, 429)]
+    for (status, last), (body, streamed) in zip(results, jobs):
+        if status == 200 and streamed:
+            assert "answer" in last, last  # a stream ends with its answer, never cut
+    pipeline.wait_idle()
+    for n in range(10):  # every answered question is a turn of its session: none lost, none twice
+        answered = sum(1 for (status, _), (body, _) in zip(results, jobs)
+                       if status == 200 and body["session"] == f"{which}-{n}")
+        turns = [t.number for t in pipeline.conversation(f"{which}-{n}").turns]
+        assert turns == list(range(1, answered + 1))
+    if which == "patient":
+        assert [status for status, _ in results] == [200] * 30
+
+
+def test_api_keys_as_a_comma_list_or_a_json_list(monkeypatch):
+    monkeypatch.setenv("RAG_SERVE_API_KEYS", "key1, key2")
+    assert ServiceSettings().api_keys == ["key1", "key2"]
+    monkeypatch.setenv("RAG_SERVE_API_KEYS", '["key1", "key2"]')
+    assert ServiceSettings().api_keys == ["key1", "key2"]
+
+
+def test_hostile_headers_and_bodies_get_4xx(keyed):
+    auth = {"Authorization": "Bearer key2"}
+    r = httpx.post(f"{keyed.url}/v1/ask", json={"question": "x"}, headers={"Authorization": b"Bearer \xff\xfe"})
+    assert r.status_code == 401
+    for part in ({"type": "text", "text": 12}, {"type": "text", "text": None}):
+        r = httpx.post(f"{keyed.url}/v1/chat/completions", headers=auth,
+                       json={"messages": [{"role": "user", "content": [part]}]})
+        assert r.status_code == 422, r.text
+    raw = b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}]}'
+    r = httpx.post(f"{keyed.url}/v1/chat/completions", headers=auth | {"content-type": "application/json"},
+                   content=raw)
+    assert r.status_code == 422 and "unicode" in r.json()["error"]["message"].lower()
+    r = httpx.post(f"{keyed.url}/v1/chat/completions", headers=auth, timeout=120,
+                   json={"messages": [{"role": "user", "content": "What is prefill?"}], "user": "alice smith",
+                         "max_tokens": 4})
+    assert r.status_code == 200 and r.json()["rag"]["session"].startswith("user-")
+    for path in ("/metrics", "/docs", "/openapi.json"):
+        assert httpx.get(f"{keyed.url}{path}").status_code == 401
+        assert httpx.get(f"{keyed.url}{path}", headers=auth).status_code == 200
+    assert httpx.get(f"{keyed.url}/healthz").status_code == 200
+
+
+def test_wrong_keys_are_rate_limited_per_address(keyed):
+    codes = [httpx.get(f"{keyed.url}/v1/documents", headers={"Authorization": f"Bearer guess{i}"}).status_code
+             for i in range(20)]
+    assert codes[0] == 401 and codes[-1] == 429 and set(codes) == {401, 429}
+
+
+def _send_chunked(url: str, headers: dict[str, str], limit: int = 200 << 20) -> tuple[int | None, int]:
+    """POST an endless chunked body to /v1/ask over a raw socket, a chunk at
+    a time, until the server answers; its status and the bytes sent by then."""
+    import select
+    import socket
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    chunk = b"10000\r\n" + b"x" * 65536 + b"\r\n"
+    sent = 0
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall((f"POST /v1/ask HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                      f"Transfer-Encoding: chunked\r\n{head}\r\n").encode())
+        while sent < limit:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                break
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                break  # the server closed the connection
+            sent += 65536
+        sock.settimeout(30)
+        reply = sock.recv(4096)
+    status = int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.1 ") else None
+    return status, sent
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer key1"}])
+def test_a_chunked_body_is_refused_before_it_is_read_whole(keyed, headers):
+    status, sent = _send_chunked(keyed.url, headers)
+    assert status in ({401, 429} if not headers else {413})  # 429: the wrong-key limit of this address
+    assert sent < 32 << 20  # answered long before the 200 MB the client would have sent
+
+
+def test_an_index_held_by_another_process_is_409_and_a_refused_upload_leaves_nothing(open_server, pipeline):
+    from rag.index.generations import write_lock
+
+    docs = httpx.get(f"{open_server.url}/v1/documents").json()["documents"]
+    with write_lock(pipeline.index_dir):
+        r = httpx.delete(f"{open_server.url}/v1/documents/{docs[0]['id']}", timeout=60)
+        assert r.status_code == 409 and int(r.headers["retry-after"]) >= 1
+        r = httpx.post(f"{open_server.url}/v1/documents", files={"file": ("held.md", b"# Held\n\nText.\n")},
+                       timeout=60)
+        assert r.status_code == 409
+    assert not (pipeline.library.uploads_dir / "held.md").exists()
+
+
+@pytest.mark.parametrize("name", ["日本語" * 60 + ".txt", "/etc/passwd", ".env", "tool.exe", "x" * 254 + ".txt"])
+def test_upload_names_are_4xx_or_indexed_and_never_left_behind(open_server, pipeline, name):
+    before = set(pipeline.library.uploads_dir.glob("*")) if pipeline.library.uploads_dir.exists() else set()
+    r = httpx.post(f"{open_server.url}/v1/documents", files={"file": (name, b"Some words about llamas.\n")},
+                   timeout=120)
+    assert r.status_code < 500, r.text
+    after = set(pipeline.library.uploads_dir.glob("*"))
+    if r.status_code == 200:
+        (doc,) = r.json()["documents"]
+        assert doc["source"].endswith(".txt") and len(doc["source"].encode()) <= 200
+        assert httpx.delete(f"{open_server.url}/v1/documents/{doc['id']}", timeout=60).status_code == 200
+    else:
+        assert after == before
+
+
+def test_a_client_that_leaves_a_plain_request_stops_its_generation(pipeline):
+    app = create_app(pipeline, ServiceSettings(rate_limit_per_minute=0))
+    s = LoopbackServer(app)
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{s.url}/v1/ask", timeout=1.0,
+                       json={"question": "Explain prefill and decode at length.", "max_tokens": 1000})
+        deadline = time.monotonic() + 60  # a hang guard, not a timing claim
+        while app.state.queue.depth and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert app.state.queue.depth == 0
+        assert app.state.metrics.requests.labels("ask", "ok")._value.get() == 0  # never finished
+    finally:
+        s.stop()
+
+
+def test_arguments_that_are_not_utf8_and_absurd_options_are_one_line_errors(run, tmp_path):
+    from .conftest import assert_clean_error
+
+    index = tmp_path / "index"
+    run("ingest", write_corpus(tmp_path / "corpus"), "--index", index)
+    assert_clean_error(run("search", "abc \udcff", "--index", index), "not valid text")
+    assert_clean_error(run("ask", "abc \udcff", "--index", index), "not valid text")
+    assert_clean_error(run("search", "abc", "-k", "1000000000000", "--index", index), "k must be")
+    assert_clean_error(run("ask", "abc", "--target-ttft", "nan", "--index", index), "--target-ttft")
