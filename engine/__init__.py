@@ -8,7 +8,7 @@ Every failure is an ``EngineError``. Importing this package loads no model
 and no native library.
 """
 
-from .backend import Backend, Generation, Message, PrefixCache, Timings
+from .backend import Backend, Generation, LoadAware, Message, PrefixCache, Timings
 from .errors import (
     ContextOverflow,
     EngineError,
@@ -31,6 +31,7 @@ __all__ = [
     "Generation",
     "GenerationFailed",
     "InsufficientMemory",
+    "LoadAware",
     "LlamaCppBackend",
     "Message",
     "ModelFileError",

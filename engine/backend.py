@@ -190,13 +190,18 @@ class Backend(Protocol):
         max_tokens: int = 256,
         temperature: float = 0.0,
         session: str | None = None,
+        deadline: float | None = None,
+        background: bool = False,
     ) -> Generation:
         """The completion of ``prompt`` (text, or tokens as :meth:`tokenize`
         gives them), streamed as a :class:`Generation`.
 
         An engine with a :class:`PrefixCache` does not evaluate again the
         longest prefix of the prompt it holds, and with a ``session`` key
-        keeps the state after the answer for the session's next prompt.
+        keeps the state after the answer for the session's next prompt. An
+        engine that serves several requests at once may order them by
+        ``deadline`` (a ``time.perf_counter()`` instant) and run
+        ``background`` work only when nothing else waits; others ignore both.
 
         Raises :class:`~engine.errors.ContextOverflow` before any work if the
         prompt plus ``max_tokens`` exceed :attr:`n_ctx`; other failures are
@@ -243,6 +248,16 @@ class PrefixCache(Protocol):
 
     def cache_stats(self) -> dict[str, object]:
         """What the engine's cache holds: entries and bytes, and its caps."""
+        ...
+
+
+@runtime_checkable
+class LoadAware(Protocol):
+    """An optional ability: an engine that serves several requests at once
+    and says what a new one would wait behind (see ``engine.scheduler``)."""
+
+    def load(self, deadline: float):
+        """The :class:`~engine.scheduler.Load` a request with ``deadline`` meets now."""
         ...
 
 

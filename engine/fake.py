@@ -60,7 +60,7 @@ class FakeBackend:
 
     def generate(
         self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
-        session: str | None = None,
+        session: str | None = None, deadline: float | None = None, background: bool = False,
     ) -> Generation:
         """The fixed reply, word by word; Timings from the formula."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)

@@ -1,45 +1,47 @@
-"""The in-process llama.cpp backend, through llama-cpp-python.
+"""The in-process llama.cpp backend: several requests at once in one context.
 
 Loads a GGUF model once, renders prompts with the model's own chat template,
-streams tokens, and reads every request's timings from llama.cpp's own
-performance counters. It offloads every layer to the GPU when llama.cpp was
-built with GPU support, and otherwise runs one thread per physical core.
-
-Prefix reuse: llama-cpp-python keeps the KV cache of the previous request
-and evaluates only the tokens after the longest common prefix. Beyond the
-last request, the KV state of each session is saved after its answer (the
-KV of sequence 0 only, about 22.5 KiB a token for SmolLM2-135M, not
-llama-cpp-python's ``save_state``, which also copies a 512 x vocabulary
-logits array, 100 MB here) into a :class:`~engine.kv_snapshots.SnapshotCache`;
-a prompt whose longest cached prefix is in a snapshot rather than in the live
-KV cache has that snapshot restored first. The tokens not evaluated are
-reported as ``cached_tokens``, read from llama.cpp's own counters.
+and runs every request on one llama.cpp context with several sequences and a
+unified KV cache (``engine_loop``): the decode steps of all requests share
+one batch, prompts are evaluated in chunks between them, earliest deadline
+first (``scheduler``). The system prompt is computed once and shared into
+every sequence without a copy. After an answer, the KV state of its session
+is saved (the KV of its sequence only, about 22.5 KiB a token for
+SmolLM2-135M) into a :class:`~engine.kv_snapshots.SnapshotCache`, and a later
+prompt that starts with it has it restored instead of evaluated. The tokens
+not evaluated are reported as ``cached_tokens``. It offloads every layer to
+the GPU when llama.cpp was built with GPU support, and otherwise runs one
+thread per physical core.
 
 Does not: choose prompts or decide what a session is.
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
+import math
 import os
-import threading
-import time
 from pathlib import Path
 from typing import Generator, Sequence
 
 import numpy as np
 
 from .backend import Generation, Message, Timings, check_fits
+from .engine_loop import EngineLoop
+from .requests import Request
 from .errors import ContextOverflow, EngineSettingsError, ModelFileError
-from .kv_snapshots import Snapshot, SnapshotCache, common_prefix
-from .llama_internals import LiveState
+from .kv_snapshots import SnapshotCache, common_prefix
+from .llama_internals import model_pointer, token_text, vocab_pointer
+from .llama_native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from .models import check_gguf, default_model_path, model_identity, read_metadata
+from .scheduler import Load
 
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
+DEFAULT_SLOTS = 8  # sequences served at once
+BUSY_STEP_TOKENS = 64  # prompt tokens a step takes while others decode (about 0.3 s on 2 CPU cores)
 
 
 def physical_cores() -> int:
@@ -70,7 +72,10 @@ def _build_kind(system_info: str, gpu_offload: bool) -> str:
 
 
 class LlamaCppBackend:
-    """A :class:`~engine.backend.Backend` running a GGUF model in this process."""
+    """A :class:`~engine.backend.Backend` (with a :class:`~engine.backend.PrefixCache`
+    and a load estimate) running a GGUF model in this process for up to
+    ``slots`` requests at once. ``n_ctx`` is the most one request may take;
+    ``kv_cells`` the cells all of them share (default: twice ``n_ctx``)."""
 
     def __init__(
         self,
@@ -82,6 +87,9 @@ class LlamaCppBackend:
         n_gpu_layers: int | None = None,
         flash_attn: bool | None = None,
         kv_type: str = "f16",
+        slots: int = DEFAULT_SLOTS,
+        kv_cells: int | None = None,
+        busy_step_tokens: int = BUSY_STEP_TOKENS,
         check_memory: bool = True,
         repeat_penalty: float = 1.1,
         snapshots: SnapshotCache | None = None,
@@ -97,6 +105,11 @@ class LlamaCppBackend:
         self.n_gpu_layers = n_gpu_layers if n_gpu_layers is not None else (-1 if self.gpu_offload else 0)
         self.n_threads = n_threads or physical_cores()
         self.n_batch = n_batch
+        self._n_ctx = n_ctx
+        if not 1 <= slots <= 250:
+            raise EngineSettingsError(f"slots must be between 1 and 250, not {slots}")
+        self.slots = slots
+        self.kv_cells = max(kv_cells or 2 * n_ctx, n_ctx)
         kv_type_bytes(kv_type)  # EngineSettingsError for a type not offered
         if kv_type != "f16" and flash_attn is False:
             # llama.cpp quantises the V cache only inside flash attention.
@@ -107,39 +120,10 @@ class LlamaCppBackend:
         # is what the budget spends; on a GPU it saves memory and time too.
         self.flash_attn = True if flash_attn is None else flash_attn
         self.shape = ModelShape.from_metadata(read_metadata(self.model_path))
-        self.memory_plan = (plan_memory(self.shape, self.model_path, n_ctx, kv_type=kv_type, offloaded_layers=self.offloaded_layers)
-                            if check_memory else None)
-        # Greedy decoding of a small model loops on itself without a penalty.
-        self.repeat_penalty = repeat_penalty
-        kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
-        try:
-            self._llm = llama_cpp.Llama(
-                model_path=str(self.model_path),
-                n_ctx=n_ctx,
-                n_batch=n_batch,
-                n_threads=self.n_threads,
-                n_threads_batch=self.n_threads,
-                n_gpu_layers=self.n_gpu_layers,
-                flash_attn=self.flash_attn,
-                type_k=kv_ggml,
-                type_v=kv_ggml,
-                no_perf=False,  # keep llama.cpp's timing counters: Timings come from them
-                verbose=False,
-            )
-        except (ValueError, RuntimeError) as exc:
-            raise ModelFileError(f"{self.model_path}: llama.cpp could not load this model ({exc})") from None
-        template = self._llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise ModelFileError(f"{self.model_path}: the model has no chat template in its metadata")
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        self._live = LiveState(self._llm)
-        self._formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=self._live.token_text(self._llm.token_eos()),
-            bos_token=self._live.token_text(self._llm.token_bos()),
-        )
-        self._lock = threading.Lock()
+        self.memory_plan = (plan_memory(self.shape, self.model_path, self.kv_cells, kv_type=kv_type,
+                                        offloaded_layers=self.offloaded_layers) if check_memory else None)
+        self._llm = self._load_model(llama_cpp)
+        self._formatter = self._chat_formatter()
         if snapshots is None:
             # On disk, one folder per model, build and context: a state is
             # only meaningful to the set-up that wrote it.
@@ -147,6 +131,35 @@ class LlamaCppBackend:
             disk = Path(snapshot_dir) / hashlib.sha256(key.encode()).hexdigest()[:16] if snapshot_dir else None
             snapshots = SnapshotCache(snapshot_ram_bytes, disk, snapshot_disk_bytes)
         self.snapshots = snapshots
+        kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
+        self._ctx = NativeContext(model_pointer(self._llm), n_ctx=self.kv_cells, n_seq_max=slots + 2,
+                                  n_batch=n_batch, n_threads=self.n_threads, flash_attn=self.flash_attn,
+                                  kv_type=kv_ggml)
+        vocab = vocab_pointer(self._llm)
+        self.loop = EngineLoop(
+            self._ctx, slots=slots, kv_cells=self._ctx.n_ctx, snapshots=snapshots,
+            detokenize=lambda t: self._llm.detokenize([t], special=False),
+            is_end=lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t)), repeat_penalty=repeat_penalty,
+            busy_budget=busy_step_tokens,
+        )
+
+    def _load_model(self, llama_cpp):
+        """The model, with llama-cpp-python's tokenizer and metadata; its own
+        context is a token one (the engine's context is made apart)."""
+        try:
+            return llama_cpp.Llama(model_path=str(self.model_path), n_ctx=64, n_batch=1,
+                                   n_gpu_layers=self.n_gpu_layers, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise ModelFileError(f"{self.model_path}: llama.cpp could not load this model ({exc})") from None
+
+    def _chat_formatter(self):
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ModelFileError(f"{self.model_path}: the model has no chat template in its metadata")
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        return Jinja2ChatFormatter(template=template, eos_token=token_text(self._llm, self._llm.token_eos()),
+                                   bos_token=token_text(self._llm, self._llm.token_bos()))
 
     @property
     def offloaded_layers(self) -> int:
@@ -163,8 +176,8 @@ class LlamaCppBackend:
 
     @property
     def n_ctx(self) -> int:
-        """The context window in tokens."""
-        return int(self._llm.n_ctx())
+        """The context window of one request, in tokens."""
+        return self._n_ctx
 
     def render(self, messages: Sequence[Message]) -> str:
         """The prompt text for ``messages`` under the model's chat template,
@@ -176,24 +189,7 @@ class LlamaCppBackend:
         parsed as such, and no BOS is added (templates write their own)."""
         return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
-    def cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Leading ``tokens`` that will not be evaluated again: those shared
-        with the live KV cache or, if longer, with a saved snapshot."""
-        live = self._live_prefix(tokens)
-        _, saved = self.snapshots.best(tokens)
-        return max(live, self._reusable(saved, len(tokens), exact=False))
-
-    def _live_prefix(self, tokens: Sequence[int]) -> int:
-        common = common_prefix(self._live.held(), np.asarray(tokens, dtype=np.int32))
-        return self._reusable(common, len(tokens), exact=self._live.has_logits_for(len(tokens)))
-
-    @staticmethod
-    def _reusable(common: int, n_prompt: int, *, exact: bool) -> int:
-        # Mirrors Llama.generate: a prompt held whole is sampled from at once
-        # only with live logits; otherwise its last token is evaluated again.
-        if n_prompt and common >= n_prompt:
-            return n_prompt if exact else n_prompt - 1
-        return common
+    # -- generation ----------------------------------------------------------------
 
     def generate(
         self,
@@ -202,121 +198,84 @@ class LlamaCppBackend:
         max_tokens: int = 256,
         temperature: float = 0.0,
         session: str | None = None,
+        deadline: float | None = None,
+        background: bool = False,
     ) -> Generation:
-        """The completion of ``prompt`` (text or tokens), streamed. With
-        ``session``, the state after the answer is saved under that key.
+        """The greedy completion of ``prompt`` (text or tokens), streamed.
+        With ``session``, the state after the answer is saved under that key.
+        ``deadline`` (a ``time.perf_counter()`` instant) orders it among the
+        others, earliest first; ``background`` work waits for all of them.
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
         """
+        if temperature > 0:
+            raise EngineSettingsError("this engine decodes greedily; temperature must be 0")
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_fits(len(tokens), max_tokens, self.n_ctx)
-        return Generation(self._stream(tokens, max_tokens, temperature, session), engine=self.name)
+        if not tokens:
+            raise ContextOverflow("an empty prompt has nothing to answer")
+        request = Request(0, tokens, max(max_tokens, 1), session=session, background=background,
+                          deadline=math.inf if deadline is None else deadline)
+        return Generation(self._run(request), engine=self.name)
+
+    def _run(self, request: Request) -> Generator[str, None, Timings]:
+        self.loop.submit(request)
+        try:
+            while True:
+                kind, value = request.events.get()
+                if kind == "piece":
+                    yield value
+                elif kind == "done":
+                    return value
+                else:
+                    raise value
+        finally:
+            if not request.released.is_set():
+                self.loop.cancel(request)  # a consumer that stopped early frees its sequence
+
+    def load(self, deadline: float) -> Load:
+        """What a new request with ``deadline`` would wait behind now."""
+        return self.loop.load(deadline)
+
+    # -- the prefix cache ----------------------------------------------------------
+
+    def cached_prefix(self, tokens: Sequence[int]) -> int:
+        """Leading ``tokens`` that will not be evaluated again: those of the
+        shared system prompt or, if longer, of a saved snapshot (the last
+        token is always evaluated, for its logits)."""
+        if not tokens:
+            return 0
+        want = np.asarray(tokens, dtype=np.int32)
+        held = [common_prefix(np.asarray(self.loop.system, dtype=np.int32), want), self.snapshots.best(tokens)[1]]
+        held += [common_prefix(prompt, want) for prompt in self.loop.held_prompts()]
+        return min(max(held), len(tokens) - 1)
 
     def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
         """Evaluate ``tokens`` (reusing any cached prefix) and save the state
-        under ``session``; ``pin`` keeps it from eviction."""
+        under ``session``; ``pin`` makes them the system prefix every request
+        shares (and keeps their snapshot from eviction)."""
         tokens = list(tokens)
         if not tokens or len(tokens) >= self.n_ctx:
             raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
-        live = self._live
-        with self._lock:
-            started = time.perf_counter()
-            live.reset_counters()
-            restored, restore_s = self._restore(tokens)
-            common = common_prefix(live.held(), np.asarray(tokens, dtype=np.int32))
-            if common < len(tokens):
-                live.truncate(common)
-                self._llm.eval(tokens[common:])
-            n, seconds = live.evaluated()
-            total = time.perf_counter() - started
-            snapshot_s = self._save(session, pin=pin)
-        return Timings(len(tokens), len(tokens) - n, n, total, seconds, 0, 0.0, total,
-                       restored_tokens=restored, restore_s=restore_s, snapshot_s=snapshot_s)
+        request = self.loop.submit(Request(0, tokens, 0, session=session, pin=pin, background=not pin))
+        kind, value = request.events.get()
+        if kind == "error":
+            raise value
+        return value
 
     def forget(self, session: str) -> None:
         """Drop the saved state of ``session`` (RAM and disk)."""
         self.snapshots.discard(session)
 
     def cache_stats(self) -> dict[str, object]:
-        """Entries and bytes of the snapshot store, in RAM and on disk."""
-        return self.snapshots.stats()
+        """Entries and bytes of the snapshot store, and what the engine did."""
+        return self.snapshots.stats() | self.engine_stats()
 
-    def _restore(self, tokens: Sequence[int]) -> tuple[int, float]:
-        """Load the snapshot sharing the longest prefix with ``tokens`` when
-        it shares more than the live KV cache does; returns the prefix it
-        brought and the seconds it took (0, 0.0 when none was loaded)."""
-        key, saved = self.snapshots.best(tokens)
-        if key is None or saved <= common_prefix(self._live.held(), np.asarray(tokens, dtype=np.int32)):
-            return 0, 0.0
-        started = time.perf_counter()
-        snap = self.snapshots.get(key)
-        if snap is None or len(snap.tokens) > self.n_ctx:
-            return 0, 0.0
-        if not self._live.load(snap.tokens, snap.data):
-            # Not a state of this model and context: forget it, prefill instead.
-            self.snapshots.discard(key)
-            return 0, time.perf_counter() - started
-        return min(saved, len(snap.tokens)), time.perf_counter() - started
-
-    def _save(self, session: str | None, *, pin: bool = False) -> float:
-        """Save the live KV state under ``session``; returns the seconds it took."""
-        if session is None:
-            return 0.0
-        started = time.perf_counter()
-        saved = self._live.save()
-        if saved is not None:
-            self.snapshots.put(session, Snapshot(*saved), pin=pin)
-        return time.perf_counter() - started
-
-    def _stream(
-        self, tokens: list[int], max_tokens: int, temperature: float, session: str | None
-    ) -> Generator[str, None, Timings]:
-        live = self._live
-        started = time.perf_counter()  # before the lock: waiting behind others is part of TTFT
-        with self._lock:
-            queue_s = time.perf_counter() - started
-            live.reset_counters()
-            restored, restore_s = self._restore(tokens)
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            ttft = None
-            prefill_tokens, prefill_s = 0, 0.0
-            generated = 0
-            sampler = {"temp": temperature, "top_k": 1} if temperature <= 0 else {"temp": temperature}
-            for token in self._llm.generate(tokens, repeat_penalty=self.repeat_penalty, **sampler):
-                if ttft is None:
-                    ttft = time.perf_counter() - started
-                    prefill_tokens, prefill_s = live.evaluated()
-                if live.is_end_of_generation(token):
-                    break
-                generated += 1
-                piece = decoder.decode(self._llm.detokenize([token], special=False))
-                if piece:
-                    yield piece
-                if generated >= max_tokens:
-                    break
-            tail = decoder.decode(b"", final=True)
-            if tail:
-                yield tail
-            total = time.perf_counter() - started
-            _, all_s = live.evaluated()
-            # After the answer is out: the state is saved for the session's next turn.
-            snapshot_s = self._save(session)
-        cached = len(tokens) - prefill_tokens
-        return Timings(
-            prompt_tokens=len(tokens),
-            cached_tokens=cached,
-            prefill_tokens=prefill_tokens,
-            ttft_s=ttft if ttft is not None else total,
-            prefill_s=prefill_s,
-            decode_tokens=generated,
-            decode_s=max(all_s - prefill_s, 0.0),
-            total_s=total,
-            restored_tokens=min(restored, cached),
-            restore_s=restore_s,
-            snapshot_s=snapshot_s,
-            queue_s=queue_s,
-        )
+    def engine_stats(self) -> dict[str, object]:
+        """Sequences and cells, steps run, and the tokens decoded and prefilled in them."""
+        return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
+                **self.loop.counters}
 
     def profile_key(self) -> dict[str, object]:
         """Model file identity, llama.cpp build, GPU layers, context, threads,
@@ -353,19 +312,23 @@ class LlamaCppBackend:
             "gpus": [{"name": d.name, "total_bytes": d.total_bytes, "free_bytes": d.free_bytes} for d in nvidia_devices()],
             "flash_attn": self.flash_attn,
             "kv_type": self.kv_type,
-            "kv_cache_bytes": self.shape.kv_bytes(self.n_ctx, self.kv_type),
+            "kv_cache_bytes": self.shape.kv_bytes(self.kv_cells, self.kv_type),
             "memory_plan": self.memory_plan,
             "model_path": str(self.model_path),
             "model_bytes": self.model_path.stat().st_size,
             "n_ctx": self.n_ctx,
             "n_threads": self.n_threads,
             "n_batch": self.n_batch,
+            "slots": self.slots,
+            "kv_cells": self.kv_cells,
             "system_info": system_info,
         }
 
     def close(self) -> None:
-        """Free the llama.cpp model and context."""
-        with self._lock:
-            llm, self._llm = self._llm, None
-        if llm is not None:
-            llm.close()
+        """Stop the engine and free the llama.cpp context and model."""
+        if self._llm is None:
+            return
+        self.loop.stop()
+        self._ctx.close()
+        llm, self._llm = self._llm, None
+        llm.close()

@@ -168,6 +168,8 @@ class RemoteBackend:
         max_tokens: int = 256,
         temperature: float = 0.0,
         session: str | None = None,
+        deadline: float | None = None,
+        background: bool = False,
     ) -> Generation:
         """The server's completion of ``prompt``, streamed; its timings are
         the server's own figures where it reports them.

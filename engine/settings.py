@@ -31,6 +31,8 @@ class EngineSettings(BaseModel):
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all (default where there is a GPU)")
     flash_attn: Optional[bool] = Field(None, description="flash attention (default: on)")
     kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
+    slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
+    kv_cells: Optional[int] = Field(None, ge=256, description="KV cells all of them share (default: twice the context)")
 
 
 def open_backend(
@@ -56,6 +58,6 @@ def open_backend(
 
     return LlamaCppBackend(
         model, n_ctx=n_ctx or DEFAULT_N_CTX, n_gpu_layers=settings.gpu_layers, flash_attn=settings.flash_attn,
-        kv_type=settings.kv_type, snapshot_dir=snapshot_dir, snapshot_ram_bytes=snapshot_ram_bytes,
-        snapshot_disk_bytes=snapshot_disk_bytes,
+        kv_type=settings.kv_type, slots=settings.slots, kv_cells=settings.kv_cells, snapshot_dir=snapshot_dir,
+        snapshot_ram_bytes=snapshot_ram_bytes, snapshot_disk_bytes=snapshot_disk_bytes,
     )

@@ -53,6 +53,15 @@ class EngineUnavailable(RagError):
     context, or a server that does not answer."""
 
 
+class Overloaded(RagError):
+    """The engine is too busy for this question to meet its deadline even
+    with no passages; it may be asked again after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class DocumentNotFound(RagError):
     """No document with that id in the index."""
 

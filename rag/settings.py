@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all")
     flash_attn: Optional[bool] = Field(None, description="flash attention (default: on)")
     kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
+    slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
+    kv_cells: Optional[int] = Field(None, ge=256, description="KV cells those requests share (default: twice n_ctx)")
 
     @field_validator("target_ttft", mode="before")
     @classmethod
@@ -95,7 +97,8 @@ class Settings(BaseSettings):
         """The engine options."""
         return EngineSettings(
             engine_url=self.engine_url, engine_model=self.engine_model, engine_api_key=self.engine_api_key,
-            gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type,
+            gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
+            kv_cells=self.kv_cells,
         )
 
     @property

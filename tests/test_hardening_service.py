@@ -5,7 +5,6 @@ refused, never a 500, never a body read before its caller is known."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.llama_internals import SUPPORTED, LiveState, is_supported, version_tuple
+from engine.llama_internals import SUPPORTED, is_supported, model_pointer, token_text, version_tuple, vocab_pointer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,22 +30,17 @@ def test_pyproject_pins_the_range_the_internals_were_read_against():
 def test_the_installed_release_works_with_every_private_part_used():
     import llama_cpp
 
+    from engine.llama_native import Entry, NativeContext
     from engine.models import default_model_path
 
     assert is_supported(llama_cpp.__version__), llama_cpp.__version__
-    llm = llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=256, n_batch=64, verbose=False, no_perf=False)
-    live = LiveState(llm)
-    assert live.token_text(llm.token_eos()) and live.is_end_of_generation(llm.token_eos())
-    tokens = llm.tokenize(b"The quick brown fox jumps over the lazy dog.", add_bos=False)
-    live.reset_counters()
-    llm.eval(tokens)
-    assert list(live.held()) == tokens and live.has_logits_for(len(tokens))
-    assert live.evaluated()[0] == len(tokens)
-    saved = live.save()
-    assert saved is not None and list(saved[0]) == tokens and len(saved[1]) > 0
-    live.truncate(0)
-    assert len(live.held()) == 0
-    assert live.load(*saved) and list(live.held()) == tokens and not live.has_logits_for(len(tokens))
-    assert not live.load(saved[0], b"not a state")  # refused, and the cache left empty
-    assert len(live.held()) == 0
+    llm = llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=64, n_batch=1, verbose=False)
+    eos = llm.token_eos()
+    assert token_text(llm, eos) and llama_cpp.llama_vocab_is_eog(vocab_pointer(llm), eos)
+    ctx = NativeContext(model_pointer(llm), n_ctx=256, n_seq_max=2, n_batch=64, n_threads=1, flash_attn=True,
+                        kv_type=llama_cpp.GGML_TYPE_F16)  # a context of our own on the model Llama loaded
+    tokens = llm.tokenize(b"The quick brown fox", add_bos=False)
+    assert ctx.decode([Entry(t, i, 1, i == len(tokens) - 1) for i, t in enumerate(tokens)]) == 0
+    assert ctx.last_pos(1) == len(tokens) - 1
+    ctx.close()
     llm.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backend import Backend, ContextOverflow, Message, Timings
+from engine.backend import ContextOverflow, Message, Timings
 from engine.memory import InsufficientMemory, ModelShape, check_fits, largest_context
 from engine.models import default_model_path
 from engine.errors import EngineSettingsError, EngineUnreachable, ModelFileError

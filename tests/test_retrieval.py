@@ -12,7 +12,8 @@ from rag.index import vectors as vector_kinds
 from rag.errors import RagError
 from rag.index.lexical import LexicalIndex, tokenize
 from rag.retrieval import QueryCache, check_mode, reciprocal_rank_fusion
-from rag.index.store import LEXICAL_FOLDER, Index, Manifest, NewChunk, open_writer
+from rag.index.manifest import Manifest
+from rag.index.store import LEXICAL_FOLDER, Index, NewChunk, open_writer
 
 DIM = 16
 MANIFEST = Manifest(embedder="test-embedder", dim=DIM, chunker={"chunk_tokens": 100, "overlap_tokens": 10})

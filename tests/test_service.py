@@ -116,7 +116,7 @@ def test_api_keys_are_required_when_set(keyed):
 
 
 def test_a_wait_over_the_target_is_answered_429(pipeline):
-    app = create_app(pipeline, ServiceSettings())
+    app = create_app(pipeline, ServiceSettings(admission="queue"))
     s = Server(app)
     try:
         app.state.queue.depth = 50  # fifty requests ahead, a second each
@@ -245,7 +245,7 @@ def test_a_client_that_disconnects_cancels_its_generation(pipeline):
 
 
 def test_over_the_target_can_be_served_with_the_least_context(pipeline):
-    app = create_app(pipeline, ServiceSettings(reject_over_target=False, rate_limit_per_minute=0))
+    app = create_app(pipeline, ServiceSettings(admission="queue", reject_over_target=False, rate_limit_per_minute=0))
     s = Server(app)
     try:
         app.state.queue.depth = 50
@@ -267,7 +267,7 @@ def test_simultaneous_requests_with_sessions_all_answer_and_leave_a_consistent_p
     p.ingest([write_corpus(tmp_path / "corpus")])
     p.prepare()
     before = len(p.cost_model.samples)
-    s = Server(create_app(p, ServiceSettings(rate_limit_per_minute=0, load_aware=False)))
+    s = Server(create_app(p, ServiceSettings(rate_limit_per_minute=0, reject_over_target=False)))
     questions = ["What limits decode?", "How long should bread dough rise?", "What is prefill?"]
     bodies = [{"question": questions[i % 3], "session": f"busy-{i % 4}", "max_tokens": 4} for i in range(12)]
     try:

@@ -29,6 +29,18 @@ def run(backend, prompt, session=None, max_tokens=12):
     return backend.generate(prompt, max_tokens=max_tokens, session=session).result()
 
 
+@pytest.fixture(scope="module")
+def single():
+    """An engine with one sequence: the next request takes the place of the
+    last, so a session that comes back needs its snapshot (as when every
+    sequence is in use, or after a restart)."""
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    engine = LlamaCppBackend(n_ctx=2048, slots=1)
+    yield engine
+    engine.close()
+
+
 def test_consecutive_prompts_share_system_summary_and_earlier_turns(backend):
     summary = "The user asked how prefill works."
     first = build_messages("What does prefill read?", PASSAGES[:1], summary=summary)
@@ -44,18 +56,19 @@ def test_consecutive_prompts_share_system_summary_and_earlier_turns(backend):
     assert common(t1, t2) >= len(stable) - 2  # up to the template's end of the system turn
 
 
-def test_cached_tokens_for_consecutive_and_interleaved_sessions(backend):
+def test_cached_tokens_for_consecutive_and_interleaved_sessions(single):
+    backend = single
     a1 = backend.render(build_messages("What does prefill read?", PASSAGES[:1]))
     b1 = backend.render(build_messages("Tomatoes need sun. Do they?", [ContextPassage("g.md", "Tomatoes need full sun.")]))
     answer_a, first = run(backend, a1, session="test:a")
     assert first.cached_tokens + first.prefill_tokens == first.prompt_tokens
     a2 = backend.render(build_messages("And decode?", PASSAGES[1:], turns=[PastTurn(build_messages("What does prefill read?", PASSAGES[:1])[-1].content, answer_a)]))
-    # Consecutive: the live KV cache holds turn one and its answer.
+    # Consecutive: the sequence still holds turn one and its answer.
     expected = backend.cached_prefix(backend.tokenize(a2))
     _, second = run(backend, a2, session="test:a")
     assert second.cached_tokens == expected >= first.prompt_tokens
     assert second.restored_tokens == 0
-    # Interleaved: B overwrites the live cache; A's next turn restores its snapshot.
+    # Interleaved: B takes the only sequence; A's next turn restores its snapshot.
     run(backend, b1, session="test:b")
     a3 = a2 + " more"  # any continuation of A's last prompt
     expected = backend.cached_prefix(backend.tokenize(a3))
@@ -66,7 +79,8 @@ def test_cached_tokens_for_consecutive_and_interleaved_sessions(backend):
     backend.forget("test:b")
 
 
-def test_a_restored_session_answers_as_a_fresh_prefill_would(backend):
+def test_a_restored_session_answers_as_a_fresh_prefill_would(single):
+    backend = single
     prompt = backend.render(build_messages("What does prefill read?", PASSAGES))
     run(backend, prompt, session="test:same")
     run(backend, backend.render([Message("user", "Something else entirely.")]))
@@ -74,7 +88,7 @@ def test_a_restored_session_answers_as_a_fresh_prefill_would(backend):
     restored_text, restored = run(backend, longer, max_tokens=8)
     assert restored.restored_tokens > 0
     backend.forget("test:same")
-    run(backend, backend.render([Message("user", "Clear the live cache.")]))
+    run(backend, backend.render([Message("user", "Take the sequence.")]))
     fresh_text, fresh = run(backend, longer, max_tokens=8)
     assert fresh.cached_tokens < restored.cached_tokens  # at most the pinned system prompt
     assert restored_text == fresh_text

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rag.errors import IndexBusy, IndexMismatch, IndexNotFound
-from rag.index.store import FORMAT_VERSION, Index, Manifest, NewChunk, open_writer
+from rag.index.manifest import FORMAT_VERSION, Manifest
+from rag.index.store import Index, NewChunk, open_writer
 
 DIM = 16
 MANIFEST = Manifest(embedder="test-embedder", dim=DIM, chunker={"chunk_tokens": 100, "overlap_tokens": 10})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from pathlib import Path
 from typing import Iterator, Optional
 
 import typer

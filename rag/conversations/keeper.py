@@ -3,7 +3,7 @@ to the prompt planner, and folding old turns into the summary in the
 background.
 
 A fold runs on one worker thread after an answer is out. It gives way to
-questions: the summariser stops when ``busy()`` says a question is in
+questions: the summariser stops when a question is in
 progress, and the fold is tried again after the next answer. After a fold,
 the new stable prefix (system prompt, summary, kept turns) is prefilled so
 the next question finds it cached.
@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal, Sequence
 
-from engine.backend import Backend, Message, PrefixCache, Timings
+from engine.backend import Backend, LoadAware, Message, PrefixCache, Timings
 from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
 from prompt_budget.layout import history_messages
 
@@ -65,7 +65,7 @@ class ConversationKeeper:
 
     ``history_mode`` "prompted" replays a turn as it was prompted, passages
     included (append-only, so its KV stays cached); "qa" replays only the
-    question and answer. ``busy()`` tells background work a question waits.
+    question and answer.
     """
 
     def __init__(
@@ -75,17 +75,36 @@ class ConversationKeeper:
         policy: Callable[[], HistoryPolicy],
         *,
         history_mode: HistoryMode = "prompted",
-        busy: Callable[[], bool] = lambda: False,
     ) -> None:
         self._store, self._backend, self._policy = store, backend, policy
         self.history_mode: HistoryMode = history_mode
-        self._busy = busy
+        self._questions = 0  # in progress: background work gives way to them
+        self._questions_lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-history")
         self._pending: list[Future] = []
         self._pending_lock = threading.Lock()
         self._turns: dict[str, list] = {}  # session -> [lock, holders]: one question of a session at a time
         self._turns_lock = threading.Lock()
         self.log: deque[dict[str, object]] = deque(maxlen=BACKGROUND_LOG_SIZE)
+
+    @contextlib.contextmanager
+    def question(self) -> Iterator[None]:
+        """Mark a question as in progress, so background work gives way."""
+        with self._questions_lock:
+            self._questions += 1
+        try:
+            yield
+        finally:
+            with self._questions_lock:
+                self._questions -= 1
+
+    def _busy(self) -> bool:
+        """Whether background work should give way now: a question is in
+        progress and the engine cannot put it first by itself."""
+        if isinstance(self._backend(), LoadAware):
+            return False  # its scheduler runs background work only when nothing else waits
+        with self._questions_lock:
+            return self._questions > 0
 
     @contextlib.contextmanager
     def turn(self, session: str | None) -> Iterator[None]:

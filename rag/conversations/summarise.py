@@ -61,7 +61,7 @@ def llm_summary(
     if len(tokens) + max_tokens + 1 > backend.n_ctx:
         raise ValueError("the turns to fold do not fit the context window")
     pieces: list[str] = []
-    with backend.generate(tokens, max_tokens=max_tokens + 1) as generation:
+    with backend.generate(tokens, max_tokens=max_tokens + 1, background=True) as generation:
         for piece in generation:
             pieces.append(piece)
             if should_stop():

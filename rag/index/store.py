@@ -38,7 +38,7 @@ from .generations import (
     write_lock,
 )
 from .lexical import LexicalIndex
-from .manifest import FORMAT_VERSION, Manifest, check_manifest, describe_files, sha256_of
+from .manifest import Manifest, check_manifest, describe_files, sha256_of
 from .vectors import describe, fit_vectors, new_vectors, vector_search
 
 LEXICAL_FOLDER = "bm25"  # optional in a generation: rebuilt in memory when absent or stale

@@ -58,6 +58,8 @@ class Budget:
     safety: float = 1.0
     decisions: tuple[BudgetDecision, ...] = ()
     cached_tokens: int = 0  # prompt tokens expected in the KV cache when planned
+    load_wait_s: float = 0.0  # expected wait behind other requests, planned for
+    cut_for_load: int = 0  # passages fewer than an idle engine would have taken
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -69,6 +71,8 @@ class Budget:
             "feasible": self.feasible,
             "safety": self.safety,
             "cached_tokens": self.cached_tokens,
+            "load_wait_s": self.load_wait_s,
+            "cut_for_load": self.cut_for_load,
             "decisions": [d.to_dict() for d in self.decisions],
         }
 

@@ -51,6 +51,9 @@ class AskOptions(BaseModel):
     the conversation it continues. ``explain``: the caller wants the budget
     decisions shown. ``expected_wait_s``: time the request is expected to
     wait for the engine behind others; the budget plans for it.
+    ``refuse_late``: refuse (Overloaded) a question that cannot meet its
+    target under the engine's load even with no passages, instead of
+    answering it late.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,6 +69,7 @@ class AskOptions(BaseModel):
     session: Optional[str] = None
     explain: bool = False
     expected_wait_s: float = Field(0.0, ge=0)
+    refuse_late: bool = False
 
     @field_validator("target_ttft", "relevance_floor", "expected_wait_s")
     @classmethod

@@ -79,6 +79,11 @@ class Parts:
             return self._backend
 
     @property
+    def loaded_backend(self) -> Backend | None:
+        """The engine if it is loaded (None before its first use)."""
+        return self._backend
+
+    @property
     def conversations(self) -> ConversationStore:
         """The conversation store (the settings' unless given)."""
         with self._lock:

@@ -12,13 +12,11 @@ Does not: print, parse arguments or talk HTTP.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generator, Iterator, Literal, Sequence
+from typing import Generator, Sequence
 
 from engine.backend import Backend, PrefixCache, Timings
 from prompt_budget import PrefillCostModel, system_message
@@ -38,7 +36,7 @@ from .answer import Answer, Budget, Source
 from .costs import CostKeeper
 from .options import MAX_CANDIDATES, AskOptions, valid_text
 from .parts import Parts
-from .planner import PlannedPrompt, PromptPlanner
+from .planner import PlannedPrompt, PromptPlanner, load_plan
 from .stream import AnswerStream
 
 SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
@@ -90,13 +88,11 @@ class Pipeline:
         self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
         self._system_state = False
-        self._active = 0  # questions in progress: background work gives way to them
-        self._active_lock = threading.Lock()
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
         self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                 notice=lambda message: self.notice(message))
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
-                                         history_mode=history_mode, busy=self._busy)
+                                         history_mode=history_mode)
 
     @classmethod
     def open(
@@ -274,19 +270,22 @@ class Pipeline:
               conversation: Conversation | None) -> PlannedPrompt:
         self.prepare()
         hits = self.search(question, k=options.candidates, mode=options.retrieval)
+        target = options.target(self.settings.target_ttft)
         return PromptPlanner(self.backend).plan(
-            question, hits, options, target_ttft=options.target(self.settings.target_ttft), cost=self.cost_model,
+            question, hits, options, target_ttft=target, cost=self.cost_model,
             elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
+            load=load_plan(self.backend, self.cost_model, _deadline(received, target)),
         )
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
         with engine_errors(), self.keeper.turn(session):
-            with self._foreground():
+            with self.keeper.question():
                 conversation = self.keeper.load(session) if session is not None else None
                 prompt = self._plan(question, options, received, conversation)
                 pieces: list[str] = []
-                with self.backend.generate(prompt.text, max_tokens=options.max_tokens,
+                deadline = _deadline(received, options.target(self.settings.target_ttft))
+                with self.backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
                                            session=kv_key(session) if session is not None else None) as generation:
                     for piece in generation:
                         pieces.append(piece)
@@ -303,21 +302,6 @@ class Pipeline:
                       session=session, turn=number, turns_shown=prompt.turns_shown)
 
     # -- conversations -----------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _foreground(self) -> Iterator[None]:
-        """Mark a question as in progress, so background work gives way."""
-        with self._active_lock:
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._active_lock:
-                self._active -= 1
-
-    def _busy(self) -> bool:
-        with self._active_lock:
-            return self._active > 0
 
     def conversation(self, session: str) -> Conversation:
         """The stored conversation ``session``: summary and recent turns."""
@@ -353,3 +337,8 @@ class Pipeline:
         """Finish background work and release the index and the conversation store."""
         self.keeper.close()
         self.parts.close()
+
+
+def _deadline(received: float, target: float | None) -> float | None:
+    """When the first token is due: ``target`` seconds after ``received`` (None: no target)."""
+    return None if target is None else received + target

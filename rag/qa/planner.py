@@ -12,12 +12,14 @@ Does not: retrieve, generate or store anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.backend import Backend, PrefixCache
+from engine.backend import Backend, LoadAware, PrefixCache
+from engine.scheduler import expected_wait, slowdown
 from prompt_budget import (
     BudgetRequest,
     PastTurn,
@@ -36,13 +38,23 @@ from prompt_budget.focus import best_window, focus_cap
 from prompt_budget.trim import sentence_ends, trim_to_tokens
 
 from ..conversations.keeper import History
-from ..errors import QuestionTooLong
+from ..errors import Overloaded, QuestionTooLong
 from ..index.store import Hit
 from ..index.lexical import tokenize as lexical_terms
 from .answer import Budget, BudgetDecision
 from .options import AskOptions
 
 HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What the engine's load adds to a request's time to first token:
+    seconds before its prompt starts being evaluated, and how much slower
+    its prefill runs for the others' decode steps interleaved with it."""
+
+    wait_s: float = 0.0
+    slowdown: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,15 @@ class PlannedPrompt:
     user: str
     turns_shown: int
     planned_at_s: float
+
+
+def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None) -> LoadPlan:
+    """What the engine's current load adds for a question due at ``deadline``
+    (nothing for an engine that serves one request at a time)."""
+    if not isinstance(backend, LoadAware):
+        return LoadPlan()
+    load = backend.load(deadline if deadline is not None else math.inf)
+    return LoadPlan(expected_wait(load, cost.predict), slowdown(load, cost.predict(256, 0) / 256))
 
 
 def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong:
@@ -94,11 +115,15 @@ class PromptPlanner:
         cost: PrefillCostModel,
         elapsed: Callable[[], float],
         history: History = History(None, (), ()),
+        load: LoadPlan = LoadPlan(),
     ) -> PlannedPrompt:
         """The prompt for ``question`` with ``history`` and the chunks the
         budgeter chose from ``hits`` (best first); ``elapsed()`` is the
-        seconds since the question was received. Raises QuestionTooLong when
-        not even the question fits with ``options.max_tokens`` to answer."""
+        seconds since the question was received, ``load`` what the engine's
+        load adds. Raises QuestionTooLong when not even the question fits
+        with ``options.max_tokens`` to answer, and Overloaded when
+        ``options.refuse_late`` and not even the question alone can meet the
+        target under this load."""
         backend, max_tokens = self.backend, options.max_tokens
         summary, past = history.summary, self._turns_in_view(question, history, max_tokens)
 
@@ -109,14 +134,27 @@ class PromptPlanner:
         cached = self._cached(fixed_tokens)
         safety = cost.safety_factor()
         planned_at = elapsed()
-        request = BudgetRequest(
+        idle = BudgetRequest(
             fixed_tokens=len(fixed_tokens), n_ctx=backend.n_ctx, reserve_tokens=max_tokens, target_ttft=target_ttft,
             cached_tokens=cached, overhead_s=planned_at + cost.overhead() + options.expected_wait_s,
             safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
         )
-        passages, candidates = self._candidates(question, hits, request, cost)
+        request = replace(idle, overhead_s=idle.overhead_s + load.wait_s)
+
+        def loaded(n_new: int, n_cached: int) -> float:
+            return load.slowdown * cost.predict(n_new, n_cached)
+
+        # Refused only for what is still ahead (the load), not for time already spent here.
+        bare = load.wait_s + cost.overhead() + loaded(max(len(fixed_tokens) - cached, 0), cached)
+        if options.refuse_late and target_ttft is not None and bare > target_ttft:
+            raise Overloaded(f"the engine is busy: even without passages the answer would start in {bare:.1f} s, "
+                             f"past the {target_ttft:g} s target", bare - target_ttft)
+        passages, candidates = self._candidates(question, hits, request, loaded)
         try:
-            plan = plan_budget(candidates, request, cost.predict)
+            plan = plan_budget(candidates, request, loaded)
+            cut = 0
+            if load.wait_s > 0 or load.slowdown > 1:
+                cut = max(len(plan_budget(candidates, idle, cost.predict).chosen) - len(plan.chosen), 0)
         except ContextTooSmall as exc:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages)
@@ -124,14 +162,16 @@ class PromptPlanner:
         new = max(n - cached, 0)
         budget = Budget(
             target_ttft=target_ttft,
-            predicted_ttft_s=request.overhead_s + cost.predict(new, cached),
+            predicted_ttft_s=request.overhead_s + loaded(new, cached),
             candidates=len(hits),
             chosen=len(chosen),
-            planned_ttft_s=request.overhead_s + safety * cost.predict(new, cached),
+            planned_ttft_s=request.overhead_s + safety * loaded(new, cached),
             feasible=plan.feasible,
             safety=safety,
             decisions=_decisions(plan, hits, candidates, chosen),
             cached_tokens=cached,
+            load_wait_s=load.wait_s,
+            cut_for_load=cut,
         )
         user = build_messages(question, shown)[-1].content
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at)
@@ -152,12 +192,12 @@ class PromptPlanner:
         return self._tokens(format_passage(number, passage) + "\n\n")
 
     def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
-                    cost: PrefillCostModel) -> tuple[list[ContextPassage], list[Candidate]]:
+                    cost: Callable[[int, int], float]) -> tuple[list[ContextPassage], list[Candidate]]:
         """The passages of ``hits`` (each focused on the question when the
         room is too small for three whole ones) and their budget candidates."""
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
-        cap = focus_cap(passage_room(request, cost.predict), int(np.median(sizes))) if sizes else None
+        cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
         if cap is not None:
             terms = set(lexical_terms(question))
             passages = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]

@@ -11,6 +11,8 @@ import asyncio
 import threading
 from typing import Awaitable, Callable
 
+from engine.backend import LoadAware
+
 from ..errors import RagError
 from ..qa.answer import Answer
 from ..qa.options import AskOptions
@@ -135,13 +137,17 @@ class Answering:
         if max_tokens > limit:
             raise RagError(f"max_tokens {max_tokens} is over this server's limit of {limit}")
         options = AskOptions.of(target_ttft=target_ttft, session=session, max_tokens=max_tokens)
-        decision = admit(self.queue.expected_wait(), options.target(self.pipeline.settings.target_ttft),
-                         load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
-        if not decision.admit:
-            self.metrics.requests.labels(endpoint, "rejected").inc()
-            raise Rejected(decision.retry_after_s)
-        least = {"max_k": 1, "min_k": 1} if decision.least_context else {}
-        stream = self.pipeline.stream(question, options, expected_wait_s=decision.expected_wait_s, **least)
+        if self.settings.admission == "deadline" and isinstance(self.pipeline.backend, LoadAware):
+            # The engine's scheduler knows the load: the plan takes fewer passages, or refuses.
+            stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
+        else:
+            decision = admit(self.queue.expected_wait(), options.target(self.pipeline.settings.target_ttft),
+                             load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
+            if not decision.admit:
+                self.metrics.requests.labels(endpoint, "rejected").inc()
+                raise Rejected(decision.retry_after_s)
+            least = {"max_k": 1, "min_k": 1} if decision.least_context else {}
+            stream = self.pipeline.stream(question, options, expected_wait_s=decision.expected_wait_s, **least)
         self.queue.enter()
         self.metrics.queue_depth.set(self.queue.depth)
 

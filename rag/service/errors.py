@@ -11,7 +11,7 @@ import math
 
 from fastapi.responses import JSONResponse
 
-from ..errors import EngineUnavailable, IndexBusy, IndexDamaged, QuestionTooLong, RagError
+from ..errors import EngineUnavailable, IndexBusy, IndexDamaged, Overloaded, QuestionTooLong, RagError
 
 
 def error(status: int, message: str, kind: str, headers: dict | None = None) -> JSONResponse:
@@ -25,6 +25,8 @@ def failure(exc: RagError) -> JSONResponse:
     another process writes the index, 503 when the index is damaged beyond
     falling back, 413 for a question too long, else 400 (the request can be
     fixed)."""
+    if isinstance(exc, Overloaded):
+        return busy(exc.retry_after_s)
     if isinstance(exc, EngineUnavailable):
         return error(503, str(exc), "engine_unavailable", {"Retry-After": "5"})
     if isinstance(exc, IndexBusy):
@@ -36,6 +38,8 @@ def failure(exc: RagError) -> JSONResponse:
 
 def outcome(exc: RagError) -> str:
     """The metrics label of a failed request."""
+    if isinstance(exc, Overloaded):
+        return "rejected"
     return "engine_error" if isinstance(exc, EngineUnavailable) else "bad_request"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -32,6 +32,8 @@ class ServiceSettings(BaseSettings):
     rate_limit_per_minute: int = Field(120, ge=0, description="Requests per minute per API key (or client address); 0: none")
     reject_over_target: bool = Field(True, description="429 when the queue alone exceeds the target; else minimum context")
     load_aware: bool = Field(True, description="Plan each request's budget with the queue wait expected ahead of it")
+    admission: Literal["deadline", "queue"] = Field(
+        "deadline", description="deadline: the engine's scheduler plans and refuses; queue: one request at a time")
 
     @field_validator("api_keys", mode="before")
     @classmethod

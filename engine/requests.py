@@ -1,0 +1,93 @@
+"""A request to the engine's loop, and its state while it holds a sequence.
+
+Does not: schedule or evaluate anything (``engine_loop`` does).
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .backend import Timings
+from .errors import EngineError
+from .llama_native import Sampler
+from .scheduler import Work
+
+
+@dataclass
+class Request:
+    """What was asked of the engine, and where its results go: events
+    ``("piece", text)``, then ``("done", Timings)`` or ``("error", EngineError)``.
+    ``max_tokens`` 0 is a prefill: the prompt evaluated and kept (as the
+    shared system prefix with ``pin``, or as the snapshot ``session``)."""
+
+    key: int
+    tokens: list[int]
+    max_tokens: int
+    session: str | None = None  # keep the state after it under this snapshot key
+    pin: bool = False
+    deadline: float = math.inf
+    background: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def prefill_only(self) -> bool:
+        return self.max_tokens == 0
+
+    def work(self) -> Work:
+        """As the scheduler sees it while it waits for a sequence."""
+        return Work(self.key, self.deadline, self.started, len(self.tokens), self.max_tokens, False, self.background)
+
+    def fail(self, error: EngineError) -> None:
+        """End it with ``error`` before it held a sequence."""
+        self.events.put(("error", error))
+        self.released.set()
+
+
+@dataclass
+class Active:
+    """A request holding sequence ``seq``: ``reserved`` cells it may take,
+    the next prompt token to evaluate, the positions its sequence holds,
+    and what it found cached (and restored from a snapshot)."""
+
+    req: Request
+    seq: int
+    reserved: int
+    next: int
+    n_past: int
+    cached: int
+    restored: int = 0
+    restore_s: float = 0.0
+    sampler: Sampler | None = None
+    generated: list[int] = field(default_factory=list)
+    pending: int | None = None  # sampled, not yet evaluated
+    decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    first_token_at: float | None = None
+
+    def work(self) -> Work:
+        """As the scheduler sees it."""
+        return Work(self.req.key, self.req.deadline, self.req.started, len(self.req.tokens) - self.next,
+                    self.req.max_tokens - len(self.generated), self.pending is not None, self.req.background)
+
+
+def timings_of(a: Active, snapshot_s: float) -> Timings:
+    """What ``a`` took: its own prefill and decode seconds (its share of the
+    steps it was in), and everything else before its first token as waiting."""
+    req, end = a.req, time.perf_counter()
+    first = a.first_token_at if a.first_token_at is not None else end
+    ttft = first - req.started
+    return Timings(
+        prompt_tokens=len(req.tokens), cached_tokens=a.cached, prefill_tokens=len(req.tokens) - a.cached,
+        ttft_s=ttft, prefill_s=a.prefill_s, decode_tokens=len(a.generated), decode_s=a.decode_s,
+        total_s=end - req.started - snapshot_s, restored_tokens=a.restored, restore_s=a.restore_s,
+        snapshot_s=snapshot_s, queue_s=max(ttft - a.prefill_s - a.restore_s, 0.0),
+    )

@@ -1,0 +1,92 @@
+"""The multi-sequence engine on the real model: batching does not change
+what a sequence generates, the shared system prefix answers as a fresh
+prefill does, and a request that is stopped frees its sequence at once."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from engine.backend import Message
+
+pytestmark = pytest.mark.model
+
+SYSTEM = Message("system", "You are a terse assistant. Answer in one short sentence.")
+QUESTIONS = ["What is two plus two?", "Name a fruit.", "What colour is grass?", "Say hello to Ada."]
+
+
+@pytest.fixture
+def fresh():
+    """Engines that hold nothing yet (no idle sequence's prompt to reuse), so
+    two runs compute the same KV the same way."""
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    made = []
+
+    def make(slots: int = 4):
+        made.append(LlamaCppBackend(n_ctx=1024, slots=slots))
+        return made[-1]
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    backend = LlamaCppBackend(n_ctx=1024, slots=4)
+    yield backend
+    backend.close()
+
+
+def _alone(engine, question, max_tokens=12):
+    return engine.generate(engine.render([SYSTEM, Message("user", question)]), max_tokens=max_tokens).result()
+
+
+def _together(engine, questions, max_tokens=12):
+    results = {}
+
+    def ask(i, q):
+        results[i] = _alone(engine, q, max_tokens)
+
+    threads = [threading.Thread(target=ask, args=(i, q)) for i, q in enumerate(questions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[i] for i in range(len(questions))]
+
+
+def test_sequences_decoded_in_one_batch_give_the_same_greedy_tokens_as_each_alone(fresh):
+    batched = fresh()
+    together = _together(batched, QUESTIONS[:2])
+    stats = batched.engine_stats()
+    assert stats["decode_tokens"] > stats["decode_steps"]  # some steps carried both: one batch
+    alone = [_alone(fresh(), q) for q in QUESTIONS[:2]]
+    assert [text for text, _ in together] == [text for text, _ in alone]
+    for _, t in together:
+        assert t.cached_tokens + t.prefill_tokens == t.prompt_tokens and t.queue_s >= 0
+
+
+def test_the_shared_system_prefix_answers_as_a_fresh_prefill_does(fresh):
+    expected = [_alone(fresh(slots=1), q)[0] for q in QUESTIONS]  # nothing pinned: each prompt evaluated whole
+    engine = fresh()
+    prefix = engine.tokenize(engine.render([SYSTEM, Message("user", "x")]))
+    prefix = prefix[: prefix.index(engine.tokenize("<|im_start|>")[0], 1)]  # up to the user's turn
+    engine.prefill(prefix, session="system", pin=True)
+    shared = _together(engine, QUESTIONS)
+    assert [text for text, _ in shared] == expected
+    assert all(t.cached_tokens >= len(prefix) - 1 for _, t in shared)  # the system prompt was not evaluated again
+
+
+def test_a_stopped_request_frees_its_sequence_at_once(engine):
+    prompt = engine.render([SYSTEM, Message("user", "Count slowly from one to two hundred.")])
+    generation = engine.generate(prompt, max_tokens=500)
+    assert next(generation)
+    generation.close()  # returns once the engine has let the sequence go
+    assert engine.loop._published[2] == engine.slots and not engine.loop._published[0]
+    text, _ = _alone(engine, "Name a fruit.", max_tokens=4)  # the engine carries on
+    assert text

@@ -1,0 +1,107 @@
+"""The engine's scheduling decisions and the load-aware plan: pure logic,
+with the deterministic fake backend where a backend is needed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine import FakeBackend
+from engine.scheduler import Load, Work, admission_order, expected_wait, load_for, plan_step, slowdown
+from engine.slots import SlotTable
+from prompt_budget import PrefillCostModel
+from prompt_budget.cost import PrefillSample, fit_samples
+from rag.errors import Overloaded
+from rag.index.store import Hit
+from rag.qa.options import AskOptions
+from rag.qa.planner import LoadPlan, PromptPlanner
+
+
+def work(key, deadline=math.inf, arrival=0.0, to_prefill=0, to_decode=8, generating=False, background=False):
+    return Work(key, deadline, arrival, to_prefill, to_decode, generating, background)
+
+
+def test_every_generating_request_decodes_and_prompts_go_earliest_deadline_first():
+    active = [work(1, generating=True), work(2, deadline=5.0, to_prefill=3), work(3, deadline=3.0, to_prefill=3),
+              work(4, generating=True)]
+    step = plan_step(active, busy_budget=4, idle_budget=512, n_batch=512)
+    assert step.decode == (1, 4) and step.prefill == ((3, 3), (2, 1)) and step.tokens == 6
+
+
+def test_an_idle_engine_takes_whole_prompts_and_never_more_than_a_batch():
+    step = plan_step([work(1, to_prefill=900)], busy_budget=64, idle_budget=512, n_batch=512)
+    assert step.prefill == ((1, 512),)
+    crowded = [work(i, generating=True) for i in range(500)] + [work(999, to_prefill=100)]
+    assert plan_step(crowded, busy_budget=64, idle_budget=512, n_batch=512).tokens == 512
+
+
+def test_background_work_gives_way_to_any_request_with_a_prompt_waiting():
+    fold = work(9, to_prefill=50, background=True)
+    assert plan_step([fold, work(1, deadline=2.0, to_prefill=10)], busy_budget=64, idle_budget=64,
+                     n_batch=512).prefill == ((1, 10),)
+    assert plan_step([fold], busy_budget=64, idle_budget=64, n_batch=512).prefill == ((9, 50),)
+    waiting = [work(1, background=True), work(2, deadline=9.0), work(3, deadline=1.0)]
+    assert [w.key for w in admission_order(waiting)] == [3, 2]
+
+
+def test_the_load_a_request_meets_counts_only_what_goes_before_it():
+    active = [work(1, generating=True, to_decode=5), work(2, deadline=1.0, to_prefill=100),
+              work(3, deadline=9.0, to_prefill=300), work(4, to_prefill=50, background=True)]
+    load = load_for(active, [], 5.0, busy_budget=64, decode_step_s=0.03, free_slots=2)
+    assert load.ahead_tokens == 100 and load.generating == 1 and load.free_slot
+    full = load_for(active, [], 5.0, busy_budget=64, decode_step_s=0.03, free_slots=0)
+    assert not full.free_slot and full.slot_after_tokens == 5
+
+    def cost(n, cached):
+        return 0.005 * n
+
+    assert expected_wait(load, cost) == pytest.approx(0.5 + 2 * 0.03)
+    assert expected_wait(full, cost) == pytest.approx(0.5 + 2 * 0.03 + 5 * 0.03)
+    assert slowdown(Load(0, 4, 64, 0.032), 0.005) == pytest.approx(1.1)
+    assert slowdown(Load(0, 0, 64, 0.032), 0.005) == 1.0
+
+
+def test_idle_sequences_are_a_cache_given_up_least_recently_used_first():
+    table = SlotTable(3)
+    a, _ = table.take()
+    b, _ = table.take()
+    table.release(a, [1, 2, 3, 4])
+    table.release(b, [1, 2, 9])
+    assert table.best([1, 2, 3, 7]) == (a, 3)
+    seq, held = table.take()  # the empty one goes first
+    assert held == 0 and seq not in (a, b)
+    assert table.evict(2) == [a] and table.idle_cells() == 3
+
+
+def _cost() -> PrefillCostModel:
+    samples = [PrefillSample(0, n, 0.01 + 0.005 * n) for n in (16, 64, 256, 1024)]
+    return PrefillCostModel(fit_samples(samples, "linear"), anchors=samples)
+
+
+def _hits(n: int) -> list[Hit]:
+    return [Hit(f"c{i}", f"d{i}.md", 1 - i / 100, " ".join(f"w{i}x{j}" for j in range(40)) + ".", None,
+                i * 1000, i * 1000 + 400, 0) for i in range(n)]
+
+
+def test_under_load_a_plan_takes_fewer_passages_and_says_how_many_fewer():
+    planner = PromptPlanner(FakeBackend(n_ctx=4096))
+    kwargs = dict(target_ttft=2.0, cost=_cost(), elapsed=lambda: 0.0)
+    idle = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), **kwargs)
+    busy = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), load=LoadPlan(1.0, 1.2), **kwargs)
+    assert busy.budget.chosen < idle.budget.chosen
+    assert busy.budget.cut_for_load == idle.budget.chosen - busy.budget.chosen > 0
+    assert busy.budget.load_wait_s == 1.0 and idle.budget.cut_for_load == 0
+
+
+def test_only_a_question_that_cannot_make_its_target_even_alone_is_refused():
+    planner = PromptPlanner(FakeBackend(n_ctx=4096))
+    kwargs = dict(target_ttft=2.0, cost=_cost(), elapsed=lambda: 0.0)
+    late = AskOptions.of(refuse_late=True)
+    with pytest.raises(Overloaded) as refused:
+        planner.plan("What is prefill?", _hits(8), late, load=LoadPlan(2.5), **kwargs)
+    assert refused.value.retry_after_s > 0.5
+    squeezed = planner.plan("What is prefill?", _hits(8), late, load=LoadPlan(1.2), **kwargs)
+    assert squeezed.budget.chosen >= 1  # cut to the least context, still answered
+    served = planner.plan("What is prefill?", _hits(8), AskOptions.of(), load=LoadPlan(2.5), **kwargs)
+    assert served.budget.chosen >= 1  # without refuse_late it is answered late
