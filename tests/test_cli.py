@@ -298,3 +298,17 @@ def test_every_variable_reaches_every_command(run, corpus, tmp_path, monkeypatch
     assert answer["budget"]["target_ttft_s"] == 0.7
     monkeypatch.setenv("RAG_RETRIEVAL", "sideways")
     assert_clean_error(run("search", "bread"), "RAG_RETRIEVAL")
+
+
+def test_bench_serve_runs_the_scheduler_and_one_at_a_time_side_by_side(run, corpus, tmp_path):
+    result = run("bench", "serve", "--corpus", corpus, "--include", "*", "--index", tmp_path / "index",
+                 "--clients", "1,2", "--requests", "2", "--max-tokens", "4", "--slots", "2", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    runs = d["summary"]["runs"]
+    assert [(r["clients"], r["system"]) for r in runs] == [(1, "scheduler"), (1, "one at a time"),
+                                                          (2, "scheduler"), (2, "one at a time")]
+    keys = {"goodput_rps", "served_share", "degraded_share", "tok_s", "mean_decode_batch", "p95_ttft_s", "errors"}
+    assert all(keys <= set(r) for r in runs) and all(r["errors"] == 0 for r in runs)
+    assert all(r["mean_decode_batch"] >= 1 for r in runs if r["served"])
+    assert d["summary"]["bound"]["requests_per_window"] > 0

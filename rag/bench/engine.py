@@ -93,3 +93,46 @@ def bench_engine(
         "rows": rows,
         "summary": {"systems": summary},
     }
+
+
+def bench_sequences(backend: Backend, counts: Sequence[int], *, max_tokens: int = 64,
+                    progress: Callable[[int, int], None] | None = None) -> dict[str, object]:
+    """Aggregate decode tokens per second with 1, 4, 16... requests decoding
+    at once (each its own short question, started together), and the mean
+    batch size of the engine's decode steps where it reports it."""
+    import threading
+    import time
+
+    stats = getattr(backend, "engine_stats", None)
+    rows: list[dict[str, object]] = []
+    for done, n in enumerate(counts, start=1):
+        results: list[Timings] = []
+        lock = threading.Lock()
+
+        def ask(i: int) -> None:
+            prompt = backend.render([system_message(), Message("user", f"Question {i}: tell me about the number {i}.")])
+            _, t = backend.generate(prompt, max_tokens=max_tokens).result()
+            with lock:
+                results.append(t)
+
+        before = stats() if stats else None
+        started = time.perf_counter()
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - started
+        after = stats() if stats else None
+        steps = after["decode_steps"] - before["decode_steps"] if before else 0
+        decoded = sum(t.decode_tokens for t in results)
+        rows.append({"sequences": n, "decode_tokens": decoded, "wall_s": round(wall, 3),
+                     "aggregate_decode_tok_s": round(decoded / wall, 1),
+                     "mean_decode_batch": round((after["decode_tokens"] - before["decode_tokens"]) / steps, 2)
+                     if steps else None})
+        if progress:
+            progress(done, len(counts))
+    return {"bench": "engine-sequences", "config": {"sequences": list(counts), "max_tokens": max_tokens,
+                                                     "engine": backend.name},
+            "rows": rows, "summary": {"aggregate_decode_tok_s": {r["sequences"]: r["aggregate_decode_tok_s"]
+                                                                 for r in rows}}}

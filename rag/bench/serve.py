@@ -6,6 +6,9 @@ streamed piece. A client told 429 waits its Retry-After (at most 2 s) and
 counts the request as rejected; a stream that ends without its answer (or
 with an error event) counts as an error.
 
+Each run also reports the engine's side where the system has one: its
+decode tokens per decode step (the batch size) from the engine's counters.
+
 Does not: start servers (the caller passes their URLs) or assert anything.
 """
 
@@ -19,6 +22,24 @@ from typing import Callable, Sequence
 import httpx
 
 from .stats import percentile
+
+
+GOOD_FACTOR = 1.2  # an answer counts as good within this many times its target
+
+
+def physical_bound(pipeline, question: str, target_ttft: float) -> dict[str, float]:
+    """How many questions with no passages this machine can start within one
+    target window: the calibrated prefill rate x the target / the tokens such
+    a question must prefill (its prompt less the cached system prefix)."""
+    from prompt_budget import build_messages
+
+    backend, cost = pipeline.backend, pipeline.cost_model
+    tokens = backend.tokenize(backend.render(build_messages(question, [])))
+    cached = backend.cached_prefix(tokens)
+    new = len(tokens) - cached
+    rate = new / cost.predict(new, cached)
+    return {"bare_prompt_tokens": len(tokens), "bare_new_tokens": new, "prefill_tok_s": round(rate, 1),
+            "requests_per_window": round(rate * target_ttft / new, 2)}
 
 
 def _ask(http: httpx.Client, body: dict) -> dict[str, object]:
@@ -68,6 +89,7 @@ def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: 
                 answer = outcome.pop("answer")
                 row = outcome | {"client": number,
                                  "chunks": answer["budget"]["chosen"] if answer else None,
+                                 "cut_for_load": answer["budget"].get("cut_for_load", 0) if answer else None,
                                  "decode_tokens": answer["timings"]["decode_tokens"] if answer else 0}
                 with lock:
                     results.append(row)
@@ -84,44 +106,62 @@ def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: 
 
 
 def bench_serve(
-    systems: Sequence[tuple[str, str]],
+    systems: Sequence[tuple[str, str, Callable[[], dict] | None]],
     questions: Sequence[str],
     *,
     clients: Sequence[int] = (1, 4, 8),
     requests: int = 24,
     target_ttft: float = 2.0,
     max_tokens: int = 32,
+    bound: dict[str, float] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, object]:
-    """For each client count and each ``(name, url)`` in ``systems``,
-    ``requests`` requests in all: client-side TTFT percentiles, tokens per
-    second, served, refused and failed requests, and chunks per answer."""
+    """For each client count and each ``(name, url, engine counters)`` in
+    ``systems``, ``requests`` requests in all: client-side TTFT percentiles,
+    goodput (answers within 1.2 x target per second), served, degraded (cut
+    for load), refused and failed shares, decode tokens per second, and the
+    mean batch size of the engine's decode steps."""
     runs: list[dict[str, object]] = []
     rows: list[dict[str, object]] = []
     body = {"max_tokens": max_tokens, "target_ttft_s": target_ttft, "stream": True}
     for n in clients:
-        for name, url in systems:
+        for name, url, counters in systems:
+            before = counters() if counters else None
             results, wall = _run(url, questions, n, requests, body)
-            served = [r for r in results if r["status"] == 200]
-            ttfts = [float(r["ttft_s"]) for r in served]
-            runs.append({
-                "clients": n, "system": name, "target_s": target_ttft,
-                "p50_ttft_s": percentile(ttfts, 0.5), "p95_ttft_s": percentile(ttfts, 0.95),
-                "tok_s": round(sum(int(r["decode_tokens"]) for r in served) / wall, 2),
-                "errors": sum(1 for r in results if r["status"] not in (200, 429)),
-                "rejected_429": sum(1 for r in results if r["status"] == 429),
-                "over_share": round(sum(1 for x in ttfts if x > target_ttft) / len(ttfts), 3) if ttfts else None,
-                "served": len(served),
-                "mean_chunks": round(sum(int(r["chunks"]) for r in served) / len(served), 2) if served else None,
-                "wall_s": round(wall, 2),
-            })
+            after = counters() if counters else None
+            runs.append(_summary(results, wall, n, name, target_ttft, before, after))
             rows.extend(r | {"clients": n, "system": name} for r in results)
             if progress:
                 progress(f"{n} clients, {name}: done")
     return {
         "bench": "serve",
         "config": {"clients": list(clients), "requests": requests, "target_ttft_s": target_ttft,
-                   "max_tokens": max_tokens, "systems": [name for name, _ in systems]},
+                   "max_tokens": max_tokens, "systems": [name for name, _, _ in systems]},
         "rows": rows,
-        "summary": {"runs": runs},
+        "summary": {"runs": runs, "bound": bound},
+    }
+
+
+def _summary(results: list[dict], wall: float, clients: int, name: str, target_ttft: float,
+             before: dict | None, after: dict | None) -> dict[str, object]:
+    """One run's figures."""
+    served = [r for r in results if r["status"] == 200]
+    ttfts = [float(r["ttft_s"]) for r in served]
+    good = sum(1 for x in ttfts if x <= GOOD_FACTOR * target_ttft)
+    steps = (after["decode_steps"] - before["decode_steps"]) if before and after else 0
+    decoded = (after["decode_tokens"] - before["decode_tokens"]) if before and after else 0
+    return {
+        "clients": clients, "system": name, "target_s": target_ttft,
+        "p50_ttft_s": percentile(ttfts, 0.5), "p95_ttft_s": percentile(ttfts, 0.95),
+        "goodput_rps": round(good / wall, 3),
+        "tok_s": round(sum(int(r["decode_tokens"]) for r in served) / wall, 2),
+        "errors": sum(1 for r in results if r["status"] not in (200, 429)),
+        "rejected_429": sum(1 for r in results if r["status"] == 429),
+        "over_share": round(sum(1 for x in ttfts if x > target_ttft) / len(ttfts), 3) if ttfts else None,
+        "served": len(served),
+        "served_share": round(len(served) / len(results), 3) if results else 0.0,
+        "degraded_share": round(sum(1 for r in served if r["cut_for_load"]) / len(served), 3) if served else None,
+        "mean_chunks": round(sum(int(r["chunks"]) for r in served) / len(served), 2) if served else None,
+        "mean_decode_batch": round(decoded / steps, 2) if steps else None,
+        "wall_s": round(wall, 2),
     }

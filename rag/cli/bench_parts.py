@@ -62,6 +62,8 @@ def bench_retrieval(
 @bench_app.command("engine")
 def bench_engine_cmd(
     sizes: str = typer.Option("256,1024,2048", "--sizes", help="Comma-separated prompt sizes in tokens."),
+    sequences: Optional[str] = typer.Option(
+        None, "--sequences", help="Instead: aggregate decode tok/s with this many requests at once, e.g. 1,4,16."),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Requests of each size and kind."),
     max_tokens: int = typer.Option(32, "--max-tokens", min=1, help="Answer tokens per request."),
     model: Optional[Path] = MODEL_OPTION,
@@ -70,11 +72,17 @@ def bench_engine_cmd(
     """The engine alone (in process, or the server of --engine-url): TTFT,
     prefill and decode tok/s and cached tokens, cold and with a cached prefix."""
     from .. import paths
-    from ..bench.engine import bench_engine
+    from ..bench.engine import bench_engine, bench_sequences
 
     with user_errors():
         wanted = int_list(sizes, "--sizes")
         backend = command_pipeline(settings(model=model)).backend
+        if sequences is not None:
+            counts = int_list(sequences, "--sequences")
+            with counting("requests") as update, engine_errors():
+                result = bench_sequences(backend, counts, max_tokens=max_tokens, progress=update)
+            _print_sequences(result) if not as_json else echo_json(result)
+            return
         document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
         with counting("requests") as update:
             with engine_errors():
@@ -141,3 +149,14 @@ def bench_search(
     if suggested:
         console.print(f"exact search reaches {result['summary']['fast_enough_ms']:g} ms p50 at about {suggested:,} vectors; "
                       f"the store switches to IVF from {APPROXIMATE_FROM:,}")
+
+
+def _print_sequences(result: dict) -> None:
+    table = Table(title=f"rag bench engine --sequences ({result['config']['engine']}, "
+                        f"{result['config']['max_tokens']} tokens each)", title_justify="left")
+    for c in ("sequences", "decode tokens", "wall s", "aggregate decode tok/s", "decode batch"):
+        table.add_column(c, justify="right")
+    for r in result["rows"]:
+        table.add_row(str(r["sequences"]), str(r["decode_tokens"]), f"{r['wall_s']:.2f}",
+                      f"{r['aggregate_decode_tok_s']:.1f}", f"{r['mean_decode_batch'] or 0:.2f}")
+    Console(highlight=False).print(table)

@@ -65,6 +65,7 @@ Q=rag/bench/data/python_docs_dev.jsonl
 step doctor rag doctor --json
 step calibrate rag calibrate --json
 step engine rag bench engine --sizes 256,1024,4000 --repeats 3 --max-tokens 128 --json
+step sequences rag bench engine --sequences 1,4,16 --max-tokens 128 --json
 step ttft rag bench ttft --corpus /tmp/corpus --questions "$Q" --targets 0.05,0.1,0.2,0.5 --max-tokens 32 --json
 step chat rag bench chat --corpus /tmp/corpus --max-tokens 64 --json
 step doctor_text rag doctor
