@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Generator, Generic, Iterator, Literal, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Callable, Generator, Generic, Iterator, Literal, Protocol, Sequence, TypeVar, runtime_checkable
 
 from .errors import ContextOverflow, GenerationFailed
 
@@ -38,7 +38,9 @@ class Message:
 class Timings:
     """What the engine measured for one request.
 
-    Invariant: ``cached_tokens + prefill_tokens == prompt_tokens``.
+    Invariant: ``cached_tokens + prefill_tokens == prompt_tokens``; tokens
+    of stored passages spliced into the prompt count as cached (they were
+    not evaluated for this prompt) and are also counted in ``spliced_tokens``.
     ``prefill_s`` and ``decode_s`` are the engine's own counters; ``ttft_s``
     and ``total_s`` are wall-clock seconds from the start of the request.
     """
@@ -55,6 +57,8 @@ class Timings:
     restore_s: float = 0.0  # spent reading that snapshot back (inside ttft_s)
     snapshot_s: float = 0.0  # spent saving the state after the answer (after total_s)
     queue_s: float = 0.0  # spent waiting for the engine behind other requests (inside ttft_s)
+    spliced_tokens: int = 0  # of cached_tokens, those of stored passages placed into the prompt
+    splice_s: float = 0.0  # spent loading and placing them (inside ttft_s)
 
     def to_dict(self) -> dict[str, int | float]:
         """The ``timings`` object of the ``rag ask --json`` contract."""
@@ -133,9 +137,11 @@ class Generation(TextStream[Timings]):
 
     _what = "generation"
 
-    def __init__(self, run: Generator[str, None, Timings], *, engine: str = "engine") -> None:
+    def __init__(self, run: Generator[str, None, Timings], *, engine: str = "engine",
+                 release: Callable[[], None] | None = None) -> None:
         super().__init__(run)
         self._engine = engine
+        self._release = release  # frees what the engine holds for a generation closed before it started
         # When the caller asked: the engine's clock starts here too, so the
         # time spent before it (retrieval, planning) is added in one place.
         self.started = time.perf_counter()
@@ -147,6 +153,12 @@ class Generation(TextStream[Timings]):
         if not isinstance(timings, Timings):
             raise GenerationFailed(f"{self._engine} ended a generation without reporting its timings")
         return timings
+
+    def close(self) -> None:
+        """Stop now; the engine frees whatever it holds for this generation."""
+        super().close()
+        if self._release is not None:
+            self._release()
 
     def timings_since(self, received: float) -> Timings:
         """The timings with their wall-clock figures counted from ``received``
@@ -256,8 +268,33 @@ class LoadAware(Protocol):
     """An optional ability: an engine that serves several requests at once
     and says what a new one would wait behind (see ``engine.scheduler``)."""
 
-    def load(self, deadline: float):
-        """The :class:`~engine.scheduler.Load` a request with ``deadline`` meets now."""
+    def load(self):
+        """The :class:`~engine.scheduler.Load` a new request meets now."""
+        ...
+
+
+@runtime_checkable
+class PassageKV(Protocol):
+    """An optional ability: an engine that keeps the KV of passages it has
+    evaluated and splices it into later prompts holding them (its
+    ``generate`` takes ``passages=``, the texts as :func:`prompt_budget.layout.passage_body`
+    writes them). ``splice_fresh``: tokens at a spliced passage's head that
+    are evaluated again; None when splicing is off."""
+
+    splice_fresh: int | None
+
+    def stored_passages(self, texts: Sequence[str]) -> list[int]:
+        """For each passage, the prompt tokens a prompt holding it would take
+        from the store instead of evaluating (0: not stored)."""
+        ...
+
+    def keep_passages(self, texts: Sequence[str]) -> int:
+        """Evaluate and keep these passages when the engine is otherwise idle;
+        how many were queued."""
+        ...
+
+    def precompute_passages(self, texts: Sequence[str], progress=None) -> dict[str, int]:
+        """Evaluate and keep these passages now; what it computed and the bytes stored."""
         ...
 
 

@@ -2,9 +2,9 @@
 step, evaluates one batch for every request it holds (see ``scheduler``).
 
 Sequence 0 holds the system prompt, computed once; a new request starts
-from the longest prefix of its prompt already held: an idle sequence's
-previous prompt (``slots``), a saved snapshot of its session, or the system
-prompt's cells, shared without a copy. Prompts are evaluated in chunks
+from the longest prefix of its prompt already held (``placement``), and
+stored passages' KV is spliced in where its prompt holds them (``splicing``);
+in idle time the loop evaluates passages to store. Prompts are evaluated in chunks
 between the decode steps of the others. A request that is cancelled (its
 consumer closed the generation) gives its sequence back at the next step.
 Each request's timings are its own: a step's time is shared among the
@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from dataclasses import replace
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .errors import ContextOverflow, EngineError, GenerationFailed
-from .kv_snapshots import Snapshot, SnapshotCache, common_prefix
+from .kv_snapshots import Snapshot, SnapshotCache
 from .llama_native import Entry, NativeContext, Sampler
+from .passage_kv import PassageStore
+from .placement import SYSTEM_SEQ, Placement
 from .requests import Active, Request, timings_of
-from .scheduler import Load, Step, admission_order, load_for, plan_step
+from .scheduler import Load, Step, StepStats, admission_order, plan_step
 from .slots import SlotTable
-
-SYSTEM_SEQ = 0
+from .splicing import Splicer
 
 
 class EngineLoop:
@@ -37,8 +39,9 @@ class EngineLoop:
 
     def __init__(self, ctx: NativeContext, *, slots: int, kv_cells: int, snapshots: SnapshotCache,
                  detokenize: Callable[[int], bytes], is_end: Callable[[int], bool], repeat_penalty: float,
-                 busy_budget: int = 64) -> None:
+                 busy_budget: int = 64, passages: PassageStore | None = None) -> None:
         self.ctx, self.kv_cells, self.snapshots = ctx, kv_cells, snapshots
+        self.splicer = Splicer(ctx, passages, scratch=ctx.n_seq_max - 1)  # the last sequence is its scratch
         self._detokenize, self._is_end, self._penalty = detokenize, is_end, repeat_penalty
         self._budgets = (busy_budget, ctx.n_batch)  # prompt tokens a step takes: while others decode, else
         self.busy_budget, self.idle_budget = self._budgets
@@ -47,12 +50,13 @@ class EngineLoop:
         self._waiting: list[Request] = []
         self._active: dict[int, Active] = {}
         self.slots = SlotTable(slots)
+        self.placement = Placement(ctx, self.slots, snapshots, kv_cells)
         self.system: list[int] = []  # the tokens sequence 0 holds
-        self._step_s: dict[int, float] = {}  # decode-only step seconds by batch size (moving average)
-        self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
+        self.stats = StepStats()
         # What other threads may read without racing the loop: works, waiting works, free slots, idle prompts.
         self._published: tuple = ([], [], slots, [])
         self._stop, self._keys = False, 0
+        self._forget: list[threading.Event] = []  # asked to drop idle sequences' prompts
         self._thread = threading.Thread(target=self._run, name="rag-engine", daemon=True)
         self._thread.start()
 
@@ -67,6 +71,24 @@ class EngineLoop:
             self._cv.notify()
         return request
 
+    def warm(self, passages: Sequence[tuple[str, list[int]]]) -> int:
+        """Evaluate and keep these ``(key, tokens)`` passages while the engine
+        has nothing else to do; how many were queued."""
+        queued = self.splicer.wanted(passages)
+        if queued:
+            with self._cv:
+                self._cv.notify()
+        return queued
+
+    def forget_prompts(self, wait_s: float = 30.0) -> None:
+        """Drop what idle sequences hold, so the next prompts find only the
+        system prompt and saved snapshots cached (for measurements)."""
+        done = threading.Event()
+        with self._cv:
+            self._forget.append(done)
+            self._cv.notify()
+        done.wait(wait_s)
+
     def cancel(self, request: Request, wait_s: float = 30.0) -> None:
         """Stop ``request`` and wait (up to ``wait_s``) until its sequence is free."""
         request.cancelled.set()
@@ -74,27 +96,23 @@ class EngineLoop:
             self._cv.notify()
         request.released.wait(wait_s)
 
-    def load(self, deadline: float) -> Load:
-        """The load a foreground request with ``deadline`` would meet now."""
+    def load(self) -> Load:
+        """The engine as a new request would find it now: what holds a
+        sequence, what waits for one (less the shared system prefix each
+        will find cached), the step budgets and the measured decode steps."""
         with self._cv:
-            active, waiting, free, _ = self._published
+            active, waiting, _, _ = self._published
             waiting = [*waiting, *(r.work() for r in self._inbox)]
-        generating = sum(1 for w in active if w.generating)
-        return load_for(active, waiting, deadline, busy_budget=self.busy_budget,
-                        decode_step_s=self.decode_step_s(max(generating, 1)), free_slots=free)
+            steps = self.stats.decode_steps()
+        shared = len(self.system)
+        waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1)) for w in waiting]
+        return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
+                    self.ctx.n_batch, steps)
 
     def held_prompts(self) -> list[np.ndarray]:
         """What the idle sequences hold (a cached prefix for the next prompt)."""
         with self._cv:
             return list(self._published[3])
-
-    def decode_step_s(self, batch: int) -> float:
-        """Measured seconds of a decode step with ``batch`` sequences (the
-        nearest size measured, scaled up for a larger one; 0 before any)."""
-        if not self._step_s:
-            return 0.0
-        nearest = min(self._step_s, key=lambda b: abs(b - batch))
-        return self._step_s[nearest] * (batch / nearest if nearest < batch else 1.0)
 
     def stop(self) -> None:
         """End the loop; requests still held or waiting get an error."""
@@ -108,13 +126,20 @@ class EngineLoop:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not (self._stop or self._inbox or self._active or self._waiting):
+                while not (self._stop or self._inbox or self._active or self._waiting or self._can_warm()
+                           or self._forget):
                     self._cv.wait()
                 if self._stop:
                     break
                 self._waiting.extend(self._inbox)
                 self._inbox.clear()
+                forget, self._forget = self._forget, []
+            for seq in self.slots.evict(self.kv_cells) if forget else ():
+                self.ctx.remove(seq)
+            for done in forget:
+                done.set()
             try:
+                self._warm_or_give_way()
                 self._drop_cancelled()
                 self._admit()
                 self._publish()
@@ -134,6 +159,29 @@ class EngineLoop:
             self._finish(active, error=GenerationFailed("the engine stopped"))
         for request in self._waiting + self._inbox:
             request.fail(GenerationFailed("the engine stopped"))
+
+    def _can_warm(self) -> bool:
+        return bool(self.system) and self.splicer.warm_size() > 0
+
+    def _warm_or_give_way(self) -> None:
+        """Warming runs only while nothing else needs the engine: it gives
+        way to any other request (and is queued again), and starts when the
+        engine is otherwise idle."""
+        others = any(not r.idle for r in self._waiting) or any(not a.req.idle for a in self._active.values())
+        if others:
+            for a in [a for a in self._active.values() if a.req.idle]:
+                self.splicer.give_back(a.req, len(self.system))
+                self._finish(a, cancelled=True)
+            for r in [r for r in self._waiting if r.idle]:
+                self._waiting.remove(r)
+                self.splicer.give_back(r, len(self.system))
+                r.released.set()
+        elif not self._active and not self._waiting:
+            request = self.splicer.next_warm(self.system)
+            if request is not None:
+                self._keys += 1
+                request.key = self._keys
+                self._waiting.append(request)
 
     def _publish(self) -> None:
         with self._cv:
@@ -158,7 +206,12 @@ class EngineLoop:
                 continue
             if not request.pin and not self.slots.free:
                 break
-            active = self._place(request)
+            active = self.placement.place(request, self.system, sum(a.reserved for a in self._active.values()))
+            if request.pin and active is not None:
+                self.system = []  # sequence 0 is being rebuilt
+            if active is None and request.released.is_set():  # refused outright: already told why
+                self._waiting.remove(request)
+                continue
             if active is None:  # no room until others finish
                 if not self._active:
                     self._waiting.remove(request)
@@ -170,56 +223,13 @@ class EngineLoop:
             if not request.prefill_only:
                 active.sampler = Sampler(self.ctx.n_vocab, repeat_penalty=self._penalty)
             self._active[request.key] = active
-
-    def _room(self, need: int) -> bool:
-        """Whether ``need`` more cells fit, after giving up idle caches if needed."""
-        used = len(self.system) + sum(a.reserved for a in self._active.values()) + self.slots.idle_cells()
-        short = used + need - self.kv_cells
-        if short > 0:
-            for seq in self.slots.evict(short):
-                self.ctx.remove(seq)
-            short = len(self.system) + sum(a.reserved for a in self._active.values()) + need - self.kv_cells
-        return short <= 0
-
-    def _place(self, request: Request) -> Active | None:
-        """Start ``request`` from the longest prefix held: an idle sequence's
-        prompt, a saved snapshot, or the system prompt's cells; None if the
-        cache has no room for it now."""
-        tokens, ctx, budget = request.tokens, self.ctx, len(request.tokens) + request.max_tokens + 1
-        if request.pin:
-            ctx.remove(SYSTEM_SEQ)
-            self.system = []
-            return Active(request, SYSTEM_SEQ, len(tokens), 0, 0, 0)
-        limit = len(tokens) - 1  # the last prompt token is always evaluated, for its logits
-        system = min(common_prefix(np.asarray(self.system, dtype=np.int32), np.asarray(tokens, dtype=np.int32)), limit)
-        idle_seq, idle = self.slots.best(tokens)
-        key, saved = self.snapshots.best(tokens)
-        idle, saved = min(idle, limit), min(saved, limit)
-        if idle_seq is not None and idle >= max(saved, system) and idle > 0:
-            if not self._room(budget - idle):
-                return None
-            seq, _ = self.slots.take(idle_seq)
-            ctx.remove(seq, idle, -1)
-            return Active(request, seq, budget - idle, idle, idle, idle)
-        if not self._room(budget - (system if saved <= system else 0)):
-            return None
-        seq, held = self.slots.take()
-        if held:
-            ctx.remove(seq)
-        if key is not None and saved > system:
-            started = time.perf_counter()
-            snap = self.snapshots.get(key)
-            if snap is not None and ctx.load(seq, snap.data):
-                ctx.remove(seq, saved, -1)  # what follows the common prefix is evaluated again
-                return Active(request, seq, budget, saved, saved, saved, saved, time.perf_counter() - started)
-            self.snapshots.discard(key)  # not a state of this model and context
-            ctx.remove(seq)
-        if system:
-            ctx.share(SYSTEM_SEQ, seq, 0, system)
-        return Active(request, seq, budget - system, system, system, system)
+            self.splicer.plan(active, self.system)
 
     def _execute(self, step: Step) -> None:
         """Evaluate one batch, share its time among its tokens, and sample."""
+        step = self.splicer.capped(step, self._active, self.busy_budget)
+        if not step.tokens:
+            return
         entries, owners = [], []
         for key in step.decode:
             a = self._active[key]
@@ -244,6 +254,7 @@ class EngineLoop:
         for key, n in step.prefill:
             a = self._active[key]
             a.next, a.n_past = a.next + n, a.n_past + n
+            self.splicer.catch_up(a, len(self.system))
             if a.next == len(a.req.tokens) and a.req.prefill_only:
                 self._finish(a)
         for a, token in samples:
@@ -257,15 +268,7 @@ class EngineLoop:
                 a.prefill_s += share
             else:
                 a.decode_s += share
-        c = self.counters
-        c["steps"] += 1
-        c["prefill_tokens"] += sum(n for _, n in step.prefill)
-        if step.decode:
-            c["decode_steps"] += 1
-            c["decode_tokens"] += len(step.decode)
-            if not step.prefill:  # a decode-only step: how long one of this many takes
-                n, before = len(step.decode), self._step_s.get(len(step.decode))
-                self._step_s[n] = seconds if before is None else 0.8 * before + 0.2 * seconds
+        self.stats.count(len(step.decode), sum(n for _, n in step.prefill), seconds)
 
     def _no_room(self, step: Step) -> None:
         """The batch did not fit the KV cache: take less prompt next time, or
@@ -310,6 +313,9 @@ class EngineLoop:
                 if data:
                     self.snapshots.put(req.session, Snapshot(np.asarray(held, dtype=np.int32), data), pin=req.pin)
                 snapshot_s = time.perf_counter() - began
+        if ok and req.store is not None:
+            self.splicer.keep(a, self.system)
+            held = []
         if a.seq == SYSTEM_SEQ:
             self.system = list(held)
         else:

@@ -9,8 +9,9 @@ a newer state replaces the older one) and found by the longest common token
 prefix with a new prompt, so a new conversation finds the shared system
 prompt's snapshot.
 
-Disk files are ``RBKV`` + a JSON header + the tokens (int32) + the state
-bytes: nothing is unpickled. They are written atomically and survive a
+Disk files are ``RBKV`` + a JSON header (with a CRC-32 of the state) + the
+tokens (int32) + the state bytes: nothing is unpickled, and a file whose
+bytes do not match is dropped, never handed to the engine. They are written atomically and survive a
 restart of the process; the engine must check that a snapshot belongs to it
 (the directory is per model and context, see the backend).
 
@@ -25,6 +26,7 @@ import logging
 import os
 import struct
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 MAGIC = b"RBKV"
-FORMAT = 1
+FORMAT = 2  # 2: the header holds a CRC-32 of the state bytes
 log = logging.getLogger("rag_budget.cache")
 
 
@@ -124,6 +126,11 @@ class SnapshotCache:
 
     # -- lookup --------------------------------------------------------------
 
+    def holds(self, key: str) -> bool:
+        """Whether ``key`` is held in RAM or on disk (nothing is read)."""
+        with self._lock:
+            return key in self._ram or key in self._disk
+
     def best(self, tokens: Sequence[int] | np.ndarray) -> tuple[str | None, int]:
         """The key of the snapshot sharing the longest prefix with
         ``tokens``, and that prefix's length (``(None, 0)`` if none does)."""
@@ -207,7 +214,7 @@ class SnapshotCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             header = json.dumps({"format": FORMAT, "key": key, "n_tokens": len(snapshot.tokens),
-                                 "data_bytes": len(snapshot.data)}).encode("utf-8")
+                                 "data_bytes": len(snapshot.data), "crc32": zlib.crc32(snapshot.data)}).encode("utf-8")
             tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             with open(tmp, "wb") as fh:
                 fh.write(MAGIC + struct.pack("<I", len(header)) + header)
@@ -281,6 +288,8 @@ def _read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None
             state = fh.read(d) if data else None
             if len(raw) != 4 * n or (state is not None and len(state) != d):
                 raise ValueError("it is shorter than its header says")
+            if state is not None and zlib.crc32(state) != header.get("crc32"):
+                raise ValueError("its state bytes do not match their checksum")
             return header["key"], np.frombuffer(raw, dtype="<i4").astype(np.int32), state
     except FileNotFoundError:
         return None

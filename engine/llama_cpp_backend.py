@@ -32,10 +32,12 @@ from .engine_loop import EngineLoop
 from .requests import Request
 from .errors import ContextOverflow, EngineSettingsError, ModelFileError
 from .kv_snapshots import SnapshotCache, common_prefix
-from .llama_internals import model_pointer, token_text, vocab_pointer
+from .llama_internals import chat_formatter, model_pointer, vocab_pointer
 from .llama_native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from .models import check_gguf, default_model_path, model_identity, read_metadata
+from .passage_kv import PassageStore, find_spans
+from .passage_shelf import PassageShelf
 from .scheduler import Load
 
 DEFAULT_N_CTX = 4096
@@ -96,6 +98,9 @@ class LlamaCppBackend:
         snapshot_dir: str | os.PathLike[str] | None = None,
         snapshot_ram_bytes: int = 512 << 20,
         snapshot_disk_bytes: int = 2 << 30,
+        splice_fresh: int | None = None,
+        passage_ram_bytes: int = 1 << 30,
+        passage_disk_bytes: int = 8 << 30,
     ) -> None:
         import llama_cpp
 
@@ -123,14 +128,18 @@ class LlamaCppBackend:
         self.memory_plan = (plan_memory(self.shape, self.model_path, self.kv_cells, kv_type=kv_type,
                                         offloaded_layers=self.offloaded_layers) if check_memory else None)
         self._llm = self._load_model(llama_cpp)
-        self._formatter = self._chat_formatter()
+        self._formatter = chat_formatter(self._llm, self.model_path)
+        # On disk, one folder per model, build and context: a state is
+        # only meaningful to the set-up that wrote it.
+        identity = json.dumps(self.profile_key(), sort_keys=True)
+        disk = Path(snapshot_dir) / hashlib.sha256(identity.encode()).hexdigest()[:16] if snapshot_dir else None
         if snapshots is None:
-            # On disk, one folder per model, build and context: a state is
-            # only meaningful to the set-up that wrote it.
-            key = json.dumps(self.profile_key(), sort_keys=True)
-            disk = Path(snapshot_dir) / hashlib.sha256(key.encode()).hexdigest()[:16] if snapshot_dir else None
             snapshots = SnapshotCache(snapshot_ram_bytes, disk, snapshot_disk_bytes)
         self.snapshots = snapshots
+        if splice_fresh is not None and splice_fresh < 0:
+            raise EngineSettingsError(f"splice_fresh must be 0 or more tokens, not {splice_fresh}")
+        self.passages = PassageStore(identity, SnapshotCache(passage_ram_bytes, disk / "passages" if disk else None,
+                                                             passage_disk_bytes), fresh=splice_fresh)
         kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
         self._ctx = NativeContext(model_pointer(self._llm), n_ctx=self.kv_cells, n_seq_max=slots + 2,
                                   n_batch=n_batch, n_threads=self.n_threads, flash_attn=self.flash_attn,
@@ -140,8 +149,9 @@ class LlamaCppBackend:
             self._ctx, slots=slots, kv_cells=self._ctx.n_ctx, snapshots=snapshots,
             detokenize=lambda t: self._llm.detokenize([t], special=False),
             is_end=lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t)), repeat_penalty=repeat_penalty,
-            busy_budget=busy_step_tokens,
+            busy_budget=busy_step_tokens, passages=self.passages,
         )
+        self.shelf = PassageShelf(self.loop, self.passages, self.tokenize)
 
     def _load_model(self, llama_cpp):
         """The model, with llama-cpp-python's tokenizer and metadata; its own
@@ -151,15 +161,6 @@ class LlamaCppBackend:
                                    n_gpu_layers=self.n_gpu_layers, verbose=False)
         except (ValueError, RuntimeError) as exc:
             raise ModelFileError(f"{self.model_path}: llama.cpp could not load this model ({exc})") from None
-
-    def _chat_formatter(self):
-        template = self._llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise ModelFileError(f"{self.model_path}: the model has no chat template in its metadata")
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        return Jinja2ChatFormatter(template=template, eos_token=token_text(self._llm, self._llm.token_eos()),
-                                   bos_token=token_text(self._llm, self._llm.token_bos()))
 
     @property
     def offloaded_layers(self) -> int:
@@ -200,11 +201,14 @@ class LlamaCppBackend:
         session: str | None = None,
         deadline: float | None = None,
         background: bool = False,
+        passages: Sequence[str] = (),
     ) -> Generation:
         """The greedy completion of ``prompt`` (text or tokens), streamed.
         With ``session``, the state after the answer is saved under that key.
         ``deadline`` (a ``time.perf_counter()`` instant) orders it among the
         others, earliest first; ``background`` work waits for all of them.
+        ``passages`` are the texts of retrieved passages inside the prompt
+        (see :meth:`stored_passages`): those stored are spliced in.
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
@@ -215,12 +219,19 @@ class LlamaCppBackend:
         check_fits(len(tokens), max_tokens, self.n_ctx)
         if not tokens:
             raise ContextOverflow("an empty prompt has nothing to answer")
+        spans = tuple(s for s in find_spans(tokens, [self.tokenize(p) for p in passages]) if s is not None) \
+            if passages and self.passages.enabled else ()
         request = Request(0, tokens, max(max_tokens, 1), session=session, background=background,
-                          deadline=math.inf if deadline is None else deadline)
-        return Generation(self._run(request), engine=self.name)
+                          deadline=math.inf if deadline is None else deadline, spans=spans)
+        # Submitted now, not when first read, so that the load the next request is planned for includes it.
+        self.loop.submit(request)
+        return Generation(self._run(request), engine=self.name, release=lambda: self._release(request))
+
+    def _release(self, request: Request) -> None:
+        if not request.released.is_set():
+            self.loop.cancel(request)
 
     def _run(self, request: Request) -> Generator[str, None, Timings]:
-        self.loop.submit(request)
         try:
             while True:
                 kind, value = request.events.get()
@@ -231,12 +242,11 @@ class LlamaCppBackend:
                 else:
                     raise value
         finally:
-            if not request.released.is_set():
-                self.loop.cancel(request)  # a consumer that stopped early frees its sequence
+            self._release(request)  # a consumer that stopped early frees its sequence
 
-    def load(self, deadline: float) -> Load:
-        """What a new request with ``deadline`` would wait behind now."""
-        return self.loop.load(deadline)
+    def load(self) -> Load:
+        """The engine as a new request would find it now."""
+        return self.loop.load()
 
     # -- the prefix cache ----------------------------------------------------------
 
@@ -264,18 +274,48 @@ class LlamaCppBackend:
             raise value
         return value
 
+    # -- stored passages -------------------------------------------------------------
+
+    @property
+    def splice_fresh(self) -> int | None:
+        """Tokens at the head of a spliced passage evaluated again (None: splicing is off)."""
+        return self.passages.fresh
+
+    def stored_passages(self, texts: Sequence[str]) -> list[int]:
+        """For each passage text (as a prompt shows it, less its number): the
+        prompt tokens that would be spliced from the store instead of
+        evaluated; 0 for one not stored, or when splicing is off."""
+        return self.shelf.stored(texts)
+
+    def keep_passages(self, texts: Sequence[str]) -> int:
+        """Evaluate and keep these passages while the engine is otherwise
+        idle (giving way to any request); how many were queued."""
+        return self.shelf.keep(texts)
+
+    def precompute_passages(self, texts: Sequence[str], progress=None) -> dict[str, int]:
+        """Evaluate and keep every passage of ``texts`` not stored yet, now;
+        ``progress(done, total)`` after each. Returns the passages computed,
+        those already stored, and the bytes the store holds."""
+        return self.shelf.precompute(texts, progress)
+
+    def forget_prompts(self) -> None:
+        """Drop the prompts idle sequences hold (the system prompt, saved
+        snapshots and stored passages stay): the next prompt is evaluated
+        as if first seen. For measurements."""
+        self.loop.forget_prompts()
+
     def forget(self, session: str) -> None:
         """Drop the saved state of ``session`` (RAM and disk)."""
         self.snapshots.discard(session)
 
     def cache_stats(self) -> dict[str, object]:
         """Entries and bytes of the snapshot store, and what the engine did."""
-        return self.snapshots.stats() | self.engine_stats()
+        return self.snapshots.stats() | self.passages.stats() | self.engine_stats()
 
     def engine_stats(self) -> dict[str, object]:
         """Sequences and cells, steps run, and the tokens decoded and prefilled in them."""
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
-                **self.loop.counters}
+                **self.loop.stats.counters}
 
     def profile_key(self) -> dict[str, object]:
         """Model file identity, llama.cpp build, GPU layers, context, threads,

@@ -51,3 +51,17 @@ def vocab_pointer(llm):
 def token_text(llm, token: int) -> str:
     """The text of a special token (BOS, EOS) as a chat template writes it."""
     return "" if token == -1 else llm._model.token_get_text(token)
+
+
+def chat_formatter(llm, model_path):
+    """llama-cpp-python's Jinja2 formatter for the model's own chat template;
+    ModelFileError if the model has none."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from .errors import ModelFileError
+
+    template = llm.metadata.get("tokenizer.chat_template")
+    if not template:
+        raise ModelFileError(f"{model_path}: the model has no chat template in its metadata")
+    return Jinja2ChatFormatter(template=template, eos_token=token_text(llm, llm.token_eos()),
+                               bos_token=token_text(llm, llm.token_bos()))

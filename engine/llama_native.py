@@ -109,6 +109,10 @@ class NativeContext:
         corrected at the next decode)."""
         self._lc.llama_memory_seq_add(self.mem, seq, p0, p1, delta)
 
+    def first_pos(self, seq: int) -> int:
+        """The lowest position ``seq`` holds (-1 when empty)."""
+        return int(self._lc.llama_memory_seq_pos_min(self.mem, seq))
+
     def last_pos(self, seq: int) -> int:
         """The highest position ``seq`` holds (-1 when empty)."""
         return int(self._lc.llama_memory_seq_pos_max(self.mem, seq))

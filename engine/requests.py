@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from .backend import Timings
 from .errors import EngineError
 from .llama_native import Sampler
+from .passage_kv import Splice
 from .scheduler import Work
 
 
@@ -32,6 +33,9 @@ class Request:
     pin: bool = False
     deadline: float = math.inf
     background: bool = False
+    spans: tuple[tuple[int, int], ...] = ()  # where retrieved passages lie in ``tokens`` (they may be spliced)
+    store: str | None = None  # a passage behind the system prompt, to evaluate and keep under this key
+    idle: bool = False  # warming the passage store: runs only while nothing else needs the engine
     started: float = field(default_factory=time.perf_counter)
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -72,22 +76,33 @@ class Active:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     first_token_at: float | None = None
+    splices: list[Splice] = field(default_factory=list)  # stored passages still ahead in the prompt
+    spliced: int = 0
+    splice_s: float = 0.0
 
     def work(self) -> Work:
-        """As the scheduler sees it."""
-        return Work(self.req.key, self.req.deadline, self.req.started, len(self.req.tokens) - self.next,
+        """As the scheduler sees it: the prompt tokens it still evaluates (spliced ones are not)."""
+        ahead = len(self.req.tokens) - self.next - sum(sp.spliced for sp in self.splices)
+        return Work(self.req.key, self.req.deadline, self.req.started, ahead,
                     self.req.max_tokens - len(self.generated), self.pending is not None, self.req.background)
+
+    def until_splice(self) -> int | None:
+        """Prompt tokens to evaluate before the next stored passage goes in (None: none ahead)."""
+        return self.splices[0].point - self.next if self.splices else None
 
 
 def timings_of(a: Active, snapshot_s: float) -> Timings:
     """What ``a`` took: its own prefill and decode seconds (its share of the
-    steps it was in), and everything else before its first token as waiting."""
+    steps it was in), the passages spliced in and the time that took, and
+    everything else before its first token as waiting."""
     req, end = a.req, time.perf_counter()
     first = a.first_token_at if a.first_token_at is not None else end
     ttft = first - req.started
+    cached = a.cached + a.spliced  # spliced tokens were not evaluated: they count as cached
     return Timings(
-        prompt_tokens=len(req.tokens), cached_tokens=a.cached, prefill_tokens=len(req.tokens) - a.cached,
+        prompt_tokens=len(req.tokens), cached_tokens=cached, prefill_tokens=len(req.tokens) - cached,
         ttft_s=ttft, prefill_s=a.prefill_s, decode_tokens=len(a.generated), decode_s=a.decode_s,
         total_s=end - req.started - snapshot_s, restored_tokens=a.restored, restore_s=a.restore_s,
-        snapshot_s=snapshot_s, queue_s=max(ttft - a.prefill_s - a.restore_s, 0.0),
+        snapshot_s=snapshot_s, queue_s=max(ttft - a.prefill_s - a.restore_s - a.splice_s, 0.0),
+        spliced_tokens=a.spliced, splice_s=a.splice_s,
     )

@@ -1,17 +1,19 @@
 """Who the engine works for next: pure decisions, no model.
 
 Each step of the engine's loop evaluates one batch: one token for every
-sequence that is generating (decode is bandwidth-bound, so the step costs
-little more than one of them), then as many prompt tokens of sequences
+sequence that is generating (on a GPU decode is bandwidth-bound and the
+step costs little more than one of them; on a small CPU it grows with the
+batch, which is why the estimates below use measured step times), then as many prompt tokens of sequences
 still prefilling as the step's budget allows (prefill is compute-bound, so
 it is spent where a deadline needs it). Prompts are served earliest
 deadline first; requests without a deadline after those with one, in
 arrival order; background work (a summary, a prefix prefilled ahead) last,
 and only while no request with a deadline has prompt tokens waiting.
 
-A request's wait under the current load is estimated from the same rules:
-the prompt tokens that go before it, the decode steps interleaved with
-them, and a slot to free when none is.
+A request's wait under the current load is estimated by running the same
+rules forward over what the engine holds and what waits for it: the prompt
+tokens that go before it, the decode steps interleaved with them, and the
+sequences that must free first when none is free.
 
 Does not: touch llama.cpp, measure time, or plan prompts.
 """
@@ -19,7 +21,7 @@ Does not: touch llama.cpp, measure time, or plan prompts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 FOREGROUND, BACKGROUND = 0, 1
@@ -95,47 +97,124 @@ def admission_order(waiting: Sequence[Work]) -> list[Work]:
 
 @dataclass(frozen=True)
 class Load:
-    """The engine's load as a new request with some deadline would meet it:
-    prompt tokens that go before it, sequences generating, the prompt tokens
-    a step takes while others decode, the seconds of a decode step at this
-    batch size (measured), whether a sequence is free, and if not, the
-    fewest answer tokens left to any generating request."""
+    """The engine as a new request finds it: the requests holding a
+    sequence, those waiting for one, how many sequences requests may hold,
+    the step budgets, and the measured seconds of a decode-only step by
+    batch size."""
 
-    ahead_tokens: int
-    generating: int
-    busy_budget: int
-    decode_step_s: float
-    free_slot: bool = True
-    slot_after_tokens: int = 0
+    active: tuple[Work, ...] = ()
+    waiting: tuple[Work, ...] = ()
+    slots: int = 1
+    busy_budget: int = 64
+    idle_budget: int = 512
+    n_batch: int = 512
+    decode_steps: tuple[tuple[int, float], ...] = ()  # (batch size, seconds), measured
 
-
-def load_for(active: Sequence[Work], waiting: Sequence[Work], deadline: float, *, busy_budget: int,
-             decode_step_s: float, free_slots: int) -> Load:
-    """The load a foreground request with ``deadline`` meets: everything
-    foreground with an earlier deadline goes before it."""
-    ahead = sum(w.to_prefill for w in (*active, *waiting) if not w.background and w.deadline <= deadline)
-    generating = [w for w in active if w.generating]
-    free = free_slots > len([w for w in waiting if not w.background])
-    soonest = min((w.to_decode for w in generating), default=0)
-    return Load(ahead, len(generating), busy_budget, decode_step_s, free, 0 if free else soonest)
-
-
-def expected_wait(load: Load, cost: Callable[[int, int], float]) -> float:
-    """Seconds before a new request's own prompt starts being evaluated:
-    the prompts ahead of it (``cost(n_new, n_cached)`` seconds for their
-    tokens), the decode steps interleaved with them, and the decode steps
-    until a sequence frees when none is free."""
-    steps = math.ceil(load.ahead_tokens / max(load.busy_budget, 1)) if load.generating else 0
-    slot = load.slot_after_tokens * load.decode_step_s if not load.free_slot else 0.0
-    return cost(load.ahead_tokens, 0) + steps * load.decode_step_s + slot
+    def decode_s(self, batch: int, seconds_per_token: float) -> float:
+        """Seconds of a decode step with ``batch`` sequences: the nearest size
+        measured (scaled up for a larger batch), else ``batch`` prompt tokens' worth."""
+        if batch <= 0:
+            return 0.0
+        if not self.decode_steps:
+            return batch * seconds_per_token
+        nearest, seconds = min(self.decode_steps, key=lambda m: abs(m[0] - batch))
+        return seconds * (batch / nearest if nearest < batch else 1.0)
 
 
-def slowdown(load: Load, seconds_per_token: float) -> float:
-    """How much slower a new request's own prefill runs for the decode steps
-    of the others interleaved with it: 1 when nothing else is generating.
+@dataclass(frozen=True)
+class Wait:
+    """What a new request meets: the seconds before its own prompt starts
+    being evaluated, and how many sequences decode beside it then."""
 
-    ``slowdown(Load(0, 4, 64, 0.032), 0.005) -> 1.1``
-    """
-    if not load.generating or seconds_per_token <= 0:
+    seconds: float = 0.0
+    generating: int = 0
+
+
+_NEW = -1  # the key of the request being estimated
+
+
+def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float], *, max_steps: int = 4096) -> Wait:
+    """How long the work ahead of a new foreground request with ``deadline``
+    keeps the engine before the request's own prompt tokens are evaluated
+    (the prompts ahead of it in its first step included), found by running the scheduler's own rules forward: sequences
+    given in :func:`admission_order` as they free, each step planned by
+    :func:`plan_step` and costed as its prompt tokens (``cost(n_new,
+    n_cached)`` seconds) plus a decode step of its batch. Requests are
+    assumed to generate all the tokens they may, so the wait is an upper
+    estimate; ``math.inf`` when it would never start (no sequence for requests)."""
+    per_token = cost(256, 0) / 256
+    active = {w.key: w for w in load.active}
+    queue = [*load.waiting, Work(_NEW, deadline, math.inf, 1, 1)]
+    elapsed = 0.0
+    for _ in range(max_steps):
+        for w in admission_order(queue)[:max(load.slots - len(active), 0)]:
+            active[w.key] = w
+            queue.remove(w)
+        step = plan_step(list(active.values()), busy_budget=load.busy_budget, idle_budget=load.idle_budget,
+                         n_batch=load.n_batch)
+        keys = [key for key, _ in step.prefill]
+        if _NEW in keys:
+            # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
+            ahead = sum(n for _, n in step.prefill[:keys.index(_NEW)])
+            return Wait(elapsed + (cost(ahead, 0) if ahead else 0.0), len(step.decode))
+        if not step.tokens:
+            return Wait(math.inf, 0)
+        # A step without prompt tokens repeats unchanged until the first of its requests finishes.
+        repeat = 1 if step.prefill else min(active[k].to_decode for k in step.decode)
+        prompt = sum(n for _, n in step.prefill)
+        elapsed += repeat * ((cost(prompt, 0) if prompt else 0.0) + load.decode_s(len(step.decode), per_token))
+        _advance(active, step, repeat)
+    return Wait(elapsed, 0)
+
+
+def _advance(active: dict[int, Work], step: Step, repeat: int) -> None:
+    """``active`` after ``repeat`` runs of ``step``: decoders a token nearer
+    their end, prompts evaluated, finished requests gone (their sequences free)."""
+    for key in step.decode:
+        w = active[key]
+        active[key] = replace(w, to_decode=w.to_decode - repeat)
+    for key, n in step.prefill:
+        w = active[key]
+        left = w.to_prefill - n
+        # The step that evaluates a prompt's last token also samples its first answer token.
+        active[key] = replace(w, to_prefill=left, generating=left == 0,
+                              to_decode=w.to_decode - (1 if left == 0 else 0))
+    for key in [k for k, w in active.items() if w.to_decode <= 0 and w.to_prefill <= 0]:
+        del active[key]
+
+
+def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float]) -> float:
+    """How much slower a new request's own prefill runs for the decode
+    steps of the ``wait.generating`` others interleaved with it: each step
+    takes ``busy_budget`` of its prompt tokens and one token of each of them;
+    1 when nothing else is generating."""
+    busy = cost(load.busy_budget, 0)
+    if not wait.generating or busy <= 0:
         return 1.0
-    return 1.0 + load.decode_step_s / (max(load.busy_budget, 1) * seconds_per_token)
+    return 1.0 + load.decode_s(wait.generating, busy / load.busy_budget) / busy
+
+
+class StepStats:
+    """What the loop's steps did: counts for reports, and the seconds a
+    decode-only step of each batch size takes (a moving average, which
+    :class:`Load` uses to predict decode time under load)."""
+
+    def __init__(self) -> None:
+        self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
+        self._step_s: dict[int, float] = {}
+
+    def count(self, decoded: int, prefilled: int, seconds: float) -> None:
+        """One step of ``decoded`` answer tokens and ``prefilled`` prompt tokens."""
+        c = self.counters
+        c["steps"] += 1
+        c["prefill_tokens"] += prefilled
+        if decoded:
+            c["decode_steps"] += 1
+            c["decode_tokens"] += decoded
+            if not prefilled:
+                before = self._step_s.get(decoded)
+                self._step_s[decoded] = seconds if before is None else 0.8 * before + 0.2 * seconds
+
+    def decode_steps(self) -> tuple[tuple[int, float], ...]:
+        """(batch size, seconds) for each decode-only batch size seen."""
+        return tuple(self._step_s.items())

@@ -34,6 +34,7 @@ class SlotTable:
     def __init__(self, slots: int) -> None:
         self._idle: dict[int, _Slot] = {s: _Slot(s) for s in range(1, slots + 1)}
         self._clock = itertools.count(1)
+        self.size = slots  # sequences requests may hold, busy or idle
 
     @property
     def free(self) -> int:

@@ -46,13 +46,21 @@ class ContextTooSmall(ValueError):
 @dataclass(frozen=True)
 class Candidate:
     """A retrieved passage as the budgeter sees it: its cost in prompt
-    tokens, its relevance, and where it comes from (for overlap)."""
+    tokens, its relevance, and where it comes from (for overlap).
+
+    A passage the engine holds stored KV for is not evaluated whole: taken
+    whole, ``spliced`` of its tokens are placed from the store in
+    ``splice_s`` seconds (the rest, like any passage, is evaluated). Trimmed,
+    it is evaluated like any other.
+    """
 
     tokens: int
     score: float
     source: str = ""
     start: int = 0
     end: int = 0
+    spliced: int = 0
+    splice_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,7 @@ class Decision:
     tokens: int
     ttft_s: float
     trimmed: bool = False
+    spliced: bool = False  # taken whole from the engine's passage store
 
 
 @dataclass(frozen=True)
@@ -127,14 +136,17 @@ def passage_room(request: BudgetRequest, cost: CostFn) -> int:
     return _room(request, cost, request.fixed_tokens)
 
 
-def _room(r: BudgetRequest, cost: CostFn, used: int) -> int:
+def _room(r: BudgetRequest, cost: CostFn, used: int, spliced: int = 0, splice_s: float = 0.0) -> int:
+    """Most further tokens, all evaluated, that keep the plan on target
+    and inside the window, with ``used`` tokens in the prompt so far
+    (``spliced`` of them placed from the store in ``splice_s``)."""
     ctx_limit = r.n_ctx - r.reserve_tokens
     if r.target_ttft is None:
         return max(ctx_limit - used, 0)
-    cached = min(r.cached_tokens, r.fixed_tokens)
+    cached = min(r.cached_tokens, r.fixed_tokens) + spliced
 
     def planned(total: int) -> float:
-        return r.overhead_s + r.safety * cost(max(total - cached, 0), cached)
+        return r.overhead_s + r.safety * (cost(max(total - cached, 0), cached) + splice_s)
 
     lo, hi = 0, max(ctx_limit - used, 0)
     if planned(used) > r.target_ttft:
@@ -156,15 +168,32 @@ class _Selection:
         self.ctx_limit = request.n_ctx - request.reserve_tokens
         self.cached = min(request.cached_tokens, request.fixed_tokens)
         self.used = request.fixed_tokens
+        self.spliced, self.splice_s = 0, 0.0  # of the passages taken, placed from the engine's store
         self.chosen: list[int] = []
         self.trim: dict[int, int] = {}
         self.decisions: dict[int, Decision] = {}
 
+    def _seconds(self, total: int, spliced: int, splice_s: float, safety: float) -> float:
+        cached = self.cached + spliced
+        return self.r.overhead_s + safety * (self.cost(max(total - cached, 0), cached) + splice_s)
+
     def central(self, total: int) -> float:
-        return self.r.overhead_s + self.cost(max(total - self.cached, 0), self.cached)
+        return self._seconds(total, self.spliced, self.splice_s, 1.0)
 
     def planned(self, total: int) -> float:
-        return self.r.overhead_s + self.r.safety * self.cost(max(total - self.cached, 0), self.cached)
+        return self._seconds(total, self.spliced, self.splice_s, self.r.safety)
+
+    def room(self) -> int:
+        """Evaluated tokens that still fit the target and the window."""
+        return _room(self.r, self.cost, self.used, self.spliced, self.splice_s)
+
+    def fits_spliced(self, i: int) -> bool:
+        """Whether stored candidate ``i`` fits whole, placed from the store."""
+        c = self.candidates[i]
+        if not c.spliced or self.used + c.tokens > self.ctx_limit:
+            return False
+        return self.r.target_ttft is None or self._seconds(
+            self.used + c.tokens, self.spliced + c.spliced, self.splice_s + c.splice_s, self.r.safety) <= self.r.target_ttft
 
     def eligible(self) -> list[int]:
         """Candidates worth considering, in relevance order; the others are
@@ -182,12 +211,16 @@ class _Selection:
         return eligible
 
     def take(self, i: int, tokens: int) -> None:
+        c = self.candidates[i]
         self.used += tokens
         self.chosen.append(i)
-        size = self.candidates[i].tokens
-        if tokens < size:
+        whole = tokens >= c.tokens
+        if not whole:
             self.trim[i] = tokens
-        self.decisions[i] = Decision(i, True, None, tokens, self.central(self.used), tokens < size)
+        elif c.spliced:
+            self.spliced, self.splice_s = self.spliced + c.spliced, self.splice_s + c.splice_s
+        self.decisions[i] = Decision(i, True, None, tokens, self.central(self.used), not whole,
+                                     spliced=whole and c.spliced > 0)
 
     def drop(self, i: int, reason: str) -> None:
         self.decisions[i] = Decision(i, False, reason, 0, self.central(self.used + self.candidates[i].tokens))
@@ -203,7 +236,10 @@ class _Selection:
             if room_ctx < min(size, r.min_trim_tokens):
                 self.drop(i, "context")
                 continue
-            room = min(room_ctx, max(_room(r, self.cost, self.used), r.min_trim_tokens))
+            if self.fits_spliced(i):
+                self.take(i, size)
+                continue
+            room = min(room_ctx, max(self.room(), r.min_trim_tokens))
             self.take(i, min(size, room))
             if size > room:
                 return True
@@ -221,9 +257,9 @@ class _Selection:
                 continue
             size = self.candidates[i].tokens
             room_ctx = self.ctx_limit - self.used
-            room_ttft = _room(r, self.cost, self.used)
+            room_ttft = self.room()
             room = min(room_ctx, room_ttft)
-            if size <= room:
+            if size <= room or self.fits_spliced(i):
                 self.take(i, size)
                 if skipped_once:
                     return

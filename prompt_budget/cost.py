@@ -26,6 +26,9 @@ from typing import Iterable, Sequence
 # Prefill rate measured on the development machine (SmolLM2-135M Q4_1,
 # 2 threads; DESIGN.md), used only before any sample of this machine exists.
 PRIOR_TOKENS_PER_S = 200.0
+# Reading back a stored passage's KV: about 20 ms for 945 tokens of
+# SmolLM2-135M from a snapshot here; used until this machine has spliced one.
+PRIOR_SPLICE_S_PER_TOKEN = 25e-6
 FORMS = ("linear", "attention")
 
 
@@ -168,6 +171,7 @@ class PrefillCostModel:
         self._samples: deque[PrefillSample] = deque(samples, maxlen=window)
         self._ratios: deque[float] = deque(ratios, maxlen=ratio_window)
         self._overheads: deque[float] = deque(overheads, maxlen=ratio_window)
+        self._splice_rates: deque[float] = deque(maxlen=ratio_window)  # seconds per spliced token
         self.fit = fit or prior_fit(prior_tokens_per_s)
         self._lock = threading.RLock()
         self._corrections: dict[int, float] = {}
@@ -202,6 +206,24 @@ class PrefillCostModel:
         with self._lock:
             if seconds >= 0:
                 self._overheads.append(seconds)
+
+    def splice_seconds(self, tokens: int, passages: int = 1) -> float:
+        """Predicted seconds to load and place ``tokens`` of ``passages``
+        stored passages: the measured rate per token (the median of recent
+        splices; a prior before any), plus the fixed cost of the evaluation
+        step each passage splits the prompt into."""
+        if tokens <= 0:
+            return 0.0
+        with self._lock:
+            rate = quantile(list(self._splice_rates), 0.5) if self._splice_rates else PRIOR_SPLICE_S_PER_TOKEN
+            step = max(self.fit.coef[0], 0.0) if self.fit.coef else 0.0
+            return tokens * rate + passages * step
+
+    def observe_splice(self, tokens: int, seconds: float) -> None:
+        """Record ``seconds`` spent splicing ``tokens`` of stored passages."""
+        with self._lock:
+            if tokens > 0 and seconds > 0:
+                self._splice_rates.append(seconds / tokens)
 
     @property
     def calibrated(self) -> bool:

@@ -38,13 +38,23 @@ class ContextPassage:
     page: int | None = None
 
 
+def passage_body(passage: ContextPassage) -> str:
+    """A passage as it is shown, less its number: the same in every prompt
+    it appears in, whatever its number there, so an engine can keep its KV
+    (see ``engine.passage_kv``).
+
+    ``passage_body(ContextPassage("a.md", "Hi")) -> " (a.md)\\nHi"``
+    """
+    where = passage.source if passage.page is None else f"{passage.source}, page {passage.page}"
+    return f" ({where})\n{passage.text.strip()}"
+
+
 def format_passage(number: int, passage: ContextPassage) -> str:
     """One numbered passage with its source.
 
     ``format_passage(1, ContextPassage("a.md", "Hi")) -> "[1] (a.md)\\nHi"``
     """
-    where = passage.source if passage.page is None else f"{passage.source}, page {passage.page}"
-    return f"[{number}] ({where})\n{passage.text.strip()}"
+    return f"[{number}]{passage_body(passage)}"
 
 
 def passage_blocks(passages: Sequence[ContextPassage]) -> str:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from engine import FakeBackend
-from engine.scheduler import Load, Work, admission_order, expected_wait, load_for, plan_step, slowdown
+from engine.scheduler import Load, Wait, Work, admission_order, expected_wait, plan_step, slowdown
 from engine.slots import SlotTable
 from prompt_budget import PrefillCostModel
 from prompt_budget.cost import PrefillSample, fit_samples
@@ -45,21 +45,30 @@ def test_background_work_gives_way_to_any_request_with_a_prompt_waiting():
     assert [w.key for w in admission_order(waiting)] == [3, 2]
 
 
-def test_the_load_a_request_meets_counts_only_what_goes_before_it():
-    active = [work(1, generating=True, to_decode=5), work(2, deadline=1.0, to_prefill=100),
-              work(3, deadline=9.0, to_prefill=300), work(4, to_prefill=50, background=True)]
-    load = load_for(active, [], 5.0, busy_budget=64, decode_step_s=0.03, free_slots=2)
-    assert load.ahead_tokens == 100 and load.generating == 1 and load.free_slot
-    full = load_for(active, [], 5.0, busy_budget=64, decode_step_s=0.03, free_slots=0)
-    assert not full.free_slot and full.slot_after_tokens == 5
-
+def test_the_wait_a_request_meets_runs_the_scheduler_forward():
     def cost(n, cached):
         return 0.005 * n
 
-    assert expected_wait(load, cost) == pytest.approx(0.5 + 2 * 0.03)
-    assert expected_wait(full, cost) == pytest.approx(0.5 + 2 * 0.03 + 5 * 0.03)
-    assert slowdown(Load(0, 4, 64, 0.032), 0.005) == pytest.approx(1.1)
-    assert slowdown(Load(0, 0, 64, 0.032), 0.005) == 1.0
+    active = (work(1, generating=True, to_decode=5), work(2, deadline=1.0, to_prefill=100),
+              work(3, deadline=9.0, to_prefill=300), work(4, to_prefill=50, background=True))
+    measured = ((1, 0.03),)
+    assert expected_wait(Load(), 5.0, cost) == Wait(0.0, 0)
+    # A free sequence: only the earlier deadline's prompt goes first (its last 36 tokens share a step with ours).
+    roomy = Load(active, (), slots=6, decode_steps=measured)
+    assert expected_wait(roomy, 5.0, cost) == Wait(pytest.approx(0.35 + 36 * 0.005), 1)
+    # On an idle engine one step takes several prompts: those ahead in it count.
+    burst = Load((), (work(7, deadline=1.0, to_prefill=200),), slots=6)
+    assert expected_wait(burst, 5.0, cost) == Wait(pytest.approx(1.0), 0)
+    # None free: request 1 must finish its five tokens first, while 2 and 3 prefill beside it.
+    full = Load(active, (), slots=4, decode_steps=measured)
+    assert expected_wait(full, 5.0, cost) == Wait(pytest.approx(0.35 + 0.35 + 3 * 0.38), 1)
+    # The background prefill never delays it; one waiting with an earlier deadline does.
+    ahead = Load(active, (work(5, deadline=2.0, to_prefill=64),), slots=6, decode_steps=measured)
+    assert expected_wait(ahead, 5.0, cost).seconds > expected_wait(roomy, 5.0, cost).seconds
+    assert expected_wait(Load(slots=0), 5.0, cost).seconds == math.inf
+    assert slowdown(Load(decode_steps=((4, 0.032),)), Wait(0.0, 4), cost) == pytest.approx(1.1)
+    assert slowdown(Load(), Wait(0.0, 0), cost) == 1.0
+    assert Load().decode_s(3, 0.005) == pytest.approx(0.015) and Load(decode_steps=measured).decode_s(2, 1) == 0.06
 
 
 def test_idle_sequences_are_a_cache_given_up_least_recently_used_first():
@@ -92,6 +101,11 @@ def test_under_load_a_plan_takes_fewer_passages_and_says_how_many_fewer():
     assert busy.budget.chosen < idle.budget.chosen
     assert busy.budget.cut_for_load == idle.budget.chosen - busy.budget.chosen > 0
     assert busy.budget.load_wait_s == 1.0 and idle.budget.cut_for_load == 0
+    # Seven questions arrived before it and are planned after it: it leaves them room, and its
+    # own prediction is not charged with their time.
+    burst = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), load=LoadPlan(behind=7), **kwargs)
+    assert burst.budget.chosen < idle.budget.chosen and burst.budget.cut_for_load > 0
+    assert burst.budget.predicted_ttft_s <= idle.budget.predicted_ttft_s
 
 
 def test_only_a_question_that_cannot_make_its_target_even_alone_is_refused():
@@ -102,6 +116,7 @@ def test_only_a_question_that_cannot_make_its_target_even_alone_is_refused():
         planner.plan("What is prefill?", _hits(8), late, load=LoadPlan(2.5), **kwargs)
     assert refused.value.retry_after_s > 0.5
     squeezed = planner.plan("What is prefill?", _hits(8), late, load=LoadPlan(1.2), **kwargs)
-    assert squeezed.budget.chosen >= 1  # cut to the least context, still answered
+    # Answered on time, with no passage rather than a late one.
+    assert squeezed.budget.chosen == 0 and squeezed.budget.predicted_ttft_s <= 2.0 and squeezed.budget.feasible
     served = planner.plan("What is prefill?", _hits(8), AskOptions.of(), load=LoadPlan(2.5), **kwargs)
     assert served.budget.chosen >= 1  # without refuse_late it is answered late

@@ -319,7 +319,7 @@ def test_the_bench_client_counts_a_stream_without_its_answer_as_an_error():
 
     s = Server(Starlette(routes=[Route("/v1/ask", cut, methods=["POST"])]))
     try:
-        result = bench_serve([("cut", s.url)], ["What is prefill?"], clients=[2], requests=4)
+        result = bench_serve([("cut", s.url, None)], ["What is prefill?"], clients=[2], requests=4)
     finally:
         s.stop()
     (run,) = result["summary"]["runs"]

@@ -45,12 +45,14 @@ def physical_bound(pipeline, question: str, target_ttft: float) -> dict[str, flo
 def _ask(http: httpx.Client, body: dict) -> dict[str, object]:
     """One streamed ``/v1/ask``: status, client-side TTFT and the final answer (or what went wrong)."""
     sent = time.perf_counter()
-    ttft, answer, status, retry = None, None, None, 0.0
+    ttft, answer, status, retry, detail = None, None, None, 0.0, None
     try:
         with http.stream("POST", "/v1/ask", json=body) as r:
             status = r.status_code
             if status == 429:
                 retry = float(r.headers.get("retry-after", "1"))
+                r.read()
+                detail = _message(r)
             elif status == 200:
                 for line in r.iter_lines():
                     if not line.startswith("data: "):
@@ -69,7 +71,28 @@ def _ask(http: httpx.Client, body: dict) -> dict[str, object]:
     except (httpx.HTTPError, ValueError) as exc:
         status = f"error: {type(exc).__name__}"
     return {"status": status, "ttft_s": round(ttft, 4) if ttft is not None else None,
-            "total_s": round(time.perf_counter() - sent, 4), "answer": answer, "retry_after_s": retry}
+            "total_s": round(time.perf_counter() - sent, 4), "answer": answer, "retry_after_s": retry,
+            "detail": detail}
+
+
+def _message(response: httpx.Response) -> str | None:
+    """The error message of a JSON error body, if it has one."""
+    try:
+        return str(response.json()["error"]["message"])[:160]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _answer_figures(answer: dict | None) -> dict[str, object]:
+    """What a row keeps of an answer: the passages, the plan under load and
+    the engine's side of the wait."""
+    if not answer:
+        return {"chunks": None, "cut_for_load": None, "decode_tokens": 0}
+    budget, timings = answer["budget"], answer["timings"]
+    return {"chunks": budget["chosen"], "cut_for_load": budget.get("cut_for_load", 0),
+            "decode_tokens": timings["decode_tokens"], "predicted_ttft_s": budget.get("predicted_ttft_s"),
+            "load_wait_s": budget.get("load_wait_s"), "engine_ttft_s": timings.get("ttft_s"),
+            "queue_s": timings.get("queue_s"), "prefill_tokens": timings.get("prefill_tokens")}
 
 
 def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: dict) -> tuple[list[dict], float]:
@@ -87,10 +110,7 @@ def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: 
                     return
                 outcome = _ask(http, body | {"question": questions[i % len(questions)]})
                 answer = outcome.pop("answer")
-                row = outcome | {"client": number,
-                                 "chunks": answer["budget"]["chosen"] if answer else None,
-                                 "cut_for_load": answer["budget"].get("cut_for_load", 0) if answer else None,
-                                 "decode_tokens": answer["timings"]["decode_tokens"] if answer else 0}
+                row = outcome | {"client": number} | _answer_figures(answer)
                 with lock:
                     results.append(row)
                 if row["status"] == 429:

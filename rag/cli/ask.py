@@ -135,7 +135,8 @@ def print_explain(answer: Answer, console: Console) -> None:
         table.add_column(column, justify="right" if right else "left", no_wrap=column != "source",
                          overflow="fold" if column == "source" else "ellipsis")
     for n, d in enumerate(b.decisions, start=1):
-        decision = ("chosen, trimmed" if d.trimmed else "chosen") if d.chosen else f"dropped: {d.reason}"
+        decision = ", ".join(["chosen", *(["trimmed"] if d.trimmed else []), *(["spliced"] if d.spliced else [])]) \
+            if d.chosen else f"dropped: {d.reason}"
         table.add_row(str(n), d.source, str(d.tokens), f"{d.score:.3f}", f"{d.ttft_s:.2f}" if d.ttft_s else "",
                       decision, style=None if d.chosen else "dim")
     console.print(table)
@@ -145,6 +146,9 @@ def print_explain(answer: Answer, console: Console) -> None:
         f"{(b.planned_ttft_s or 0):.2f} s); measured {t.ttft_s:.2f} s"
         + ("" if b.feasible else "  [red]infeasible: even one chunk exceeds the target[/]")
     )
+    if t.spliced_tokens:
+        console.print(f"{t.spliced_tokens} prompt tokens placed from the passage store in {t.splice_s * 1000:.0f} ms "
+                      "(counted as cached)")
 
 
 def finish_background(pipeline: Pipeline) -> None:

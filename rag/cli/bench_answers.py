@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -222,6 +222,7 @@ def bench_serve(
     include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
     index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
     model: Optional[Path] = MODEL_OPTION,
+    only: List[str] = typer.Option([], "--system", help="Run only this set-up: scheduler or 'one at a time' (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
     """Concurrent clients against real servers on 127.0.0.1: the deadline
@@ -238,7 +239,7 @@ def bench_serve(
             raise RagError("--clients: at most 64; --requests: 1 to 10000; --target-ttft: positive seconds")
         questions = [q for c in load_conversations(BENCH_DATA / "python_docs_chat.json") for q in c]
         with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp, \
-                _systems(corpus, include, index, model, slots, Path(tmp)) as (systems, pipeline):
+                _systems(corpus, include, index, model, slots, Path(tmp), only) as (systems, pipeline):
             result = run_bench(systems, questions, clients=levels, requests=requests, target_ttft=target_ttft,
                                max_tokens=max_tokens, bound=physical_bound(pipeline, questions[0], target_ttft),
                                progress=lambda line: err().print(f"[dim]{line}[/]"))
@@ -249,20 +250,25 @@ def bench_serve(
 
 
 @contextlib.contextmanager
-def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], slots: int, tmp: Path):
-    """Two servers over one index: the deadline scheduler on ``slots``
-    sequences, and one sequence with the queue admission of before."""
+def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], slots: int, tmp: Path,
+             only: Sequence[str] = ()):
+    """Two servers over one index (or those named in ``only``): the deadline
+    scheduler on ``slots`` sequences, and one sequence with the queue
+    admission of before."""
     from ..service import LoopbackServer, ServiceSettings, create_app
 
+    setups = [s for s in (("scheduler", slots, "deadline"), ("one at a time", 1, "queue")) if not only or s[0] in only]
+    if not setups:
+        raise RagError("--system: scheduler or 'one at a time'")
     pipelines = {}
-    for name, n, admission in (("scheduler", slots, "deadline"), ("one at a time", 1, "queue")):
+    for name, n, admission in setups:
         p = bench_pipeline(corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite", kv_dir=False)
         p.prepare()
         server = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0, admission=admission)))
         pipelines[name] = (p, server)
     try:
         yield ([(name, server.url, p.backend.engine_stats if hasattr(p.backend, "engine_stats") else None)
-                for name, (p, server) in pipelines.items()], pipelines["scheduler"][0])
+                for name, (p, server) in pipelines.items()], next(iter(pipelines.values()))[0])
     finally:
         for p, server in pipelines.values():
             server.stop()

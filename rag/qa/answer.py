@@ -32,11 +32,13 @@ class BudgetDecision:
     chosen: bool
     reason: str | None  # why dropped: ttft, context, relevance, near-duplicate, max_k
     trimmed: bool = False
+    spliced: bool = False  # its KV placed from the engine's passage store, not evaluated
 
     def to_dict(self) -> dict[str, object]:
         return {
             "chunk_id": self.chunk_id, "source": self.source, "tokens": self.tokens, "score": self.score,
             "ttft_s": self.ttft_s, "chosen": self.chosen, "reason": self.reason, "trimmed": self.trimmed,
+            "spliced": self.spliced,
         }
 
 

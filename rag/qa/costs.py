@@ -73,7 +73,9 @@ class CostKeeper:
                       refit=self.learn)
         # A snapshot restore and a wait in the queue are their own costs,
         # not the engine's fixed overhead.
-        model.observe_overhead(timings.ttft_s - planned_at_s - timings.prefill_s - timings.restore_s - timings.queue_s)
+        model.observe_overhead(timings.ttft_s - planned_at_s - timings.prefill_s - timings.restore_s - timings.queue_s
+                               - timings.splice_s)
+        model.observe_splice(timings.spliced_tokens, timings.splice_s)
         if not self.learn:
             return
         with self._lock:

@@ -12,13 +12,15 @@ Does not: print, parse arguments or talk HTTP.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generator, Sequence
 
-from engine.backend import Backend, PrefixCache, Timings
+from engine.backend import Backend, Generation, PassageKV, PrefixCache, Timings
 from prompt_budget import PrefillCostModel, system_message
 from prompt_budget.profile import Profile
 
@@ -88,6 +90,9 @@ class Pipeline:
         self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
         self._system_state = False
+        self._planning = threading.Lock()
+        self._unplanned = 0  # questions received and not yet submitted to the engine
+        self._counting = threading.Lock()
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
         self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                 notice=lambda message: self.notice(message))
@@ -267,26 +272,57 @@ class Pipeline:
         return Retrieval(prompt.hits, prompt.budget)
 
     def _plan(self, question: str, options: AskOptions, received: float,
-              conversation: Conversation | None) -> PlannedPrompt:
+              conversation: Conversation | None, hits: list[Hit] | None = None) -> PlannedPrompt:
         self.prepare()
-        hits = self.search(question, k=options.candidates, mode=options.retrieval)
+        if hits is None:
+            hits = self.search(question, k=options.candidates, mode=options.retrieval)
         target = options.target(self.settings.target_ttft)
         return PromptPlanner(self.backend).plan(
             question, hits, options, target_ttft=target, cost=self.cost_model,
             elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
-            load=load_plan(self.backend, self.cost_model, _deadline(received, target)),
+            load=load_plan(self.backend, self.cost_model, _deadline(received, target), self._unplanned - 1),
         )
+
+    def _generate(self, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
+                  session: str | None) -> Generation:
+        """Submit ``prompt`` to the engine; one that keeps passages splices
+        those it holds and is asked to keep the rest for next time."""
+        backend = self.backend
+        splicing = isinstance(backend, PassageKV) and backend.splice_fresh is not None
+        generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
+                                      session=kv_key(session) if session is not None else None,
+                                      **({"passages": prompt.passages} if splicing else {}))
+        if splicing and prompt.to_keep:
+            backend.keep_passages(prompt.to_keep)
+        return generation
+
+    @contextlib.contextmanager
+    def _unplanned_question(self):
+        """Counts a question from its arrival until its prompt is submitted."""
+        with self._counting:
+            self._unplanned += 1
+        try:
+            yield
+        finally:
+            with self._counting:
+                self._unplanned -= 1
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
         with engine_errors(), self.keeper.turn(session):
             with self.keeper.question():
                 conversation = self.keeper.load(session) if session is not None else None
-                prompt = self._plan(question, options, received, conversation)
+                self.prepare()
                 pieces: list[str] = []
                 deadline = _deadline(received, options.target(self.settings.target_ttft))
-                with self.backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
-                                           session=kv_key(session) if session is not None else None) as generation:
+                with self._unplanned_question():
+                    hits = self.search(question, k=options.candidates, mode=options.retrieval)
+                    # One plan at a time, each submitted before the next is planned: every plan sees
+                    # the load of those before it, so a burst is not all planned for an idle engine.
+                    with self._planning:
+                        prompt = self._plan(question, options, received, conversation, hits)
+                        generation = self._generate(prompt, options, deadline, session)
+                with generation:
                     for piece in generation:
                         pieces.append(piece)
                         yield piece

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.backend import Backend, LoadAware, PrefixCache
+from engine.backend import Backend, LoadAware, PassageKV, PrefixCache
 from engine.scheduler import expected_wait, slowdown
 from prompt_budget import (
     BudgetRequest,
@@ -30,6 +30,7 @@ from prompt_budget import (
     build_messages,
     canonical_order,
     format_passage,
+    passage_body,
     plan_budget,
     turns_to_skip,
 )
@@ -45,6 +46,7 @@ from .answer import Budget, BudgetDecision
 from .options import AskOptions
 
 HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
+KEEP_AT_MOST = 8  # passages one question asks the engine to store
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class LoadPlan:
 
     wait_s: float = 0.0
     slowdown: float = 1.0
+    behind: int = 0  # requests that arrived before this plan and are planned after it
 
 
 @dataclass(frozen=True)
@@ -73,15 +76,19 @@ class PlannedPrompt:
     user: str
     turns_shown: int
     planned_at_s: float
+    passages: tuple[str, ...] = ()  # the passages as shown, in prompt order (for an engine that splices)
+    to_keep: tuple[str, ...] = ()  # passages worth storing: chosen and not stored, or left out for time
 
 
-def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None) -> LoadPlan:
+def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0) -> LoadPlan:
     """What the engine's current load adds for a question due at ``deadline``
-    (nothing for an engine that serves one request at a time)."""
+    with ``behind`` other requests already arrived and waiting to be planned
+    after it (nothing for an engine that serves one request at a time)."""
     if not isinstance(backend, LoadAware):
         return LoadPlan()
-    load = backend.load(deadline if deadline is not None else math.inf)
-    return LoadPlan(expected_wait(load, cost.predict), slowdown(load, cost.predict(256, 0) / 256))
+    load = backend.load()
+    wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.predict)
+    return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0))
 
 
 def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong:
@@ -139,21 +146,30 @@ class PromptPlanner:
             cached_tokens=cached, overhead_s=planned_at + cost.overhead() + options.expected_wait_s,
             safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
         )
-        request = replace(idle, overhead_s=idle.overhead_s + load.wait_s)
-
         def loaded(n_new: int, n_cached: int) -> float:
             return load.slowdown * cost.predict(n_new, n_cached)
 
         # Refused only for what is still ahead (the load), not for time already spent here.
-        bare = load.wait_s + cost.overhead() + loaded(max(len(fixed_tokens) - cached, 0), cached)
+        bare_prefill = cost.overhead() + loaded(max(len(fixed_tokens) - cached, 0), cached)
+        bare = load.wait_s + bare_prefill
+        request = replace(idle, overhead_s=idle.overhead_s + load.wait_s)
+        busy = load.wait_s > 0 or load.slowdown > 1 or load.behind > 0
+        if busy and (target_ttft is None or bare <= target_ttft):
+            # Under load an answer on time without passages beats a late one with them
+            # (one that is late anyway keeps its least context).
+            request = replace(request, min_k=0)
+        if busy and target_ttft is not None and load.behind:
+            # Those who arrived before this plan are planned after it: leave each the time of a
+            # question without passages, so a burst is answered by all, not richly by its first.
+            request = replace(request, target_ttft=max(target_ttft - load.behind * bare_prefill, 1e-3))
         if options.refuse_late and target_ttft is not None and bare > target_ttft:
             raise Overloaded(f"the engine is busy: even without passages the answer would start in {bare:.1f} s, "
                              f"past the {target_ttft:g} s target", bare - target_ttft)
-        passages, candidates = self._candidates(question, hits, request, loaded)
+        passages, candidates = self._candidates(question, hits, request, loaded, cost.splice_seconds)
         try:
             plan = plan_budget(candidates, request, loaded)
             cut = 0
-            if load.wait_s > 0 or load.slowdown > 1:
+            if busy:
                 cut = max(len(plan_budget(candidates, idle, cost.predict).chosen) - len(plan.chosen), 0)
         except ContextTooSmall as exc:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
@@ -166,7 +182,7 @@ class PromptPlanner:
             candidates=len(hits),
             chosen=len(chosen),
             planned_ttft_s=request.overhead_s + safety * loaded(new, cached),
-            feasible=plan.feasible,
+            feasible=target_ttft is None or request.overhead_s + safety * loaded(new, cached) <= target_ttft,
             safety=safety,
             decisions=_decisions(plan, hits, candidates, chosen),
             cached_tokens=cached,
@@ -174,7 +190,8 @@ class PromptPlanner:
             cut_for_load=cut,
         )
         user = build_messages(question, shown)[-1].content
-        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at)
+        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at,
+                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates))
 
     def _turns_in_view(self, question: str, history: History, max_tokens: int) -> list[PastTurn]:
         """The recent turns that fit beside the passages: turns the summary
@@ -191,10 +208,28 @@ class PromptPlanner:
     def _block_tokens(self, number: int, passage: ContextPassage) -> int:
         return self._tokens(format_passage(number, passage) + "\n\n")
 
+    def _stored(self, passages: Sequence[ContextPassage]) -> list[int]:
+        """The tokens of each passage the engine would splice from its store."""
+        backend = self.backend
+        if not passages or not isinstance(backend, PassageKV) or backend.splice_fresh is None:
+            return [0] * len(passages)
+        return backend.stored_passages([passage_body(p) for p in passages])
+
+    def _to_keep(self, hits: Sequence[Hit], plan, candidates: Sequence[Candidate]) -> tuple[str, ...]:
+        """Passages to store for next time: those chosen that were not
+        stored, then those left out for time, best first (whole, as retrieved)."""
+        if not isinstance(self.backend, PassageKV) or self.backend.splice_fresh is None:
+            return ()
+        worth = [i for i in plan.chosen if not candidates[i].spliced]
+        worth += [i for i, reason in plan.dropped if reason in ("ttft", "max_k") and not candidates[i].spliced]
+        return tuple(passage_body(ContextPassage(hits[i].source, hits[i].text, hits[i].page)) for i in worth[:KEEP_AT_MOST])
+
     def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
-                    cost: Callable[[int, int], float]) -> tuple[list[ContextPassage], list[Candidate]]:
+                    cost: Callable[[int, int], float], splice_seconds: Callable[[int], float],
+                    ) -> tuple[list[ContextPassage], list[Candidate]]:
         """The passages of ``hits`` (each focused on the question when the
-        room is too small for three whole ones) and their budget candidates."""
+        room is too small for three whole ones) and their budget candidates,
+        with what the engine holds stored of each."""
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
@@ -202,9 +237,11 @@ class PromptPlanner:
             terms = set(lexical_terms(question))
             passages = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
             sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
+        stored = self._stored(passages)
         candidates = [
-            Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end)
-            for size, h in zip(sizes, hits)
+            Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end,
+                      spliced=kept, splice_s=splice_seconds(kept) if kept else 0.0)
+            for size, h, kept in zip(sizes, hits, stored)
         ]
         return passages, candidates
 
@@ -265,7 +302,7 @@ def _decisions(plan, hits: Sequence[Hit], candidates: Sequence[Candidate], chose
         BudgetDecision(
             chunk_id=hits[d.index].chunk_id, source=hits[d.index].source,
             tokens=d.tokens if d.chosen else candidates[d.index].tokens, score=hits[d.index].score,
-            ttft_s=d.ttft_s, chosen=d.index in chosen,
+            ttft_s=d.ttft_s, chosen=d.index in chosen, spliced=d.spliced and d.index in chosen,
             # A chunk the plan chose can still fall out when the whole prompt is checked.
             reason=d.reason if d.index in chosen or not d.chosen else "context", trimmed=d.trimmed,
         )

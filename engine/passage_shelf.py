@@ -1,0 +1,65 @@
+"""The engine's stored passages as its callers see them: which passages a
+prompt would take from the store, and asking the loop to evaluate and keep
+more (in idle time, or now for ``rag ingest --precompute-kv``).
+
+Does not: store bytes (``passage_kv``) or splice them (``splicing``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from .engine_loop import EngineLoop
+from .errors import EngineSettingsError
+from .passage_kv import PassageStore
+from .requests import Request
+
+
+class PassageShelf:
+    """Passage texts in, store keys and loop requests out."""
+
+    def __init__(self, loop: EngineLoop, store: PassageStore, tokenize: Callable[[str], list[int]]) -> None:
+        self.loop, self.store, self._tokenize = loop, store, tokenize
+
+    def _keys(self, texts: Sequence[str]) -> list[tuple[str, list[int]]]:
+        system = list(self.loop.system)
+        tokens = [self._tokenize(t) for t in texts]
+        return [(self.store.key(system, t), t) for t in tokens]
+
+    def stored(self, texts: Sequence[str]) -> list[int]:
+        """For each passage text, the prompt tokens a prompt holding it would
+        splice instead of evaluate; 0 if not stored or splicing is off."""
+        if not self.store.enabled or not self.loop.system:
+            return [0] * len(texts)
+        fresh = self.store.fresh or 0
+        return [max(len(t) - fresh, 0) if self.store.holds(k) else 0 for k, t in self._keys(texts)]
+
+    def keep(self, texts: Sequence[str]) -> int:
+        """Queue these passages to be evaluated and kept while the engine is
+        otherwise idle; how many were queued (0 when splicing is off)."""
+        if not self.store.enabled or not self.loop.system:
+            return 0
+        return self.loop.warm(self._keys(texts))
+
+    def precompute(self, texts: Sequence[str], progress=None) -> dict[str, int]:
+        """Evaluate and keep every passage not stored yet, now, calling
+        ``progress(done, total)`` after each; the passages computed, those
+        already stored, and the bytes and entries the store holds."""
+        if not self.loop.system:
+            raise EngineSettingsError("the system prompt is not cached yet: prefill it first (pin=True)")
+        computed = kept = 0
+        items = self._keys(texts)
+        for done, (key, tokens) in enumerate(items, start=1):
+            if self.store.holds(key):
+                kept += 1
+            else:
+                request = self.loop.submit(Request(0, [*self.loop.system, *tokens], 0, store=key, background=True))
+                kind, value = request.events.get()
+                if kind == "error":
+                    raise value
+                computed += 1
+            if progress is not None:
+                progress(done, len(items))
+        stats = self.store.cache.stats()
+        return {"computed": computed, "stored_before": kept, "disk_bytes": stats["disk_bytes"],
+                "ram_bytes": stats["ram_bytes"], "entries": max(stats["disk_entries"], stats["ram_entries"])}

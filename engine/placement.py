@@ -1,0 +1,97 @@
+"""Where a new request starts in the engine's KV cache.
+
+A request starts from the longest prefix of its prompt already held: an idle
+sequence's previous prompt (``slots``), a saved snapshot of its session, or
+the system prompt's cells in sequence 0, shared without a copy. A passage to
+keep for splicing starts right behind the system prompt. Idle sequences'
+caches give way when the cache is short of cells.
+
+Does not: decide which request goes first (``scheduler``) or run steps
+(``engine_loop``); it is called from the loop's thread only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .errors import GenerationFailed
+from .kv_snapshots import SnapshotCache, common_prefix
+from .llama_native import NativeContext
+from .requests import Active, Request
+from .slots import SlotTable
+
+SYSTEM_SEQ = 0
+
+
+class Placement:
+    """Gives a waiting request a sequence and the cached prefix it starts from."""
+
+    def __init__(self, ctx: NativeContext, slots: SlotTable, snapshots: SnapshotCache, kv_cells: int) -> None:
+        self.ctx, self.slots, self.snapshots, self.kv_cells = ctx, slots, snapshots, kv_cells
+
+    def room(self, need: int, system: int, reserved: int) -> bool:
+        """Whether ``need`` more cells fit beside the ``system`` prompt's cells
+        and the ``reserved`` cells of running requests, after giving up idle
+        caches if needed."""
+        short = system + reserved + self.slots.idle_cells() + need - self.kv_cells
+        if short > 0:
+            for seq in self.slots.evict(short):
+                self.ctx.remove(seq)
+            short = system + reserved + need - self.kv_cells
+        return short <= 0
+
+    def place(self, request: Request, system: Sequence[int], reserved: int) -> Active | None:
+        """Start ``request`` from the longest prefix held: an idle sequence's
+        prompt, a saved snapshot, or the system prompt's cells; None if the
+        cache has no room for it now (or it was refused, and told why)."""
+        tokens, ctx, budget = request.tokens, self.ctx, len(request.tokens) + request.max_tokens + 1
+        if request.pin:
+            ctx.remove(SYSTEM_SEQ)
+            return Active(request, SYSTEM_SEQ, len(tokens), 0, 0, 0)
+        if request.store is not None:
+            return self._passage(request, system, reserved)
+        limit = len(tokens) - 1  # the last prompt token is always evaluated, for its logits
+        shared = min(common_prefix(np.asarray(system, dtype=np.int32), np.asarray(tokens, dtype=np.int32)), limit)
+        idle_seq, idle = self.slots.best(tokens)
+        key, saved = self.snapshots.best(tokens)
+        idle, saved = min(idle, limit), min(saved, limit)
+        if idle_seq is not None and idle >= max(saved, shared) and idle > 0:
+            if not self.room(budget - idle, len(system), reserved):
+                return None
+            seq, _ = self.slots.take(idle_seq)
+            ctx.remove(seq, idle, -1)
+            return Active(request, seq, budget - idle, idle, idle, idle)
+        if not self.room(budget - (shared if saved <= shared else 0), len(system), reserved):
+            return None
+        seq, held = self.slots.take()
+        if held:
+            ctx.remove(seq)
+        if key is not None and saved > shared:
+            started = time.perf_counter()
+            snap = self.snapshots.get(key)
+            if snap is not None and ctx.load(seq, snap.data):
+                ctx.remove(seq, saved, -1)  # what follows the common prefix is evaluated again
+                return Active(request, seq, budget, saved, saved, saved, saved, time.perf_counter() - started)
+            self.snapshots.discard(key)  # not a state of this model and context
+            ctx.remove(seq)
+        if shared:
+            ctx.share(SYSTEM_SEQ, seq, 0, shared)
+        return Active(request, seq, budget - shared, shared, shared, shared)
+
+    def _passage(self, request: Request, system: Sequence[int], reserved: int) -> Active | None:
+        """A passage to keep is evaluated right behind the system prompt, from
+        an empty sequence (never from a cache holding anything else)."""
+        n = len(system)
+        if not n or list(request.tokens[:n]) != list(system):
+            request.fail(GenerationFailed("the system prompt changed since this passage was asked for"))
+            return None
+        if not self.room(len(request.tokens) - n + 1, n, reserved):
+            return None
+        seq, held = self.slots.take()
+        if held:
+            self.ctx.remove(seq)
+        self.ctx.share(SYSTEM_SEQ, seq, 0, n)
+        return Active(request, seq, len(request.tokens) - n + 1, n, n, n)

@@ -1,0 +1,147 @@
+"""Stored passages in and out of the engine's context: a passage evaluated
+behind the system prompt is saved to the store; a stored passage inside a
+new prompt is loaded into a scratch sequence, moved to its position there
+(llama.cpp corrects RoPE for the shift) and shared into the request's
+sequence, after its first ``fresh`` tokens were evaluated.
+
+llama.cpp takes a sequence's new tokens only right after the last position
+it holds, so a prompt is evaluated up to each stored passage's splice point,
+the passage's cells go in, and evaluation goes on after them.
+
+Everything here runs on the engine's loop thread, except :meth:`wanted`
+and :meth:`warm_size` (the queue of passages to warm has its own lock).
+
+Does not: schedule (``scheduler``), own requests (``engine_loop``), or
+decide what is kept (``passage_kv``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Sequence
+
+from .llama_native import NativeContext
+from .passage_kv import PassageStore, Splice
+from .requests import Active, Request
+from .scheduler import Step
+
+WARM_QUEUE = 256  # passages waiting to be warmed; the oldest wishes go first when it is full
+
+
+class Splicer:
+    """Splices stored passages into requests on ``ctx`` through sequence
+    ``scratch``, saves evaluated passages, and queues passages to warm."""
+
+    def __init__(self, ctx: NativeContext, store: PassageStore | None, scratch: int) -> None:
+        self.ctx, self.store, self.scratch = ctx, store, scratch
+        self._warm: OrderedDict[str, list[int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether prompts are spliced from a store."""
+        return self.store is not None and self.store.enabled
+
+    # -- requests ------------------------------------------------------------------
+
+    def plan(self, a: Active, system: Sequence[int]) -> None:
+        """Note the stored passages of ``a``'s prompt that lie after what it
+        found cached, and place any that starts right there."""
+        if self.enabled and a.req.spans:
+            a.splices = self.store.splices(system, a.req.tokens, a.req.spans, a.next)
+            self.catch_up(a, len(system))
+
+    @staticmethod
+    def capped(step: Step, active: dict[int, Active], busy_budget: int) -> Step:
+        """``step`` with each prompt's tokens stopped at its next splice point,
+        and warming held to ``busy_budget`` (so it gives way within a step)."""
+        prefill = []
+        for key, n in step.prefill:
+            a = active[key]
+            until = a.until_splice()
+            n = min(n, until) if until is not None else n
+            n = min(n, busy_budget) if a.req.idle else n
+            if n > 0:
+                prefill.append((key, n))
+        return Step(step.decode, tuple(prefill))
+
+    def catch_up(self, a: Active, canonical: int) -> None:
+        """Place every stored passage whose splice point ``a`` has reached;
+        one that cannot be placed (gone, refused) is evaluated as usual."""
+        while a.splices and a.next >= a.splices[0].point:
+            splice = a.splices.pop(0)
+            if a.next == splice.point:
+                self._place(a, splice, canonical)
+
+    def _place(self, a: Active, splice: Splice, canonical: int) -> None:
+        started = time.perf_counter()
+        ctx, n = self.ctx, splice.end - splice.start
+        data = self.store.get(splice.key)
+        placed = False
+        if data is not None and ctx.load(self.scratch, data):
+            # A state of another length or place is not this passage: never use it.
+            if ctx.first_pos(self.scratch) == canonical and ctx.last_pos(self.scratch) == canonical + n - 1:
+                ctx.shift(self.scratch, canonical, canonical + n, splice.start - canonical)
+                ctx.share(self.scratch, a.seq, splice.point, splice.end)
+                placed = True
+        ctx.remove(self.scratch)
+        if data is not None and not placed:
+            self.store.discard(splice.key)
+        if placed:
+            a.next = a.n_past = splice.end
+            a.spliced += splice.spliced
+            a.splice_s += time.perf_counter() - started
+
+    def keep(self, a: Active, system: Sequence[int]) -> None:
+        """Save the passage ``a`` evaluated behind the system prompt (its
+        sequence then holds nothing)."""
+        canonical = len(system)
+        self.ctx.remove(a.seq, 0, canonical)  # the system prompt's cells stay sequence 0's
+        data = self.ctx.save(a.seq)
+        if data and self.store is not None and a.req.store is not None:
+            self.store.put(a.req.store, a.req.tokens[canonical:], data)
+        self.ctx.remove(a.seq)
+
+    # -- warming ---------------------------------------------------------------------
+
+    def wanted(self, passages: Sequence[tuple[str, list[int]]]) -> int:
+        """Queue ``(key, tokens)`` passages to warm when the engine is idle
+        (those stored or queued already are left out); how many were queued."""
+        if not self.enabled:
+            return 0
+        queued = 0
+        with self._lock:
+            for key, tokens in passages:
+                if key in self._warm or self.store.holds(key):
+                    continue
+                self._warm[key] = tokens
+                queued += 1
+            while len(self._warm) > WARM_QUEUE:
+                self._warm.popitem(last=False)
+        return queued
+
+    def warm_size(self) -> int:
+        """Passages waiting to be warmed."""
+        with self._lock:
+            return len(self._warm)
+
+    def next_warm(self, system: Sequence[int]) -> Request | None:
+        """The request that evaluates the next passage to warm behind
+        ``system``, or None when there is none (or no system prompt yet)."""
+        if not system:
+            return None
+        with self._lock:
+            while self._warm:
+                key, tokens = self._warm.popitem(last=False)
+                if not self.store.holds(key):
+                    return Request(0, [*system, *tokens], 0, store=key, background=True, idle=True)
+        return None
+
+    def give_back(self, request: Request, canonical: int) -> None:
+        """Queue again, first, a warming ``request`` that gave way to others."""
+        if request.store is not None:
+            with self._lock:
+                self._warm[request.store] = request.tokens[canonical:]
+                self._warm.move_to_end(request.store, last=False)
