@@ -10,7 +10,7 @@ from rag.ingest.chunking import Chunker, ChunkerSettings
 from rag.ingest import find_files, ingest
 from rag.index.store import Index, IndexWriter
 from tests.conftest import write_corpus
-from tests.pdfgen import make_pdf
+from rag.bench.samples import make_pdf
 
 
 @pytest.fixture
@@ -120,9 +120,9 @@ def test_include_and_exclude_globs(corpus):
     (corpus / ".hidden.md").write_text("secret")
     (corpus / ".git").mkdir()
     (corpus / ".git" / "notes.md").write_text("internal")
-    (corpus / "notes.docx").write_bytes(b"PK")
+    (corpus / "photo.png").write_bytes(b"\x89PNG")
     sources = {f.source for f in find_files([corpus]).files}
-    assert ".hidden.md" not in sources and ".git/notes.md" not in sources and "notes.docx" not in sources
+    assert ".hidden.md" not in sources and ".git/notes.md" not in sources and "photo.png" not in sources
 
 
 def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunker):

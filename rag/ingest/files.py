@@ -11,7 +11,7 @@ and a name that is not valid UTF-8 is kept under a safe spelling (its bad
 bytes written as ``\\xff``).
 
 Does not: read file contents (``run`` does) or decide what is supported
-beyond the file name (``loaders`` does).
+beyond the file name (``formats`` does).
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .loaders import is_supported
+from .formats import is_supported
 
 DEFAULT_EXCLUDE = (".*", "**/.*", "**/.*/**", "__pycache__/**", "**/__pycache__/**")
 DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a small CPU: see the README
@@ -46,7 +47,9 @@ class FoundFiles:
     """What a walk found: the files to read, the folders walked, files set
     aside (``ignored``: not read, with the reason), paths that failed
     (``failed``: missing, unreadable), folders that could not be listed
-    (their files already indexed are kept), and globs that matched nothing."""
+    (their files already indexed are kept), globs that matched nothing, and
+    how many files of each type that cannot be read were passed over in
+    folders (``unsupported``, by lower-case suffix)."""
 
     files: list[SourceFile] = field(default_factory=list)
     roots: list[str] = field(default_factory=list)
@@ -54,6 +57,7 @@ class FoundFiles:
     failed: list[tuple[str, str]] = field(default_factory=list)
     unlisted: list[tuple[str, str]] = field(default_factory=list)  # (root, folder source prefix)
     unmatched: list[str] = field(default_factory=list)
+    unsupported: Counter[str] = field(default_factory=Counter)
 
 
 def safe_name(name: str) -> str:
@@ -144,6 +148,8 @@ class _Walk:
         if not is_supported(path):
             if named:
                 self.found.ignored.append((source, f"unsupported file type {path.suffix or '(no suffix)'}"))
+            else:
+                self.found.unsupported[path.suffix.lower() or "(no suffix)"] += 1
             return
         try:
             st = os.stat(path)

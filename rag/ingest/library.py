@@ -20,7 +20,7 @@ from ..index.store import live_manifest, open_writer
 from .chunking import Chunker, ChunkerSettings
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES
-from .loaders import SUPPORTED_SUFFIXES, is_supported
+from .formats import SUPPORTED_SUFFIXES, is_supported
 from .run import IngestProgress, IngestReport, ingest
 
 

@@ -32,7 +32,7 @@ from ..index.store import Hit, Index
 from ..ingest.embed import Embedder
 from ..ingest.library import DocumentLibrary
 from ..ingest.run import IngestProgress, IngestReport
-from ..retrieval import RetrievalMode, check_mode, retrieve
+from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
@@ -216,18 +216,24 @@ class Pipeline:
 
     # -- questions -------------------------------------------------------------
 
-    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None,
+               scope: Scope | dict | None = None) -> list[Hit]:
         """The ``k`` chunks that best match ``query``, best first, each
         scored by its cosine similarity to it; ``mode`` (default: the
         settings') is how they are found: ``"hybrid"`` (dense and BM25 fused
-        by rank), ``"dense"`` or ``"bm25"``."""
+        by rank), ``"dense"`` or ``"bm25"``. ``scope`` (a :class:`Scope` or
+        its fields as a dict: ``{"sources": [glob, ...], "types": ["pdf"]}``)
+        limits them to those documents, inside the search; a RagError when
+        no indexed document is in it."""
         query = valid_text(query, "the query").strip()
         if not query:
             raise RagError("the query is empty; pass some text to search for")
         if not 1 <= k <= MAX_CANDIDATES:
             raise RagError(f"k must be between 1 and {MAX_CANDIDATES}, not {k}")
         mode = check_mode(mode) if mode is not None else self.retrieval
-        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode)
+        if scope is not None and not isinstance(scope, Scope):
+            scope = AskOptions.of(scope=scope).scope
+        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode, scope=scope)
 
     def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:
         """Answer ``question`` from the index, with sources, budget and
@@ -273,7 +279,7 @@ class Pipeline:
     def _plan(self, question: str, options: AskOptions, received: float,
               conversation: Conversation | None) -> PlannedPrompt:
         self.prepare()
-        hits = self.search(question, k=options.candidates, mode=options.retrieval)
+        hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
         return PromptPlanner(self.backend).plan(
             question, hits, options, target_ttft=options.target(self.settings.target_ttft), cost=self.cost_model,
             elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
@@ -294,7 +300,7 @@ class Pipeline:
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
-            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
+            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context) for h in prompt.hits)
             number = None
             if session is not None:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
