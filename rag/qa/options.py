@@ -41,6 +41,20 @@ def valid_text(text: object, what: str = "the question") -> str:
     return text
 
 
+def valid_search(query: object, k: int, scope: "Scope | dict | None") -> tuple[str, Scope | None]:
+    """The query stripped and the scope validated, for a search of ``k``
+    chunks; a RagError for an empty query, a ``k`` out of range or a bad
+    scope."""
+    query = valid_text(query, "the query").strip()
+    if not query:
+        raise RagError("the query is empty; pass some text to search for")
+    if not 1 <= k <= MAX_CANDIDATES:
+        raise RagError(f"k must be between 1 and {MAX_CANDIDATES}, not {k}")
+    if scope is not None and not isinstance(scope, Scope):
+        scope = AskOptions.of(scope=scope).scope
+    return query, scope
+
+
 class AskOptions(BaseModel):
     """How to answer one question.
 

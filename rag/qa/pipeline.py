@@ -36,7 +36,7 @@ from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
-from .options import MAX_CANDIDATES, AskOptions, valid_text
+from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
 from .planner import PlannedPrompt, PromptPlanner
 from .stream import AnswerStream
@@ -221,18 +221,11 @@ class Pipeline:
         """The ``k`` chunks that best match ``query``, best first, each
         scored by its cosine similarity to it; ``mode`` (default: the
         settings') is how they are found: ``"hybrid"`` (dense and BM25 fused
-        by rank), ``"dense"`` or ``"bm25"``. ``scope`` (a :class:`Scope` or
-        its fields as a dict: ``{"sources": [glob, ...], "types": ["pdf"]}``)
-        limits them to those documents, inside the search; a RagError when
-        no indexed document is in it."""
-        query = valid_text(query, "the query").strip()
-        if not query:
-            raise RagError("the query is empty; pass some text to search for")
-        if not 1 <= k <= MAX_CANDIDATES:
-            raise RagError(f"k must be between 1 and {MAX_CANDIDATES}, not {k}")
+        by rank), ``"dense"`` or ``"bm25"``; ``scope`` (a :class:`Scope`, or
+        ``{"sources": [glob, ...], "types": ["pdf", ...]}``) the documents
+        searched, a RagError when no indexed document is in it."""
+        query, scope = valid_search(query, k, scope)
         mode = check_mode(mode) if mode is not None else self.retrieval
-        if scope is not None and not isinstance(scope, Scope):
-            scope = AskOptions.of(scope=scope).scope
         return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode, scope=scope)
 
     def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, field_validator
@@ -32,6 +33,30 @@ class ServiceSettings(BaseSettings):
     rate_limit_per_minute: int = Field(120, ge=0, description="Requests per minute per API key (or client address); 0: none")
     reject_over_target: bool = Field(True, description="429 when the queue alone exceeds the target; else minimum context")
     load_aware: bool = Field(True, description="Plan each request's budget with the queue wait expected ahead of it")
+    watch: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="Folders kept indexed: ingested at start and whenever a file changes "
+                                          "(comma-separated or a JSON list)")
+
+    @field_validator("watch", mode="before")
+    @classmethod
+    def _split_paths(cls, value):
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except ValueError:
+                    raise ValueError("watch: not a JSON list; give folders as a,b or [\"a\", \"b\"]") from None
+            return [p.strip() for p in text.split(",") if p.strip()]
+        return value
+
+    @field_validator("watch")
+    @classmethod
+    def _existing(cls, value: list[Path]) -> list[Path]:
+        missing = [str(p) for p in value if not p.expanduser().exists()]
+        if missing:
+            raise ValueError(f"no such folder to watch: {', '.join(missing)}")
+        return [p.expanduser() for p in value]
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -32,12 +32,12 @@ class _Sheets:
     """Rows gathered sheet by sheet into text, with their row numbers, up to
     the file's row limit."""
 
-    def __init__(self, max_rows: int = MAX_ROWS) -> None:
+    def __init__(self, max_rows: int | None = None) -> None:
         self.lines: list[str] = []
         self.length = 0
         self.segments: list[Segment] = []
         self.headings: list[tuple[int, int, str]] = []
-        self.max_rows = max_rows
+        self.max_rows = max_rows if max_rows is not None else MAX_ROWS
         self.rows = 0
         self.warnings: list[str] = []
 
