@@ -144,7 +144,7 @@ def test_families_by_suffix():
     ("bomb.docx", lambda: samples.zip_bomb(300 << 20), "zip bomb"),
     ("empty.epub", lambda: samples.make_epub("Nothing", []), "no text"),
     ("odd.xlsx", lambda: _zip({"hello.txt": b"not a workbook"}), "cannot read this .xlsx"),
-    ("drm.epub", lambda: _zip({"META-INF/encryption.xml": b"<e/>", "mimetype": b"application/epub+zip"}), "DRM"),
+    ("drm.epub", lambda: _with_drm(samples.make_epub("Locked", [("One", ["Text."])])), "DRM"),
     ("bad.py", lambda: b"\x00\x01binary", "binary"),
 ])
 def test_bad_input_is_one_line_naming_the_file(name, make, problem):
@@ -157,6 +157,18 @@ def test_bad_input_is_one_line_naming_the_file(name, make, problem):
 def test_many_zip_entries_are_refused_before_reading():
     with pytest.raises(DocumentError, match="entries, over the limit"):
         load_document("many.docx", ".docx", _zip({f"word/part{i}.xml": b"" for i in range(10_001)}))
+
+
+def _with_drm(book: bytes) -> bytes:
+    import io
+    import zipfile
+
+    out = io.BytesIO(book)
+    with zipfile.ZipFile(out, "a") as z:
+        z.writestr("META-INF/encryption.xml", '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+                   'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:CipherData>'
+                   '<enc:CipherReference URI="OEBPS/ch1.xhtml"/></enc:CipherData></enc:EncryptedData></encryption>')
+    return out.getvalue()
 
 
 def _zip(entries: dict[str, bytes]) -> bytes:

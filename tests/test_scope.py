@@ -38,6 +38,8 @@ def test_scope_matches_sources_and_types():
     assert Scope().everything and Scope(types=["pdf"]).describe() == "--type pdf"
     with pytest.raises(ValueError, match="not a type rag-budget reads"):
         Scope(types=["exe"])
+    with pytest.raises(ValueError, match="not a usable glob"):
+        Scope(sources=["[z-a]"])
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])

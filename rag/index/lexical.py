@@ -1,5 +1,5 @@
-"""BM25 over chunks (each indexed as its context, title and headings, then its
-text), saved beside the vectors and updated incrementally.
+"""BM25 over chunks (each indexed as its document's title, then its text),
+saved beside the vectors and updated incrementally.
 
 Dense embeddings miss exact names (``shutil.copytree``, ``SIGINT``); BM25
 finds them. The index keeps, per chunk, its terms and their counts (a

@@ -68,20 +68,36 @@ CREATE TABLE chunks (
     page INTEGER,
     n_tokens INTEGER NOT NULL,
     text TEXT NOT NULL,                     -- the chunk's own text: what prompts and sources show
-    context TEXT NOT NULL DEFAULT '',       -- document title and headings above it: embedded and indexed with it
+    context TEXT NOT NULL DEFAULT '',       -- document title > headings above it: embedded with it (BM25: the title)
     location TEXT                           -- JSON: page, slide, sheet and rows, chapter or lines; NULL for none
 );
 CREATE INDEX chunks_file ON chunks(file_id);
 """
 
 
-def searchable_text(context: str, text: str) -> str:
-    """What a chunk is embedded and BM25-indexed as: its context (title and
-    headings) before its text. Prompts and sources show the text alone.
+CONTEXT_SEPARATOR = " > "  # between the title and the headings of a chunk's context
 
-    ``searchable_text("bisect > Examples", "x") -> "bisect > Examples\n\nx"``
+
+def embedded_text(context: str, text: str) -> str:
+    """What a chunk is embedded as: its context (title and headings) before
+    its text. Prompts and sources show the text alone.
+
+    ``embedded_text("bisect > Examples", "x") -> "bisect > Examples\n\nx"``
     """
     return f"{context}\n\n{text}" if context else text
+
+
+def lexical_text(context: str, text: str) -> str:
+    """What a chunk is BM25-indexed as: its document's title (the first part
+    of its context) before its text. The section headings are left out of
+    BM25: measured on the Python docs, their generic words ("Examples",
+    "Classes and functions"), repeated over every chunk of a section, lowered
+    BM25's MRR, while the title raised it (README, "Chunks know where they stand").
+
+    ``lexical_text("bisect > Examples", "x") -> "bisect\n\nx"``
+    """
+    title = context.split(CONTEXT_SEPARATOR, 1)[0]
+    return f"{title}\n\n{text}" if title else text
 
 
 def location_json(location: dict[str, object] | None) -> str | None:
@@ -158,9 +174,9 @@ class NewChunk:
     location: dict[str, object] | None = None
 
     @property
-    def searchable(self) -> str:
-        """What it is embedded and BM25-indexed as."""
-        return searchable_text(self.context, self.text)
+    def lexical(self) -> str:
+        """What it is BM25-indexed as."""
+        return lexical_text(self.context, self.text)
 
 
 def live_manifest(directory: Path) -> Manifest:
@@ -276,7 +292,7 @@ class Index:
                 loaded = None  # missing, damaged, or written in an older format
             if loaded is None:
                 rows = self._db.execute("SELECT id, context, text FROM chunks ORDER BY id").fetchall()
-                loaded = LexicalIndex.build([r[0] for r in rows], [searchable_text(r[1], r[2]) for r in rows])
+                loaded = LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows])
             self._lexical = loaded
         return self._lexical
 
@@ -386,9 +402,9 @@ class IndexWriter:
 
     def vectors_by_text(self, file_id: int) -> dict[str, np.ndarray]:
         """The stored vector of each chunk of a file, by what it was
-        embedded as (:func:`searchable_text`)."""
+        embedded as (:func:`embedded_text`)."""
         rows = self._db.execute("SELECT id, context, text FROM chunks WHERE file_id = ?", (file_id,)).fetchall()
-        return {searchable_text(context, text): self._vectors.reconstruct(int(i)) for i, context, text in rows}
+        return {embedded_text(context, text): self._vectors.reconstruct(int(i)) for i, context, text in rows}
 
     def add_file(
         self, *, root: str, source: str, path: str, sha256: str, size: int,
@@ -411,7 +427,7 @@ class IndexWriter:
                  c.context, location_json(c.location)),
             )
             ids.append(cur.lastrowid)
-            self._added.append((cur.lastrowid, c.searchable))
+            self._added.append((cur.lastrowid, c.lexical))
         if ids:
             self._vectors.add_with_ids(
                 np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
@@ -433,7 +449,7 @@ class IndexWriter:
                 if len(updated) == n_chunks:
                     return updated
         rows = self._db.execute("SELECT id, context, text FROM chunks ORDER BY id").fetchall()
-        return LexicalIndex.build([r[0] for r in rows], [searchable_text(r[1], r[2]) for r in rows])
+        return LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows])
 
     def commit(self) -> None:
         """Write the staged generation durably, with the size and checksum of

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import DocumentError, RagError
 from ..index.manifest import Manifest
-from ..index.store import FileRecord, IndexWriter, NewChunk, open_writer, searchable_text
+from ..index.store import FileRecord, IndexWriter, NewChunk, open_writer, embedded_text
 from .chunking import Chunker, TextChunk
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES, FoundFiles, SourceFile, find_files, safe_name
@@ -248,7 +248,7 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
     if not pending:
         return
     # Each chunk is embedded with its context (title and headings) before it.
-    texts = [searchable_text(c.context, c.text) for p in pending for c in p.chunks]
+    texts = [embedded_text(c.context, c.text) for p in pending for c in p.chunks]
     # A changed file mostly keeps its chunks' texts: their vectors are read
     # back instead of embedding them again; repeated texts are embedded once.
     known: dict[str, np.ndarray] = {}

@@ -12,6 +12,7 @@ Does not: search (``search`` does) or know which documents exist.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -36,8 +37,13 @@ class Scope(BaseModel):
     @classmethod
     def _globs(cls, value: Sequence[str]) -> tuple[str, ...]:
         globs = tuple(g.strip() for g in value)
-        if any(not g or len(g) > 1000 for g in globs):
-            raise ValueError("a source glob must be 1 to 1000 characters, e.g. 'reports/**/*.pdf'")
+        for glob in globs:
+            if not glob or len(glob) > 1000:
+                raise ValueError("a source glob must be 1 to 1000 characters, e.g. 'reports/**/*.pdf'")
+            try:
+                matches("", [glob])  # compiles it
+            except re.error as exc:
+                raise ValueError(f"{glob!r} is not a usable glob ({exc})") from None
         return globs
 
     @field_validator("types")

@@ -17,8 +17,9 @@ import bisect
 from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
+from ...index.store import CONTEXT_SEPARATOR
+
 MAX_CONTEXT_CHARS = 240  # a chunk's title and headings, as embedded: a few dozen tokens at most
-CONTEXT_SEPARATOR = " > "
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ class LoadedDocument:
     def context(self, offset: int) -> str:
         """The title and the headings above ``offset``, joined with `` > ``,
         each said once, at most ``MAX_CONTEXT_CHARS`` long: what a chunk
-        starting there is embedded and indexed with.
+        starting there is embedded with (and BM25-indexed with its first part).
 
         ``"bisect — Array bisection algorithm > Searching Sorted Lists"``
         """

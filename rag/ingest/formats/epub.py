@@ -58,12 +58,22 @@ def _spine(source: str, archive: zipfile.ZipFile) -> tuple[list[str], str | None
     return chapters, (" ".join((title.text or "").split()) or None) if title is not None else None
 
 
+def _encrypted(source: str, archive: zipfile.ZipFile) -> set[str]:
+    """The files ``META-INF/encryption.xml`` says are encrypted (DRM, or
+    fonts obfuscated as the EPUB standard allows, which does not matter here)."""
+    if "META-INF/encryption.xml" not in archive.namelist():
+        return set()
+    found = _xml(source, archive, "META-INF/encryption.xml")
+    return {posixpath.normpath(unquote(ref.get("URI", ""))) for ref in found.iter()
+            if ref.tag.endswith("CipherReference")}
+
+
 def load_epub(source: str, suffix: str, data: bytes) -> LoadedDocument:
     """A book's chapters in reading order, a segment per chapter."""
     with open_zip(source, data, ".epub") as archive:
-        if "META-INF/encryption.xml" in archive.namelist():
-            raise DocumentError(source, "DRM-protected (encrypted) EPUB; only books without DRM can be read")
         chapters, title = _spine(source, archive)
+        if set(chapters) & _encrypted(source, archive):
+            raise DocumentError(source, "DRM-protected (encrypted) EPUB; only books without DRM can be read")
         parts: list[str] = []
         length = 0
         segments: list[Segment] = []
