@@ -40,6 +40,8 @@ def test_scope_matches_sources_and_types():
         Scope(types=["exe"])
     with pytest.raises(ValueError, match="not a usable glob"):
         Scope(sources=["[z-a]"])
+    with pytest.raises(ValueError, match="more than 4"):
+        Scope(sources=["**/" * 12 + "x"])  # would take exponential time to match
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])

@@ -21,6 +21,7 @@ from ..ingest.files import matches
 from ..ingest.formats import SUPPORTED_SUFFIXES
 
 MAX_SCOPE_ITEMS = 64
+MAX_DOUBLE_STARS = 4
 
 
 class Scope(BaseModel):
@@ -40,6 +41,9 @@ class Scope(BaseModel):
         for glob in globs:
             if not glob or len(glob) > 1000:
                 raise ValueError("a source glob must be 1 to 1000 characters, e.g. 'reports/**/*.pdf'")
+            if glob.count("**") > MAX_DOUBLE_STARS:
+                # Each ** is a nested wildcard: many of them take exponential time to match.
+                raise ValueError(f"{glob!r} holds more than {MAX_DOUBLE_STARS} '**'; one is enough to cross folders")
             try:
                 matches("", [glob])  # compiles it
             except re.error as exc:

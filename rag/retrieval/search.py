@@ -98,7 +98,7 @@ def scoped_ids(index: Index, scope: Scope | None) -> np.ndarray | None:
         n = len(index.files())
         raise ScopeMatchesNothing(
             f"no document in the index matches {scope.describe()} ({n} document{'s' if n != 1 else ''} indexed; "
-            "`rag search` with a wider scope, or GET /v1/documents, lists their sources)"
+            "globs match a source's path relative to the folder ingested, or its name)"
         )
     return allowed
 

@@ -87,7 +87,10 @@ def parse_html(html: str, *, show_title: bool = True) -> LoadedDocument:
     if parser._heading is not None:
         parser.parts.append(_CLOSE)
     lines = (" ".join(line.split()) for line in "".join(parser.parts).split("\n"))
-    marked = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+    marked = "\n".join(lines)
+    # A heading's own leading and trailing spaces go, as a line's would.
+    marked = re.sub(r"[ \n]+(\ue00f)", r"\1", re.sub(r"([\ue001-\ue006])[ \n]+", r"\1", marked))
+    marked = re.sub(r"\n{3,}", "\n\n", marked).strip()
     text, headings = _unmark(marked)
     title = " ".join("".join(parser.title).split()) or None
     return LoadedDocument(text, title=title, headings=headings)

@@ -44,7 +44,7 @@ def load_pdf(source: str, suffix: str, data: bytes) -> LoadedDocument:
                 raise DocumentError(source, f"OCR failed ({type(exc).__name__}: {_one_line(exc)}); "
                                             "check the Tesseract installation") from None
             texts.update({n: t.strip() for n, t in read.items() if t.strip()})
-            warnings.append(f"{len(scanned)} of {n_pages} pages have no text layer and were read with OCR")
+            warnings.append(f"read with OCR: {len(scanned)} of its {n_pages} pages have no text layer")
         elif any(texts.values()):
             warnings.append(f"{len(scanned)} of {n_pages} pages are scanned images without a text layer "
                             f"({_pages(scanned)}) and were not indexed; {problem}")
