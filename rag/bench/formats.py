@@ -74,6 +74,7 @@ def check_folder(pipeline: Pipeline, folder: MixedFolder) -> dict[str, object]:
             if not any(h.source == s for h in pipeline.search(word, k=3, mode="bm25"))]
     return {
         "files_indexed": len(report.added), "chunks": report.chunks_added, "seconds": round(seconds, 1),
+        "reading_s": round(report.seconds_reading, 1), "embedding_s": round(report.seconds_embedding, 1),
         "failed": len(report.failed), "warnings": len(report.warnings), "unsupported": dict(report.unsupported),
         "bad_unreported": unreported, "bad_misreported": wrong, "good_not_found": lost,
         "vanished_reported": folder.vanishing in said,

@@ -88,7 +88,8 @@ def bench_formats_cmd(
     console = Console(highlight=False)
     console.print(table)
     s = result["summary"]
-    console.print(f"whole folder: {s['files_indexed']} files, {s['chunks']} chunks in {s['seconds']} s; "
+    console.print(f"whole folder: {s['files_indexed']} files, {s['chunks']} chunks in {s['seconds']} s "
+                  f"(reading {s['reading_s']} s, embedding {s['embedding_s']} s); "
                   f"{s['failed']} failed and {s['warnings']} partly read, each on its own line:", soft_wrap=True)
     for line in s["report_lines"]:
         console.print(f"  {line}", soft_wrap=True, markup=False)
