@@ -8,7 +8,7 @@ import pytest
 
 from rag.ingest.chunking import Chunker, ChunkerSettings
 from rag.ingest import find_files, ingest
-from rag.index.store import Index, IndexWriter
+from rag.index.store import Index, IndexWriter, embedded_text
 from tests.conftest import write_corpus
 from rag.bench.samples import make_pdf
 
@@ -139,8 +139,8 @@ def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunk
     # A reused vector is the one the text would get anyway.
     index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     stored = index.chunks()
-    fresh = embedder.embed([text for _, _, text, _ in stored])
-    for (_, _, _, vector), expected in zip(stored, fresh):
+    fresh = embedder.embed([embedded_text(context, text) for _, _, text, _, context in stored])
+    for (_, _, _, vector, _), expected in zip(stored, fresh):
         assert float(vector @ expected) == pytest.approx(1.0, abs=1e-4)
     assert _search(index_dir, embedder, "sailing boats and tides", k=1)[0].text.startswith("The last paragraph")
     index.close()

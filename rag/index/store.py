@@ -306,10 +306,11 @@ class Index:
                     return f"{name} differs from the manifest"
         return None
 
-    def chunks(self) -> list[tuple[int, str, str, np.ndarray]]:
-        """Every chunk as ``(chunk id, source, text, unit vector)``, in id order."""
-        rows = self._db.execute("SELECT id, source, text FROM chunks ORDER BY id").fetchall()
-        return [(r[0], r[1], r[2], self._vectors.reconstruct(int(r[0]))) for r in rows]
+    def chunks(self) -> list[tuple[int, str, str, np.ndarray, str]]:
+        """Every chunk as ``(chunk id, source, text, unit vector, context)``,
+        in id order; the vector is of :func:`embedded_text` of context and text."""
+        rows = self._db.execute("SELECT id, source, text, context FROM chunks ORDER BY id").fetchall()
+        return [(r[0], r[1], r[2], self._vectors.reconstruct(int(r[0])), r[3]) for r in rows]
 
     def hits(self, ids: Sequence[int], query: np.ndarray, known: dict[int, float] | None = None) -> list[Hit]:
         """The chunks ``ids`` in that order, each scored by its cosine
