@@ -20,8 +20,9 @@ from ..index.store import live_manifest, open_writer
 from .chunking import Chunker, ChunkerSettings
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES
-from .loaders import SUPPORTED_SUFFIXES, is_supported
+from .formats import SUPPORTED_SUFFIXES, is_supported
 from .run import IngestProgress, IngestReport, ingest
+from .watch import watch
 
 
 def document_id(root: str, source: str) -> str:
@@ -105,6 +106,16 @@ class DocumentLibrary:
                         exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress)
         self._changed()
         return report
+
+    def watch(self, paths: Sequence[str | os.PathLike[str]],
+              on_report: Callable[[IngestReport | None, str | None, int], None], *,
+              stop: threading.Event | None = None, **options) -> None:
+        """Ingest ``paths`` again (with the :meth:`ingest` ``options``) each
+        time a file under them changes, debounced, until ``stop`` is set or
+        Ctrl-C; see :func:`rag.ingest.watch.watch`. The index's own folders
+        are not watched."""
+        watch(paths, lambda: self.ingest(paths, **options), on_report,
+              ignore=[self.index_dir.resolve(), self.uploads_dir.resolve()], stop=stop)
 
     def documents(self, files: dict) -> list[dict[str, object]]:
         """The files of an open index (``Index.files()``) as documents:

@@ -30,11 +30,11 @@ from ..index.store import Hit, Index
 from ..ingest.embed import Embedder
 from ..ingest.library import DocumentLibrary
 from ..ingest.run import IngestProgress, IngestReport
-from ..retrieval import RetrievalMode, check_mode, retrieve
+from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
-from .options import MAX_CANDIDATES, AskOptions, valid_text
+from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
 from .planner import PlannedPrompt, PromptPlanner, load_plan
 from .stream import AnswerStream
@@ -212,18 +212,17 @@ class Pipeline:
 
     # -- questions -------------------------------------------------------------
 
-    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None,
+               scope: Scope | dict | None = None) -> list[Hit]:
         """The ``k`` chunks that best match ``query``, best first, each
         scored by its cosine similarity to it; ``mode`` (default: the
         settings') is how they are found: ``"hybrid"`` (dense and BM25 fused
-        by rank), ``"dense"`` or ``"bm25"``."""
-        query = valid_text(query, "the query").strip()
-        if not query:
-            raise RagError("the query is empty; pass some text to search for")
-        if not 1 <= k <= MAX_CANDIDATES:
-            raise RagError(f"k must be between 1 and {MAX_CANDIDATES}, not {k}")
+        by rank), ``"dense"`` or ``"bm25"``; ``scope`` (a :class:`Scope`, or
+        ``{"sources": [glob, ...], "types": ["pdf", ...]}``) the documents
+        searched, a RagError when no indexed document is in it."""
+        query, scope = valid_search(query, k, scope)
         mode = check_mode(mode) if mode is not None else self.retrieval
-        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode)
+        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode, scope=scope)
 
     def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:
         """Answer ``question`` from the index, with sources, budget and
@@ -269,7 +268,7 @@ class Pipeline:
     def _plan(self, question: str, options: AskOptions, received: float,
               conversation: Conversation | None) -> PlannedPrompt:
         self.prepare()
-        hits = self.search(question, k=options.candidates, mode=options.retrieval)
+        hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
         target = options.target(self.settings.target_ttft)
         return PromptPlanner(self.backend).plan(
             question, hits, options, target_ttft=target, cost=self.cost_model,
@@ -293,7 +292,7 @@ class Pipeline:
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
-            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
+            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context) for h in prompt.hits)
             number = None
             if session is not None:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],

@@ -6,6 +6,8 @@ Does not: answer questions itself or read anything back with pickle.
 
 from __future__ import annotations
 
+import contextlib
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -17,6 +19,7 @@ from .errors import error, failure
 from .gate import Gate
 from .settings import ServiceSettings
 from .state import ServiceState
+from .watching import FolderWatcher
 
 ERROR_TYPES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}
 
@@ -25,7 +28,22 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     """The FastAPI application serving ``pipeline``."""
     settings = settings or ServiceSettings()
     state = ServiceState.create(pipeline, settings)
-    app = FastAPI(title="rag-budget", version="1", description="Local document QA that treats the prompt as a cost.")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # Watched folders are kept indexed while the service runs.
+        watcher = FolderWatcher(pipeline, settings.watch) if settings.watch else None
+        app.state.watcher = watcher
+        if watcher is not None:
+            watcher.start()
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.stop()
+
+    app = FastAPI(title="rag-budget", version="1", description="Local document QA that treats the prompt as a cost.",
+                  lifespan=lifespan)
     app.state.service = state
     # Kept for tests and the bench: the parts they look at.
     app.state.pipeline, app.state.settings, app.state.metrics = pipeline, settings, state.metrics

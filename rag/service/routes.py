@@ -43,7 +43,7 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway)."""
     try:
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
-                                       max_tokens=body.max_tokens)
+                                       max_tokens=body.max_tokens, scope=body.scope)
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return done.to_dict() if done is not None else Response(status_code=499)
@@ -81,7 +81,7 @@ UPLOAD_LINKS = {"responses": {"200": {"links": {
 
 
 @router.post("/v1/documents", openapi_extra=UPLOAD_LINKS)
-async def upload(file: UploadFile = File(..., description="A .txt, .md, .rst, .html or .pdf file"),
+async def upload(file: UploadFile = File(..., description="A document of a type rag-budget reads (.pdf, .docx, .md, ...)"),
                  state: ServiceState = Depends(service)):
     """Upload a document and ingest it (incremental and atomic: queries
     meanwhile run on the index as it was)."""
