@@ -83,6 +83,7 @@ class Hit:
     char_start: int = 0
     char_end: int = 0
     position: int = 0
+    root: str = ""  # the folder its file was ingested from (with source, names the document)
 
     def to_dict(self) -> dict[str, object]:
         """The result object of the ``rag search --json`` contract."""
@@ -239,8 +240,8 @@ class Index:
         rows = {
             row[0]: row
             for row in self._db.execute(
-                "SELECT id, chunk_id, source, text, page, char_start, char_end, position FROM chunks "
-                f"WHERE id IN ({','.join('?' * len(ids))})",
+                "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, f.root "
+                f"FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({','.join('?' * len(ids))})",
                 list(ids),
             )
         }
@@ -254,7 +255,8 @@ class Index:
                 score = float(np.dot(self._vectors.reconstruct(int(i)), q))
             r = rows[i]
             result.append(
-                Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6], position=r[7])
+                Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6],
+                    position=r[7], root=r[8])
             )
         return result
 

@@ -9,15 +9,21 @@ from engine.backend import Timings
 
 @dataclass(frozen=True)
 class Source:
-    """A chunk that was put into the prompt."""
+    """A chunk that was put into the prompt. ``doc_id`` names its document
+    (``GET /v1/documents/{doc_id}/text``) and ``char_start``/``char_end``
+    its span in that document's text, so it can be opened and shown."""
 
     chunk_id: str
     source: str
     score: float
     page: int | None = None
+    doc_id: str | None = None
+    char_start: int | None = None
+    char_end: int | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page}
+        return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page,
+                "doc_id": self.doc_id, "char_start": self.char_start, "char_end": self.char_end}
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,11 @@ Does not: print, parse arguments or talk HTTP.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generator, Iterator, Literal, Sequence
+from typing import Generator, Literal, Sequence
 
 from engine.backend import Backend, PrefixCache, Timings
 from prompt_budget import PrefillCostModel, system_message
@@ -26,16 +24,18 @@ from prompt_budget.profile import Profile
 
 from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
 from ..conversations.keeper import HistoryMode, stable_prefix
-from ..errors import RagError, engine_errors
+from ..errors import IndexNotFound, RagError, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Hit, Index
 from ..ingest.embed import Embedder
-from ..ingest.library import DocumentLibrary
+from ..ingest.content import DocumentFile
+from ..ingest.library import DocumentLibrary, document_id
 from ..ingest.run import IngestProgress, IngestReport
 from ..retrieval import RetrievalMode, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
+from .foreground import Foreground
 from .options import MAX_CANDIDATES, AskOptions, valid_text
 from .parts import Parts
 from .planner import PlannedPrompt, PromptPlanner
@@ -90,13 +90,12 @@ class Pipeline:
         self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
         self._system_state = False
-        self._active = 0  # questions in progress: background work gives way to them
-        self._active_lock = threading.Lock()
+        self.foreground = Foreground()  # questions in progress: background work gives way to them
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
         self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                 notice=lambda message: self.notice(message))
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
-                                         history_mode=history_mode, busy=self._busy)
+                                         history_mode=history_mode, busy=self.foreground.busy)
 
     @classmethod
     def open(
@@ -166,13 +165,22 @@ class Pipeline:
         with engine_errors():
             return self.costs.calibrate(quick=quick, progress=progress)
 
-    def prepare(self) -> None:
+    def prepare(self, *, need_index: bool = True) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
-        too), the cost model, and the system prompt's cached state."""
+        too), the cost model, and the system prompt's cached state. Without
+        ``need_index``, no index yet is no error (a service whose first
+        documents are still to be uploaded)."""
         with engine_errors():
-            _ = self.backend, self.index(), self.cost_model
-            if self.retrieval != "dense":
-                self.index().lexical()
+            _ = self.backend
+            try:
+                index: Index | None = self.index()
+            except IndexNotFound:
+                if need_index:
+                    raise
+                index = None
+            _ = self.cost_model
+            if index is not None and self.retrieval != "dense":
+                index.lexical()
             if not self._system_state:
                 self.warm_up()
 
@@ -213,6 +221,11 @@ class Pipeline:
     def remove_document(self, doc_id: str) -> dict[str, object]:
         """Remove the document ``doc_id``; see :meth:`DocumentLibrary.remove`."""
         return self.library.remove(doc_id)
+
+    def document(self, doc_id: str) -> DocumentFile:
+        """The file of the document ``doc_id``, to read its text (chunk spans
+        point into it) or bytes; DocumentNotFound if the index has none."""
+        return self.library.locate(doc_id, self.index().files())
 
     # -- questions -------------------------------------------------------------
 
@@ -282,7 +295,7 @@ class Pipeline:
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
         with engine_errors(), self.keeper.turn(session):
-            with self._foreground():
+            with self.foreground.question():
                 conversation = self.keeper.load(session) if session is not None else None
                 prompt = self._plan(question, options, received, conversation)
                 pieces: list[str] = []
@@ -294,7 +307,8 @@ class Pipeline:
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
-            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
+            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, document_id(h.root, h.source),
+                                   h.char_start, h.char_end) for h in prompt.hits)
             number = None
             if session is not None:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
@@ -303,21 +317,6 @@ class Pipeline:
                       session=session, turn=number, turns_shown=prompt.turns_shown)
 
     # -- conversations -----------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _foreground(self) -> Iterator[None]:
-        """Mark a question as in progress, so background work gives way."""
-        with self._active_lock:
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._active_lock:
-                self._active -= 1
-
-    def _busy(self) -> bool:
-        with self._active_lock:
-            return self._active > 0
 
     def conversation(self, session: str) -> Conversation:
         """The stored conversation ``session``: summary and recent turns."""

@@ -1,0 +1,52 @@
+// The page's wiring: the key dialog, each panel, and what loads first.
+// Does not: hold state of its own; each module keeps its part.
+
+import { onKeyNeeded, storedKey, storeKey } from "./api.js";
+import { setUpAsk } from "./ask.js";
+import { refreshProfile } from "./costs.js";
+import { refreshDocuments, setUpDocuments } from "./documents.js";
+import { notify, shown } from "./notice.js";
+import { refreshSessions, setUpSessions } from "./sessions.js";
+import { setUpViewer } from "./viewer.js";
+
+const $ = (id) => document.getElementById(id);
+let keyWaiters = [];
+
+function askForKey() {
+  const dialog = $("key-dialog"), input = $("key-input");
+  input.value = storedKey();
+  if (!dialog.open) dialog.showModal();
+  input.focus();
+  return new Promise((resolve) => keyWaiters.push(resolve));
+}
+
+function setUpKey() {
+  onKeyNeeded(askForKey);
+  $("key-button").addEventListener("click", () => { askForKey().then(loadAll); });
+  $("key-form").addEventListener("submit", () => {
+    const key = $("key-input").value.trim();
+    storeKey(key);
+    const waiters = keyWaiters;
+    keyWaiters = [];
+    waiters.forEach((resolve) => resolve(key));
+  });
+  $("key-forget").addEventListener("click", () => {
+    storeKey("");
+    $("key-input").value = "";
+  });
+}
+
+function loadAll() {
+  notify("");
+  shown(refreshDocuments());
+  shown(refreshSessions());
+  shown(refreshProfile());
+}
+
+setUpKey();
+setUpDocuments();
+setUpViewer();
+setUpAsk();
+setUpSessions();
+$("profile-refresh").addEventListener("click", () => shown(refreshProfile()));
+loadAll();
