@@ -27,7 +27,7 @@ async function submit(event) {
   const started = performance.now();
   const question = $("question").value.trim();
   if (!question) return;
-  const target = parseFloat($("target").value);
+  const target = parseFloat($("target").value), maxTokens = parseInt($("max-tokens").value, 10);
   const session = sessionForAsk();
   if (!session) clearThread();
   const turn = newTurn(question);
@@ -36,7 +36,8 @@ async function submit(event) {
   let painted = null;
   try {
     const body = { question, session: session || undefined,
-                   target_ttft_s: Number.isFinite(target) && target > 0 ? target : undefined };
+                   target_ttft_s: Number.isFinite(target) && target > 0 ? target : undefined,
+                   max_tokens: Number.isInteger(maxTokens) && maxTokens > 0 ? maxTokens : undefined };
     const answer = await ask(body, (piece) => {
       turn.text.appendData(piece);
       turn.pieces += 1;

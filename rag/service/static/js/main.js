@@ -36,9 +36,11 @@ function setUpKey() {
   });
 }
 
-function loadAll() {
+// One call first: without a key it is the only one refused (the server
+// limits refused keys per address) and the key is asked for once.
+async function loadAll() {
   notify("");
-  shown(refreshDocuments());
+  await shown(refreshDocuments());
   shown(refreshSessions());
   shown(refreshProfile());
 }

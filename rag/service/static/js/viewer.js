@@ -67,6 +67,8 @@ async function showPdf(source, body, note) {
   frame.className = "pdf";
   frame.title = `${source.source}, page ${page}`;
   frame.src = `${pdfUrl}#page=${page}`;
+  frame.dataset.type = blob.type;
+  frame.dataset.bytes = String(blob.size);
   const link = document.createElement("a");
   link.href = frame.src;
   link.target = "_blank";
