@@ -33,6 +33,9 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-d
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+SETTLE_S = 0.3  # pause after each answer, either way, before the next question
+
+
 def find_chromium(explicit: str | os.PathLike[str] | None = None) -> str | None:
     """The Chromium to drive: ``explicit``, else ``$RAG_CHROMIUM``, else
     ``chromium`` on the PATH; None if there is none."""
@@ -64,6 +67,9 @@ def _ask_page(page, question: str, max_tokens: int) -> dict[str, object]:
     turn = page.wait_for_selector(".turn:last-child:is([data-state=done], [data-state=failed])", timeout=300_000)
     if turn.get_attribute("data-state") != "done":
         return {"how": "page", "status": "error: " + turn.inner_text()[-120:]}
+    # The page redraws its charts after an answer: a person reads before asking again.
+    page.wait_for_selector(".turn:last-child[data-settled]", timeout=60_000)
+    time.sleep(SETTLE_S)
     return {"how": "page", "status": 200, "ttft_ms": float(turn.get_attribute("data-page-ttft-ms")),
             "api_ttft_ms": float(turn.get_attribute("data-api-ttft-ms"))}
 
@@ -80,6 +86,7 @@ def _ask_api(http: httpx.Client, question: str, max_tokens: int) -> dict[str, ob
                 first = first if first is not None else time.perf_counter() - sent
                 event = json.loads(line[6:])
                 answer = event.get("answer", answer)
+    time.sleep(SETTLE_S)  # as long a pause as the page's
     if answer is None:
         return {"how": "api", "status": "error: the stream ended without its answer"}
     return {"how": "api", "status": 200, "ttft_ms": first * 1000, "api_ttft_ms": answer["timings"]["ttft_s"] * 1000}

@@ -50,8 +50,9 @@ async function submit(event) {
     finishTurn(turn, answer, () => showCosts(answer, pageTtftMs));
     showCosts(answer, pageTtftMs);
     $("question").value = "";
-    shown(refreshProfile());
-    if (session) shown(refreshSessions());
+    // What the answer changed: the cost model learned from it, a session grew.
+    Promise.all([shown(refreshProfile()), session ? shown(refreshSessions()) : null])
+      .then(() => { turn.el.dataset.settled = "true"; });
   } catch (err) {
     failTurn(turn, err.message);
   } finally {
