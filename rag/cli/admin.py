@@ -56,8 +56,9 @@ def serve(
     index: Optional[Path] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
 ) -> None:
-    """Serve document QA over HTTP: /v1/ask, /v1/chat/completions (OpenAI-compatible),
-    /healthz, /metrics, /docs. API keys from $RAG_SERVE_API_KEYS (comma-separated)."""
+    """Serve document QA over HTTP: the web page at /, /v1/ask, /v1/chat/completions
+    (OpenAI-compatible), /v1/documents, /v1/sessions, /healthz, /metrics, /docs. Starts
+    without an index (the first upload makes one). API keys from $RAG_SERVE_API_KEYS."""
     from ..service import ServiceSettings, serve as run_service
 
     with user_errors():

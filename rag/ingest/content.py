@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DocumentNotFound, RagError
+from .files import DEFAULT_MAX_FILE_BYTES
 from .loaders import PDF_SUFFIXES, load_document
 
 
@@ -54,7 +55,7 @@ class DocumentFile:
         text, so that an uploaded HTML page is shown, never run."""
         return "application/pdf" if self.is_pdf else "text/plain; charset=utf-8"
 
-    def read(self, max_bytes: int) -> bytes:
+    def read(self, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
         """The file's bytes; DocumentNotFound when it is gone, a RagError
         when it cannot be read or is over ``max_bytes``."""
         try:
@@ -69,7 +70,7 @@ class DocumentFile:
             raise RagError(f"{self.source}: its file is now over {max_bytes} bytes; ingest it again")
         return data
 
-    def text(self, max_bytes: int) -> DocumentText:
+    def text(self, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> DocumentText:
         """The text the index was made from (loaded as at ingest); a
         DocumentError when the file no longer loads."""
         data = self.read(max_bytes)

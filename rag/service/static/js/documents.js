@@ -104,6 +104,7 @@ async function uploadOne(file, item) {
     item.bar.value = item.bar.max;
     item.li.classList.add("done");
     item.state.textContent = doc ? `indexed: ${doc.chunks} chunk${doc.chunks === 1 ? "" : "s"}` : "indexed";
+    setTimeout(() => item.li.remove(), 4000); // it is in the list below by now; failures stay
   } catch (err) {
     item.li.classList.add("failed");
     item.bar.remove();
