@@ -12,6 +12,8 @@ import httpx
 import pytest
 
 from rag import Pipeline
+from rag.errors import DocumentNotFound
+from rag.ingest.content import file_in
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
 from .conftest import CORPUS, write_corpus
@@ -114,6 +116,13 @@ def test_unknown_or_crafted_ids_are_404(keyed, doc_id):
         r = httpx.get(f"{keyed.url}/v1/documents/{doc_id}/{kind}", headers=KEY)
         assert r.status_code == 404, (doc_id, kind, r.text)
         assert "root:" not in r.text  # never a file's content
+
+
+def test_a_source_leading_outside_its_root_is_refused():
+    assert str(file_in("/data/docs", "guide/cooking.rst")) == "/data/docs/guide/cooking.rst"
+    for source in ("../secret.md", "guide/../../secret.md", "/etc/passwd", "", "."):
+        with pytest.raises(DocumentNotFound):
+            file_in("/data/docs", source)
 
 
 def test_a_file_gone_from_disk_is_404_with_what_to_do(keyed, pipeline):

@@ -6,11 +6,11 @@
 
 import { ask } from "./api.js";
 import { refreshProfile, showCosts } from "./costs.js";
+import { $ } from "./dom.js";
 import { shown } from "./notice.js";
 import { refreshSessions, sessionForAsk } from "./sessions.js";
 import { clearThread, failTurn, finishTurn, newTurn } from "./thread.js";
 
-const $ = (id) => document.getElementById(id);
 
 /** Resolves to ms from `t0` to the frame showing the first text; the time
  *  it was put in the page if no frame comes (a hidden tab draws none). */

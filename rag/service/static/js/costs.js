@@ -6,8 +6,8 @@
 
 import { getJson } from "./api.js";
 import { legend, stackedBar, xyChart } from "./charts.js";
+import { $, node } from "./dom.js";
 
-const $ = (id) => document.getElementById(id);
 const sec = (v) => `${Number(v).toFixed(2)} s`;
 const REASONS = {
   ttft: "would pass the TTFT target",
@@ -28,11 +28,9 @@ function figures(answer, pageTtftMs) {
   ];
   if (pageTtftMs !== null) rows.splice(4, 0, ["TTFT in this page", sec(pageTtftMs / 1000)]);
   return rows.map(([k, v]) => {
-    const pair = document.createElement("div"), dt = document.createElement("dt"), dd = document.createElement("dd");
-    dt.textContent = k;
-    dd.textContent = String(v);
+    const pair = node("div"), dd = node("dd", "", String(v));
     dd.dataset.figure = k;
-    pair.append(dt, dd);
+    pair.append(node("dt", "", k), dd);
     return pair;
   });
 }
@@ -88,15 +86,10 @@ function passagesChart(answer) {
 
 function decisionRows(decisions) {
   return decisions.map((d, i) => {
-    const tr = document.createElement("tr");
-    tr.className = d.chosen ? "chosen" : "dropped";
+    const tr = node("tr", d.chosen ? "chosen" : "dropped");
     const outcome = d.chosen ? (d.trimmed ? "chosen, trimmed" : "chosen") : `dropped: ${d.reason}`;
     const cells = [i + 1, d.source, d.tokens, d.score.toFixed(3), d.ttft_s > 0 ? sec(d.ttft_s) : "–", outcome];
-    for (const value of cells) {
-      const td = document.createElement("td");
-      td.textContent = String(value);
-      tr.append(td);
-    }
+    tr.append(...cells.map((value) => node("td", "", String(value))));
     if (!d.chosen && REASONS[d.reason]) tr.lastChild.title = REASONS[d.reason];
     return tr;
   });

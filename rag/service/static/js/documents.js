@@ -4,9 +4,8 @@
 // Does not: read files itself; the server ingests them.
 
 import { ApiError, deleteJson, getJson, upload } from "./api.js";
+import { $, button, node, plural } from "./dom.js";
 import { shown } from "./notice.js";
-
-const $ = (id) => document.getElementById(id);
 let known = new Map(); // doc id -> document, for the source viewer
 
 export function documentById(id) { return known.get(id); }
@@ -27,23 +26,13 @@ export async function refreshDocuments() {
 }
 
 function documentItem(doc) {
-  const li = document.createElement("li");
+  const li = node("li");
   li.dataset.docId = doc.id;
-  const name = document.createElement("span");
-  name.className = "doc-name";
-  name.textContent = doc.source;
+  const name = node("span", "doc-name", doc.source);
   name.title = `${doc.root}/${doc.source}`;
-  const chunks = document.createElement("span");
-  chunks.className = "doc-chunks";
-  chunks.textContent = `${doc.chunks} chunk${doc.chunks === 1 ? "" : "s"}`;
-  const remove = document.createElement("button");
-  remove.type = "button";
-  remove.className = "quiet small";
-  remove.textContent = "Delete";
-  remove.setAttribute("aria-label", `Delete ${doc.source}`);
   // Two presses: the first asks, the second deletes (no modal to dismiss).
   let armed = null;
-  remove.addEventListener("click", async () => {
+  const remove = button("Delete", "quiet small", async () => {
     if (!armed) {
       remove.textContent = "Really delete?";
       armed = setTimeout(() => { armed = null; remove.textContent = "Delete"; }, 4000);
@@ -60,16 +49,15 @@ function documentItem(doc) {
       armed = null;
       showError(li, err.message);
     }
-  });
-  li.append(name, chunks, remove);
+  }, `Delete ${doc.source}`);
+  li.append(name, node("span", "doc-chunks", plural(doc.chunks, "chunk")), remove);
   return li;
 }
 
 function showError(li, message) {
   let line = li.querySelector(".error");
   if (!line) {
-    line = document.createElement("p");
-    line.className = "error";
+    line = node("p", "error");
     line.setAttribute("role", "alert");
     li.append(line);
   }
@@ -77,18 +65,13 @@ function showError(li, message) {
 }
 
 function uploadItem(file) {
-  const li = document.createElement("li");
-  const name = document.createElement("span");
-  name.className = "doc-name";
-  name.textContent = file.name;
-  const bar = document.createElement("progress");
+  const bar = node("progress");
   bar.max = Math.max(file.size, 1);
   bar.value = 0;
   bar.setAttribute("aria-label", `Uploading ${file.name}`);
-  const state = document.createElement("span");
-  state.className = "upload-state";
-  state.textContent = "waiting";
-  li.append(name, bar, state);
+  const state = node("span", "upload-state", "waiting");
+  const li = node("li");
+  li.append(node("span", "doc-name", file.name), bar, state);
   return { li, bar, state };
 }
 
@@ -103,7 +86,7 @@ async function uploadOne(file, item) {
     const doc = result.documents[0];
     item.bar.value = item.bar.max;
     item.li.classList.add("done");
-    item.state.textContent = doc ? `indexed: ${doc.chunks} chunk${doc.chunks === 1 ? "" : "s"}` : "indexed";
+    item.state.textContent = doc ? `indexed: ${plural(doc.chunks, "chunk")}` : "indexed";
     setTimeout(() => item.li.remove(), 4000); // it is in the list below by now; failures stay
   } catch (err) {
     item.li.classList.add("failed");

@@ -5,11 +5,11 @@ import { onKeyNeeded, storedKey, storeKey } from "./api.js";
 import { setUpAsk } from "./ask.js";
 import { refreshProfile } from "./costs.js";
 import { refreshDocuments, setUpDocuments } from "./documents.js";
+import { $ } from "./dom.js";
 import { notify, shown } from "./notice.js";
 import { refreshSessions, setUpSessions } from "./sessions.js";
 import { setUpViewer } from "./viewer.js";
 
-const $ = (id) => document.getElementById(id);
 let keyWaiters = [];
 
 function askForKey() {
@@ -23,12 +23,12 @@ function askForKey() {
 function setUpKey() {
   onKeyNeeded(askForKey);
   $("key-button").addEventListener("click", () => { askForKey().then(loadAll); });
-  $("key-form").addEventListener("submit", () => {
-    const key = $("key-input").value.trim();
-    storeKey(key);
+  $("key-form").addEventListener("submit", () => storeKey($("key-input").value.trim()));
+  // Closed by the form or by Escape: the calls waiting go on with what is stored.
+  $("key-dialog").addEventListener("close", () => {
     const waiters = keyWaiters;
     keyWaiters = [];
-    waiters.forEach((resolve) => resolve(key));
+    waiters.forEach((resolve) => resolve(storedKey()));
   });
   $("key-forget").addEventListener("click", () => {
     storeKey("");

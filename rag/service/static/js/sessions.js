@@ -4,10 +4,9 @@
 // Does not: ask questions (ask.js does, with sessionForAsk()).
 
 import { ApiError, deleteJson, getJson } from "./api.js";
+import { $, button, node, plural } from "./dom.js";
 import { shown } from "./notice.js";
 import { clearThread, storedTurn } from "./thread.js";
-
-const $ = (id) => document.getElementById(id);
 
 function newId() {
   const bytes = crypto.getRandomValues(new Uint8Array(6));
@@ -17,9 +16,8 @@ function newId() {
 function ensureOption(id) {
   const select = $("session-select");
   if (![...select.options].some((o) => o.value === id)) {
-    const option = document.createElement("option");
+    const option = node("option", "", `continue ${id}`);
     option.value = id;
-    option.textContent = `continue ${id}`;
     select.append(option);
   }
 }
@@ -48,27 +46,12 @@ export async function refreshSessions() {
 }
 
 function sessionItem(s) {
-  const li = document.createElement("li");
+  const li = node("li");
   li.dataset.session = s.session;
-  const name = document.createElement("span");
-  name.className = "session-name";
-  name.textContent = s.session;
-  const info = document.createElement("span");
-  info.className = "muted small";
-  info.textContent = ` ${s.turns} turn${s.turns === 1 ? "" : "s"}, ${new Date(s.updated * 1000).toLocaleString()}`;
-  const go = document.createElement("button");
-  go.type = "button";
-  go.className = "small";
-  go.textContent = "Continue";
-  go.setAttribute("aria-label", `Continue ${s.session}`);
-  go.addEventListener("click", () => shown(continueSession(s.session)));
-  const reset = document.createElement("button");
-  reset.type = "button";
-  reset.className = "quiet small";
-  reset.textContent = "Reset";
-  reset.setAttribute("aria-label", `Reset ${s.session}`);
-  reset.addEventListener("click", () => shown(resetSession(s.session, li)));
-  li.append(name, info, go, reset);
+  const when = new Date(s.updated * 1000).toLocaleString();
+  li.append(node("span", "session-name", s.session), node("span", "muted small", ` ${plural(s.turns, "turn")}, ${when}`),
+            button("Continue", "small", () => shown(continueSession(s.session)), `Continue ${s.session}`),
+            button("Reset", "quiet small", () => shown(resetSession(s.session, li)), `Reset ${s.session}`));
   return li;
 }
 
@@ -80,10 +63,8 @@ export async function continueSession(id) {
   try {
     const conversation = await getJson(`/v1/sessions/${encodeURIComponent(id)}`);
     if (conversation.folded) {
-      const summary = document.createElement("p");
-      summary.className = "muted small";
-      summary.textContent = `${conversation.folded} earlier turn(s), summarised: ${conversation.summary}`;
-      $("thread").append(summary);
+      $("thread").append(node("p", "muted small",
+                              `${plural(conversation.folded, "earlier turn")}, summarised: ${conversation.summary}`));
     }
     conversation.turns.forEach(storedTurn);
   } catch (err) {

@@ -3,18 +3,10 @@
 // answer with its citations [n] linked to the numbered sources below it.
 // Does not: ask anything; ask.js and sessions.js fill it.
 
+import { $, button, node } from "./dom.js";
 import { openSource } from "./viewer.js";
 
-const $ = (id) => document.getElementById(id);
-
 export function clearThread() { $("thread").replaceChildren(); }
-
-function node(tag, className, text) {
-  const n = document.createElement(tag);
-  if (className) n.className = className;
-  if (text !== undefined) n.textContent = text;
-  return n;
-}
 
 /** A new turn for `question`, at the end of the thread; its answer streams into `.text`. */
 export function newTurn(question, number = null) {
@@ -37,12 +29,7 @@ export function finishTurn(turn, answer, onWhy = null) {
   turn.el.removeAttribute("aria-busy");
   renderCited(turn.answer, answer.answer, answer.sources);
   turn.el.append(sourceList(answer.sources));
-  if (onWhy) {
-    const why = node("button", "quiet small why-button", "Why it was fast");
-    why.type = "button";
-    why.addEventListener("click", () => onWhy());
-    turn.el.append(why);
-  }
+  if (onWhy) turn.el.append(button("Why it was fast", "quiet small why-button", () => onWhy()));
 }
 
 export function failTurn(turn, message) {
@@ -71,11 +58,7 @@ function renderCited(container, text, sources) {
     const n = Number(m[1]), source = sources[n - 1];
     if (!source) continue;
     container.append(text.slice(last, m.index));
-    const cite = node("button", "cite", `[${n}]`);
-    cite.type = "button";
-    cite.setAttribute("aria-label", `source ${n}: ${source.source}`);
-    cite.addEventListener("click", () => openSource(source, n));
-    container.append(cite);
+    container.append(button(`[${n}]`, "cite", () => openSource(source, n), `source ${n}: ${source.source}`));
     last = m.index + m[0].length;
   }
   container.append(text.slice(last));
@@ -86,11 +69,9 @@ function sourceList(sources) {
   list.setAttribute("aria-label", "Sources");
   sources.forEach((s, i) => {
     const li = node("li");
-    const open = node("button", "source-link", s.source + (s.page ? `, page ${s.page}` : ""));
-    open.type = "button";
-    open.setAttribute("aria-label", `Open source ${i + 1}: ${s.source}${s.page ? `, page ${s.page}` : ""}`);
-    open.addEventListener("click", () => openSource(s, i + 1));
-    li.append(open, node("span", "score", ` score ${Number(s.score).toFixed(2)}`));
+    const where = s.source + (s.page ? `, page ${s.page}` : "");
+    li.append(button(where, "source-link", () => openSource(s, i + 1), `Open source ${i + 1}: ${where}`),
+              node("span", "score", ` score ${Number(s.score).toFixed(2)}`));
     list.append(li);
   });
   return list;

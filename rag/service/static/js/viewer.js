@@ -4,8 +4,8 @@
 // Does not: find documents by name; sources carry their document id.
 
 import { call, getJson } from "./api.js";
+import { $, node } from "./dom.js";
 
-const $ = (id) => document.getElementById(id);
 let pdfUrl = null; // the blob URL shown last, released when the next opens
 
 function release() {
@@ -44,11 +44,8 @@ export async function openSource(source, n) {
 async function showText(source, body, note) {
   const doc = await getJson(`/v1/documents/${encodeURIComponent(source.doc_id)}/text`);
   const text = doc.text, start = source.char_start ?? 0, end = source.char_end ?? 0;
-  const pre = document.createElement("pre");
-  pre.className = "doc-text";
-  const mark = document.createElement("mark");
+  const pre = node("pre", "doc-text"), mark = node("mark", "", text.slice(start, end));
   mark.id = "passage";
-  mark.textContent = text.slice(start, end);
   pre.append(text.slice(0, start), mark, text.slice(end));
   body.replaceChildren(pre);
   note.textContent = doc.current
@@ -63,17 +60,15 @@ async function showPdf(source, body, note) {
   const blob = await (await call(`/v1/documents/${encodeURIComponent(source.doc_id)}/file`)).blob();
   pdfUrl = URL.createObjectURL(blob);
   const page = source.page || 1;
-  const frame = document.createElement("iframe");
-  frame.className = "pdf";
+  const frame = node("iframe", "pdf");
   frame.title = `${source.source}, page ${page}`;
   frame.src = `${pdfUrl}#page=${page}`;
   frame.dataset.type = blob.type;
   frame.dataset.bytes = String(blob.size);
-  const link = document.createElement("a");
+  const link = node("a", "", `Open page ${page} in a new tab`);
   link.href = frame.src;
   link.target = "_blank";
   link.rel = "noopener";
-  link.textContent = `Open page ${page} in a new tab`;
   body.replaceChildren(frame);
   note.replaceChildren(`Page ${page} of the PDF, in the browser's own viewer. `, link);
 }
