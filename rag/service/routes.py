@@ -14,7 +14,7 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import DocumentNotFound, RagError
+from ..errors import DocumentNotFound, RagError, engine_errors
 from .answering import Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import AskBody
@@ -41,8 +41,12 @@ async def profile(state: ServiceState = Depends(service)):
     """The prefill cost model budgets are planned with: the profile's key
     and fit, each measured point (calibration and recent answers) and the
     predicted prefill and TTFT of a prompt with nothing cached, by size."""
+    def view() -> dict:
+        with engine_errors():  # with no profile yet, the engine is measured now
+            return state.pipeline.costs.view()
+
     try:
-        return await run_in_threadpool(state.pipeline.costs.view)
+        return await run_in_threadpool(view)
     except RagError as exc:
         return failure(exc)
 
