@@ -58,8 +58,9 @@ def serve(
     watch: List[Path] = typer.Option(
         [], "--watch", help="Keep this folder indexed while serving (repeatable; default: $RAG_SERVE_WATCH)."),
 ) -> None:
-    """Serve document QA over HTTP: /v1/ask, /v1/chat/completions (OpenAI-compatible),
-    /healthz, /metrics, /docs. API keys from $RAG_SERVE_API_KEYS (comma-separated)."""
+    """Serve document QA over HTTP: the web page at /, /v1/ask, /v1/chat/completions
+    (OpenAI-compatible), /v1/documents, /v1/sessions, /healthz, /metrics, /docs. Starts
+    without an index (the first upload makes one). API keys from $RAG_SERVE_API_KEYS."""
     from ..service import ServiceSettings, serve as run_service
 
     with user_errors():

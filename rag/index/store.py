@@ -132,6 +132,7 @@ class Hit:
     position: int = 0
     location: dict[str, object] | None = None
     context: str = ""
+    root: str = ""  # the folder its file was ingested from (with source, names the document)
 
     def to_dict(self) -> dict[str, object]:
         """The result object of the ``rag search --json`` contract."""
@@ -321,8 +322,9 @@ class Index:
         rows = {
             row[0]: row
             for row in self._db.execute(
-                "SELECT id, chunk_id, source, text, page, char_start, char_end, position, location, context FROM chunks "
-                f"WHERE id IN ({','.join('?' * len(ids))})",
+                "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
+                "c.context, f.root FROM chunks c JOIN files f ON f.id = c.file_id "
+                f"WHERE c.id IN ({','.join('?' * len(ids))})",
                 list(ids),
             )
         }
@@ -337,7 +339,7 @@ class Index:
             r = rows[i]
             result.append(
                 Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6],
-                    position=r[7], location=_location(r[8]), context=r[9])
+                    position=r[7], location=_location(r[8]), context=r[9], root=r[10])
             )
         return result
 

@@ -18,6 +18,7 @@ from ..errors import DocumentNotFound, RagError
 from ..index.generations import index_exists
 from ..index.store import live_manifest, open_writer
 from .chunking import Chunker, ChunkerSettings
+from .content import DocumentFile, file_in
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES
 from .formats import SUPPORTED_SUFFIXES, is_supported
@@ -177,6 +178,15 @@ class DocumentLibrary:
         if Path(record.root).resolve() == self.uploads_dir.resolve() and uploaded.is_file():
             uploaded.unlink()
         return {"id": doc_id, "source": record.source, "chunks": record.n_chunks}
+
+    def locate(self, doc_id: str, files: dict) -> DocumentFile:
+        """The file of the document ``doc_id`` among the files of an open
+        index (``Index.files()``); DocumentNotFound if there is none. Only
+        the index's records are looked at: no path comes from the caller."""
+        for record in files.values():
+            if document_id(record.root, record.source) == doc_id:
+                return DocumentFile(doc_id, record.source, file_in(record.root, record.source), record.sha256)
+        raise DocumentNotFound(f"no document {doc_id}; GET /v1/documents lists them")
 
     def is_upload(self, document: dict[str, object]) -> bool:
         """Whether ``document`` (of :meth:`documents`) lies in the uploads folder."""

@@ -13,7 +13,9 @@ from ..ingest.formats import Location
 class Source:
     """A chunk that was put into the prompt: its file, score, and where it
     lies (``location``: page, slide, sheet and rows, chapter or lines;
-    ``context``: the title and headings above it)."""
+    ``context``: the title and headings above it). ``doc_id`` names its
+    document (``GET /v1/documents/{doc_id}/text``) and ``char_start``/
+    ``char_end`` its span in that document's text, so it can be opened and shown."""
 
     chunk_id: str
     source: str
@@ -21,10 +23,14 @@ class Source:
     page: int | None = None
     location: dict[str, object] | None = None
     context: str = ""
+    doc_id: str | None = None
+    char_start: int | None = None
+    char_end: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page,
-                "location": self.location, "context": self.context}
+                "location": self.location, "context": self.context,
+                "doc_id": self.doc_id, "char_start": self.char_start, "char_end": self.char_end}
 
     def where(self) -> str:
         """The source as a reader cites it: ``"deck.pptx, slide 3"``, or

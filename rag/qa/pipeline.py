@@ -24,11 +24,12 @@ from prompt_budget.profile import Profile
 
 from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
 from ..conversations.keeper import HistoryMode, stable_prefix
-from ..errors import RagError, engine_errors
+from ..errors import IndexNotFound, RagError, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Hit, Index
 from ..ingest.embed import Embedder
-from ..ingest.library import DocumentLibrary
+from ..ingest.content import DocumentFile
+from ..ingest.library import DocumentLibrary, document_id
 from ..ingest.run import IngestProgress, IngestReport
 from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
@@ -162,13 +163,22 @@ class Pipeline:
         with engine_errors():
             return self.costs.calibrate(quick=quick, progress=progress)
 
-    def prepare(self) -> None:
+    def prepare(self, *, need_index: bool = True) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
-        too), the cost model, and the system prompt's cached state."""
+        too), the cost model, and the system prompt's cached state. Without
+        ``need_index``, no index yet is no error (a service whose first
+        documents are still to be uploaded)."""
         with engine_errors():
-            _ = self.backend, self.index(), self.cost_model
-            if self.retrieval != "dense":
-                self.index().lexical()
+            _ = self.backend
+            try:
+                index: Index | None = self.index()
+            except IndexNotFound:
+                if need_index:
+                    raise
+                index = None
+            _ = self.cost_model
+            if index is not None and self.retrieval != "dense":
+                index.lexical()
             if not self._system_state:
                 self.warm_up()
 
@@ -209,6 +219,11 @@ class Pipeline:
     def remove_document(self, doc_id: str) -> dict[str, object]:
         """Remove the document ``doc_id``; see :meth:`DocumentLibrary.remove`."""
         return self.library.remove(doc_id)
+
+    def document(self, doc_id: str) -> DocumentFile:
+        """The file of the document ``doc_id``, to read its text (chunk spans
+        point into it) or bytes; DocumentNotFound if the index has none."""
+        return self.library.locate(doc_id, self.index().files())
 
     # -- questions -------------------------------------------------------------
 
@@ -292,7 +307,8 @@ class Pipeline:
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
-            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context) for h in prompt.hits)
+            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context,
+                                   document_id(h.root, h.source), h.char_start, h.char_end) for h in prompt.hits)
             number = None
             if session is not None:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],

@@ -14,12 +14,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
-from . import openai, routes
+from . import content, openai, routes, sessions
 from .errors import error, failure
 from .gate import Gate
 from .settings import ServiceSettings
 from .state import ServiceState
 from .watching import FolderWatcher
+from .web import add_page
 
 ERROR_TYPES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}
 
@@ -53,6 +54,9 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     app.include_router(routes.public)
     app.include_router(routes.router)
     app.include_router(openai.router)
+    app.include_router(content.router)
+    app.include_router(sessions.router)
+    add_page(app)  # "/" and /static/: the page, which needs no key (its API calls do)
     return app
 
 
@@ -86,5 +90,5 @@ def serve(pipeline: Pipeline, settings: ServiceSettings) -> None:
     import uvicorn
 
     settings.check()
-    pipeline.prepare()
+    pipeline.prepare(need_index=False)  # the first documents may come by upload
     uvicorn.run(create_app(pipeline, settings), host=settings.host, port=settings.port, log_level="info")
