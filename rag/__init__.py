@@ -23,6 +23,7 @@ from .errors import (
 from .index.store import Hit
 from .ingest.run import IngestReport
 from .qa import Answer, AnswerStream, AskOptions, Budget, Pipeline, Source
+from .retrieval import Scope
 from .settings import Settings
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "Pipeline",
     "QuestionTooLong",
     "RagError",
+    "Scope",
     "Settings",
     "Source",
 ]

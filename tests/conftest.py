@@ -19,7 +19,7 @@ _HOME = Path(tempfile.mkdtemp(prefix="rag-test-home-"))
 os.environ["XDG_DATA_HOME"] = str(_HOME / "data")
 os.environ["XDG_CACHE_HOME"] = str(_HOME / "cache")
 
-from tests.pdfgen import make_pdf  # noqa: E402
+from rag.bench.samples import make_pdf  # noqa: E402
 
 CORPUS = {
     "prefill.md": (

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from rag.ingest.chunking import Chunker, ChunkerSettings
-from rag.ingest.loaders import LoadedDocument
+from rag.ingest.formats import LoadedDocument
 
 
 def test_chunks_fit_their_token_size_and_spans_map_back(embedder):
     text = "\n\n".join(
         f"Paragraph {i}. " + " ".join(f"word{i}_{j} ünïcode" for j in range(40)) for i in range(12)
     )
-    doc = LoadedDocument(text, ((1, 0), (2, len(text) // 2)))
+    doc = LoadedDocument.paged(text, ((1, 0), (2, len(text) // 2)))
     chunker = Chunker(embedder.count_tokens, ChunkerSettings(chunk_tokens=64, overlap_tokens=8))
     chunks = chunker.split(doc)
     assert len(chunks) > 5

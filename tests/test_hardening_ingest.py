@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rag.errors import RagError
 from rag.ingest import find_files, ingest
 from rag.ingest.chunking import Chunker
 
@@ -91,6 +92,10 @@ def test_globs_as_people_write_them(tmp_path, embedder, chunker):
     named = find_files([corpus / "A.md", corpus / "sub" / "d.txt"], exclude=["*.txt"])
     assert [f.source for f in named.files] == ["A.md"]
     assert find_files([corpus], include=["*.rst"]).unmatched == ["*.rst"]
+    with pytest.raises(RagError, match="more than 4"):
+        find_files([corpus], exclude=["**/" * 12 + "x"])  # would take exponential time to match
+    with pytest.raises(RagError, match="not a usable glob"):
+        find_files([corpus], include=["[z-a]"])
     index = tmp_path / "index"
     ingest(index, [corpus], embedder=embedder, chunker=chunker)
     narrowed = ingest(index, [corpus], embedder=embedder, chunker=chunker, include=["*.md"])

@@ -8,9 +8,9 @@ import pytest
 
 from rag.ingest.chunking import Chunker, ChunkerSettings
 from rag.ingest import find_files, ingest
-from rag.index.store import Index, IndexWriter
+from rag.index.store import Index, IndexWriter, embedded_text
 from tests.conftest import write_corpus
-from tests.pdfgen import make_pdf
+from rag.bench.samples import make_pdf
 
 
 @pytest.fixture
@@ -120,9 +120,9 @@ def test_include_and_exclude_globs(corpus):
     (corpus / ".hidden.md").write_text("secret")
     (corpus / ".git").mkdir()
     (corpus / ".git" / "notes.md").write_text("internal")
-    (corpus / "notes.docx").write_bytes(b"PK")
+    (corpus / "photo.png").write_bytes(b"\x89PNG")
     sources = {f.source for f in find_files([corpus]).files}
-    assert ".hidden.md" not in sources and ".git/notes.md" not in sources and "notes.docx" not in sources
+    assert ".hidden.md" not in sources and ".git/notes.md" not in sources and "photo.png" not in sources
 
 
 def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunker):
@@ -139,8 +139,8 @@ def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunk
     # A reused vector is the one the text would get anyway.
     index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     stored = index.chunks()
-    fresh = embedder.embed([text for _, _, text, _ in stored])
-    for (_, _, _, vector), expected in zip(stored, fresh):
+    fresh = embedder.embed([embedded_text(context, text) for _, _, text, _, context in stored])
+    for (_, _, _, vector, _), expected in zip(stored, fresh):
         assert float(vector @ expected) == pytest.approx(1.0, abs=1e-4)
     assert _search(index_dir, embedder, "sailing boats and tides", k=1)[0].text.startswith("The last paragraph")
     index.close()

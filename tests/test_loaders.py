@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rag.errors import DocumentError
-from rag.ingest.loaders import LoadedDocument, html_to_text, load_document
+from rag.ingest.formats import LoadedDocument, html_to_text, load_document
 
 
 def test_html_keeps_visible_text_only():
@@ -33,7 +33,7 @@ def test_pdf_pages_are_kept(pdf_bytes):
 
 
 def test_page_at_picks_the_page_holding_the_offset():
-    doc = LoadedDocument("x" * 200, ((1, 0), (3, 120)))
+    doc = LoadedDocument.paged("x" * 200, ((1, 0), (3, 120)))
     assert [doc.page_at(o) for o in (0, 119, 120, 199)] == [1, 1, 3, 3]
 
 

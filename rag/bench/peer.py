@@ -31,6 +31,7 @@ from prompt_budget.cost import quantile
 from prompt_budget.layout import SYSTEM_PROMPT
 
 from ..errors import RagError
+from ..index.store import embedded_text
 from .questions import Question
 from ..qa.pipeline import Pipeline
 
@@ -77,7 +78,9 @@ class LangChainRag:
         texts = [c[2] for c in chunks]
         metadatas = [{"source": c[1]} for c in chunks]
         sample = list(range(0, len(chunks), max(1, len(chunks) // 16)))[:16]
-        theirs = np.asarray(self.embeddings.embed_documents([texts[i] for i in sample]), dtype=np.float32)
+        # Our vectors are of each chunk with its context: the same input must give the same vector.
+        embedded = [embedded_text(chunks[i][4], texts[i]) for i in sample]
+        theirs = np.asarray(self.embeddings.embed_documents(embedded), dtype=np.float32)
         ours = np.vstack([chunks[i][3] for i in sample])
         self.vector_agreement = float(np.min(np.sum(theirs * ours, axis=1)))  # cosine of each pair
         if reembed:

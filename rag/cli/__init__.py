@@ -1,13 +1,13 @@
 """The ``rag`` command: a thin layer over :class:`rag.Pipeline`.
 
 Each module holds a few commands: ``documents`` (ingest), ``ask`` (search,
-ask, chat), ``admin`` (calibrate, serve, doctor), ``bench_answers`` and
-``bench_parts`` (the benchmarks); ``common`` what they share. Commands parse
-arguments, call the Python API and format what comes back; errors meant for
-the user are one line on stderr with a non-zero exit.
+ask, chat), ``admin`` (calibrate, serve, doctor), ``bench_answers``,
+``bench_parts`` and ``bench_page`` (the benchmarks); ``common`` what they
+share. Commands parse arguments, call the Python API and format what comes
+back; errors meant for the user are one line on stderr with a non-zero exit.
 """
 
-from . import admin, ask, bench_answers, bench_parts, documents  # noqa: F401 - each registers its commands
+from . import admin, ask, bench_answers, bench_page, bench_parts, documents  # noqa: F401 - each registers its commands
 from .common import app
 
 

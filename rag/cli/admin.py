@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from pydantic import ValidationError
@@ -55,13 +55,16 @@ def serve(
     port: Optional[int] = typer.Option(None, "--port", help="Port (default: $RAG_SERVE_PORT, else 8000)."),
     index: Optional[Path] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
+    watch: List[Path] = typer.Option(
+        [], "--watch", help="Keep this folder indexed while serving (repeatable; default: $RAG_SERVE_WATCH)."),
 ) -> None:
-    """Serve document QA over HTTP: /v1/ask, /v1/chat/completions (OpenAI-compatible),
-    /healthz, /metrics, /docs. API keys from $RAG_SERVE_API_KEYS (comma-separated)."""
+    """Serve document QA over HTTP: the web page at /, /v1/ask, /v1/chat/completions
+    (OpenAI-compatible), /v1/documents, /v1/sessions, /healthz, /metrics, /docs. Starts
+    without an index (the first upload makes one). API keys from $RAG_SERVE_API_KEYS."""
     from ..service import ServiceSettings, serve as run_service
 
     with user_errors():
-        overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+        overrides = {k: v for k, v in {"host": host, "port": port, "watch": watch or None}.items() if v is not None}
         try:
             service_settings = ServiceSettings(**overrides)
         except ValidationError as exc:

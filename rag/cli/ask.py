@@ -9,25 +9,29 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import RagError
-from ..qa.answer import Answer
+from ..qa.answer import Answer, where
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
 from ..qa.pipeline import Pipeline
 from .common import (
     INDEX_OPTION,
     MODEL_OPTION,
     RETRIEVAL_OPTION,
+    SOURCE_OPTION,
     TARGET_OPTION,
+    TYPE_OPTION,
     app,
     echo_json,
     err,
     command_pipeline,
+    scope_of,
     settings,
     user_errors,
 )
@@ -39,11 +43,14 @@ def search(
     index: Optional[Path] = INDEX_OPTION,
     k: int = typer.Option(5, "-k", help="How many chunks to return."),
     retrieval: Optional[str] = RETRIEVAL_OPTION,
+    source: List[str] = SOURCE_OPTION,
+    file_type: List[str] = TYPE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Show the chunks that best match QUERY, without asking the model."""
     with user_errors():
-        hits = command_pipeline(settings(index=index, retrieval=retrieval)).search(query, k=k)
+        scope = scope_of(source, file_type)
+        hits = command_pipeline(settings(index=index, retrieval=retrieval)).search(query, k=k, scope=scope)
     if as_json:
         echo_json({"results": [h.to_dict() for h in hits]})
         return
@@ -51,8 +58,8 @@ def search(
     if not hits:
         console.print("no results (is the index empty?)")
     for rank, h in enumerate(hits, start=1):
-        where = h.source if h.page is None else f"{h.source} p.{h.page}"
-        console.print(f"[bold]{rank}. {where}[/]  score {h.score:.3f}  [dim]{h.chunk_id}[/]")
+        shown = escape(where(h.source, h.location, h.context))
+        console.print(f"[bold]{rank}. {shown}[/]  score {h.score:.3f}  [dim]{h.chunk_id}[/]")
         console.print(" ".join(h.text.split())[:300], soft_wrap=True)
         console.print()
 
@@ -70,13 +77,16 @@ def ask(
     max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help="Most chunks in the prompt."),
     candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates", help="Chunks retrieved for the budgeter to choose from."),
     retrieval: Optional[str] = RETRIEVAL_OPTION,
+    source: List[str] = SOURCE_OPTION,
+    file_type: List[str] = TYPE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the answer, sources, budget and timings as JSON."),
     explain: bool = typer.Option(False, "--explain", help="Show the budget decision for every candidate."),
 ) -> None:
-    """Answer QUESTION from the index, streaming, then list the sources."""
+    """Answer QUESTION from the index, streaming, then list the sources.
+    --source and --type limit the documents it draws on."""
     with user_errors():
         options = AskOptions.of(max_tokens=max_tokens, max_k=max_k, candidates=candidates, session=session,
-                                explain=explain)
+                                explain=explain, scope=scope_of(source, file_type))
         pipeline = command_pipeline(settings(index=index, model=model, retrieval=retrieval, target_ttft=target_ttft))
         pipeline.prepare()  # loading the models is not part of the question's time to first token
         if as_json:
@@ -111,8 +121,7 @@ def print_sources(answer: Answer, console: Console) -> None:
     """The numbered sources of ``answer``, as its citations [n] refer to them."""
     console.print("\n[bold]Sources[/]")
     for n, s in enumerate(answer.sources, start=1):
-        where = s.source if s.page is None else f"{s.source} p.{s.page}"
-        console.print(f"  [{n}] {where}  (score {s.score:.3f})")
+        console.print(f"  [{n}] {escape(s.where())}  (score {s.score:.3f})")
 
 
 def print_cost_line(answer: Answer) -> None:

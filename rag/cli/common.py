@@ -26,8 +26,11 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from pydantic import ValidationError
+
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
+from ..retrieval import Scope
 from ..settings import Settings
 
 app = typer.Typer(
@@ -51,6 +54,9 @@ MODEL_OPTION = typer.Option(None, "--model", help="GGUF model file (default: $RA
 TARGET_OPTION = typer.Option(
     None, "--target-ttft", help="Seconds to first token to plan for (default: $RAG_TARGET_TTFT, else 2.0)."
 )
+SOURCE_OPTION = typer.Option(
+    [], "--source", help="Only documents whose source matches this glob (repeatable), e.g. 'reports/**/*.pdf'.")
+TYPE_OPTION = typer.Option([], "--type", help="Only documents of this file type (repeatable), e.g. pdf or docx.")
 
 # The engine options given before the command (`rag --engine-url URL ask ...`).
 _ENGINE_FLAGS: dict[str, object] = {}
@@ -92,6 +98,17 @@ def command_pipeline(settings: Settings, **options) -> Pipeline:
     """:func:`open_pipeline`, telling the user on stderr what it does on its own."""
     return open_pipeline(settings, notice=lambda message: err().print(f"[yellow]note:[/] {message}", soft_wrap=True),
                          **options)
+
+
+def scope_of(sources: list[str], types: list[str]) -> Scope:
+    """The scope of ``--source`` and ``--type``; a RagError naming the flag
+    for a value that cannot be used."""
+    try:
+        return Scope(sources=tuple(sources), types=tuple(types))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = "--type" if first.get("loc", ("",))[0] == "types" else "--source"
+        raise RagError(f"{flag}: {str(first.get('msg', 'invalid')).removeprefix('Value error, ')}") from None
 
 
 def err() -> Console:

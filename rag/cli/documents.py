@@ -1,4 +1,5 @@
-"""``rag ingest``: files and folders into the index, incrementally.
+"""``rag ingest``: files and folders into the index, incrementally, once or
+each time they change (``--watch``).
 
 Does not: read or chunk documents itself (``rag.ingest`` does).
 """
@@ -11,6 +12,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
+from ..ingest.run import IngestReport
 from .common import INDEX_OPTION, IngestBar, app, echo_json, err, command_pipeline, settings, user_errors
 
 
@@ -25,31 +27,64 @@ def ingest(
     max_file_mb: Optional[float] = typer.Option(
         None, "--max-file-mb", help="Skip files larger than this many MiB (default: $RAG_MAX_FILE_MB, else 16)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build the index anew from PATHs (repairs a damaged one)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    watch: bool = typer.Option(False, "--watch", help="Then keep watching PATHs and ingest again when files change; Ctrl-C stops."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (one line per ingest)."),
 ) -> None:
-    """Index documents (.txt .md .rst .html .pdf), incrementally."""
+    """Index documents, incrementally: text, Markdown, reStructuredText, HTML,
+    PDF, Word, PowerPoint, Excel, CSV, EPUB and source code."""
+    options = dict(include=include, exclude=exclude, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens)
     with user_errors(interrupted="interrupted; the index is as it was before this command"):
         p = command_pipeline(settings(index=index, max_file_mb=max_file_mb))
         with IngestBar.shown(transient=as_json) as bar:
-            report = p.ingest(paths, include=include, exclude=exclude, chunk_tokens=chunk_tokens,
-                              overlap_tokens=overlap_tokens, rebuild=rebuild, progress=bar)
+            report = p.ingest(paths, rebuild=rebuild, progress=bar, **options)
+    print_report(report, p.index_dir, as_json)
+    if not watch:
+        if report.failed or report.nothing_indexed():
+            raise typer.Exit(1)
+        return
+    err().print(f"[dim]watching {', '.join(escape(str(x)) for x in paths)} for changes; Ctrl-C stops[/]", soft_wrap=True)
+
+    def changed(done: IngestReport | None, problem: str | None, n_changes: int) -> None:
+        if done is None:
+            err().print(f"[bold red]error:[/] {escape(problem or 'ingest failed')}; still watching", soft_wrap=True)
+        elif done.added or done.updated or done.removed or done.failed or as_json:
+            print_report(done, p.index_dir, as_json)
+
+    with user_errors():
+        try:
+            p.library.watch(paths, changed, max_file_bytes=p.settings.max_file_bytes, **options)
+        except KeyboardInterrupt:  # the way to stop watching: a clean end, not an error
+            pass
+    err().print("stopped watching; the index holds the last change published")
+
+
+def print_report(report: IngestReport, index_dir: Path, as_json: bool) -> None:
+    """The report of one ingest: JSON on stdout, or counts and one line per
+    file that was not indexed (or indexed in part) on stderr."""
     if as_json:
-        echo_json({"index": str(p.index_dir), **report.to_dict()})
-    else:
-        c = report.counts()
-        rate = report.chunks_added / report.seconds if report.seconds else 0.0
-        reused = report.chunks_added - report.chunks_embedded
-        err().print(
-            f"added {c['added']}, updated {c['updated']}, removed {c['removed']}, skipped {c['skipped']}, "
-            f"failed {c['failed']}: {report.chunks_added} chunks in {report.seconds:.1f} s ({rate:.1f} chunks/s"
-            f"{f', {reused} unchanged chunks not embedded again' if reused else ''}) into {p.index_dir}",
-            soft_wrap=True,
-        )
-        for source, problem in report.failed:
-            err().print(f"[red]failed:[/] {escape(source)}: {escape(problem)}", soft_wrap=True)
-        for source, reason in report.ignored:
-            err().print(f"[yellow]skipped:[/] {escape(source)}: {escape(reason)}", soft_wrap=True)
-        for glob in report.unmatched:
-            err().print(f"[yellow]note:[/] {escape(repr(glob))} matched no file", soft_wrap=True)
-    if report.failed:
-        raise typer.Exit(1)
+        echo_json({"index": str(index_dir), **report.to_dict()})
+        return
+    c = report.counts()
+    rate = report.chunks_added / report.seconds if report.seconds else 0.0
+    reused = report.chunks_added - report.chunks_embedded
+    console = err()
+    console.print(
+        f"added {c['added']}, updated {c['updated']}, removed {c['removed']}, skipped {c['skipped']}, "
+        f"failed {c['failed']}: {report.chunks_added} chunks in {report.seconds:.1f} s ({rate:.1f} chunks/s"
+        f"{f', {reused} unchanged chunks not embedded again' if reused else ''}) into {index_dir}",
+        soft_wrap=True,
+    )
+    for source, problem in report.failed:
+        console.print(f"[red]failed:[/] {escape(source)}: {escape(problem)}", soft_wrap=True)
+    for source, reason in report.ignored:
+        console.print(f"[yellow]skipped:[/] {escape(source)}: {escape(reason)}", soft_wrap=True)
+    for source, warning in report.warnings:
+        console.print(f"[yellow]partly:[/] {escape(source)}: {escape(warning)}", soft_wrap=True)
+    if report.unsupported:
+        console.print(f"[yellow]not read:[/] {escape(report.unsupported_text())} (types rag-budget cannot read)",
+                      soft_wrap=True)
+    for glob in report.unmatched:
+        console.print(f"[yellow]note:[/] {escape(repr(glob))} matched no file", soft_wrap=True)
+    why = report.nothing_indexed()
+    if why:
+        console.print(f"[bold yellow]{escape(why)}[/]", soft_wrap=True)

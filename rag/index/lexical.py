@@ -1,4 +1,5 @@
-"""BM25 over chunk texts, saved beside the vectors and updated incrementally.
+"""BM25 over chunks (each indexed as its document's title, then its text),
+saved beside the vectors and updated incrementally.
 
 Dense embeddings miss exact names (``shutil.copytree``, ``SIGINT``); BM25
 finds them. The index keeps, per chunk, its terms and their counts (a
@@ -127,9 +128,10 @@ class LexicalIndex:
             self._postings = (starts, rows[order], self.counts[order], doc_len, avg or 1.0)
         return self._postings
 
-    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+    def search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """Up to ``k`` ``(chunk id, BM25 score)`` pairs, best first; only
-        chunks sharing a term with ``query``."""
+        chunks sharing a term with ``query``, and among the chunk ids
+        ``allowed`` when given (the statistics stay the whole index's)."""
         wanted = [self.vocab[t] for t in tokenize(query) if t in self.vocab]
         k = min(k, len(self))
         if k <= 0 or not wanted:
@@ -149,6 +151,8 @@ class LexicalIndex:
         if not hit_rows:
             return []
         scores = np.bincount(np.concatenate(hit_rows), weights=np.concatenate(weights), minlength=n)
+        if allowed is not None:
+            scores[~np.isin(self.chunk_ids, allowed)] = 0.0
         top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(int(self.chunk_ids[r]), float(scores[r])) for r in top if scores[r] > 0]

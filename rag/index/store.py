@@ -15,11 +15,13 @@ Does not: read documents, chunk or embed (see ``rag.ingest``).
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sqlite3
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 from urllib.parse import quote
 
 import numpy as np
@@ -65,15 +67,60 @@ CREATE TABLE chunks (
     char_end INTEGER NOT NULL,
     page INTEGER,
     n_tokens INTEGER NOT NULL,
-    text TEXT NOT NULL
+    text TEXT NOT NULL,                     -- the chunk's own text: what prompts and sources show
+    context TEXT NOT NULL DEFAULT '',       -- document title > headings above it: embedded with it (BM25: the title)
+    location TEXT                           -- JSON: page, slide, sheet and rows, chapter or lines; NULL for none
 );
 CREATE INDEX chunks_file ON chunks(file_id);
 """
 
 
+CONTEXT_SEPARATOR = " > "  # between the title and the headings of a chunk's context
+
+
+def embedded_text(context: str, text: str) -> str:
+    """What a chunk is embedded as: its context (title and headings) before
+    its text. Prompts and sources show the text alone.
+
+    ``embedded_text("bisect > Examples", "x") -> "bisect > Examples\n\nx"``
+    """
+    return f"{context}\n\n{text}" if context else text
+
+
+def lexical_text(context: str, text: str) -> str:
+    """What a chunk is BM25-indexed as: its document's title (the first part
+    of its context) before its text. The section headings are left out of
+    BM25: measured on the Python docs, their generic words ("Examples",
+    "Classes and functions"), repeated over every chunk of a section, lowered
+    BM25's MRR, while the title raised it (README, "Chunks know where they stand").
+
+    ``lexical_text("bisect > Examples", "x") -> "bisect\n\nx"``
+    """
+    title = context.split(CONTEXT_SEPARATOR, 1)[0]
+    return f"{title}\n\n{text}" if title else text
+
+
+def location_json(location: dict[str, object] | None) -> str | None:
+    """A chunk's location as stored (JSON text, None for none)."""
+    return json.dumps(location, ensure_ascii=False, sort_keys=True) if location else None
+
+
+def _location(raw: str | None) -> dict[str, object] | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved chunk. ``score`` is the cosine similarity to the query."""
+    """One retrieved chunk. ``score`` is the cosine similarity to the query;
+    ``location`` where it lies in its file (``page``, ``slide``, ``sheet``
+    and ``rows``, ``chapter``, ``lines``), ``context`` the title and
+    headings above it."""
 
     chunk_id: str
     source: str
@@ -83,6 +130,9 @@ class Hit:
     char_start: int = 0
     char_end: int = 0
     position: int = 0
+    location: dict[str, object] | None = None
+    context: str = ""
+    root: str = ""  # the folder its file was ingested from (with source, names the document)
 
     def to_dict(self) -> dict[str, object]:
         """The result object of the ``rag search --json`` contract."""
@@ -94,6 +144,8 @@ class Hit:
             "page": self.page,
             "char_start": self.char_start,
             "char_end": self.char_end,
+            "location": self.location,
+            "context": self.context,
         }
 
 
@@ -119,6 +171,13 @@ class NewChunk:
     page: int | None
     n_tokens: int
     text: str
+    context: str = ""
+    location: dict[str, object] | None = None
+
+    @property
+    def lexical(self) -> str:
+        """What it is BM25-indexed as."""
+        return lexical_text(self.context, self.text)
 
 
 def live_manifest(directory: Path) -> Manifest:
@@ -137,6 +196,7 @@ class Index:
         self._vectors = vectors
         self._db = db
         self._lexical: LexicalIndex | None = None
+        self._scopes: OrderedDict[object, np.ndarray] = OrderedDict()  # chunk ids in a scope, by the scope
         self.notes: list[str] = list(notes)  # what was wrong, for the user: damage, a stale BM25 folder
         self.on_note = lambda note: None  # told each note as it is found
 
@@ -171,24 +231,46 @@ class Index:
     def __len__(self) -> int:
         return int(self._vectors.ntotal)
 
-    def search(self, query: np.ndarray, k: int) -> list[Hit]:
+    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[Hit]:
         """The ``k`` chunks whose vectors have the highest inner product with
-        the unit vector ``query`` (cosine similarity), best first. Above
-        ``APPROXIMATE_FROM`` vectors the search is approximate (IVF)."""
-        found = self.search_ids(query, k)
+        the unit vector ``query`` (cosine similarity), best first, among the
+        chunk ids ``allowed`` (None: all). Above ``APPROXIMATE_FROM`` vectors
+        the search is approximate (IVF)."""
+        found = self.search_ids(query, k, allowed)
         return self.hits([i for i, _ in found], query, known=dict(found))
 
-    def search_ids(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """``(chunk id, cosine)`` of the ``k`` nearest vectors, best first."""
-        if k <= 0 or len(self) == 0:
+    def search_ids(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """``(chunk id, cosine)`` of the ``k`` nearest vectors, best first,
+        among the chunk ids ``allowed`` (None: all)."""
+        if k <= 0 or len(self) == 0 or (allowed is not None and len(allowed) == 0):
             return []
-        scores, ids = vector_search(self._vectors, np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), k)
+        q = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
+        scores, ids = vector_search(self._vectors, q, k, allowed=allowed)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
-    def lexical_search(self, query: str, k: int) -> list[tuple[int, float]]:
+    def lexical_search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """``(chunk id, BM25 score)`` of up to ``k`` chunks sharing terms
-        with ``query``, best first."""
-        return self.lexical().search(query, k)
+        with ``query``, best first, among the chunk ids ``allowed`` (None: all)."""
+        return self.lexical().search(query, k, allowed=allowed)
+
+    def chunk_ids_of(self, sources: Callable[[str], bool], key: object) -> np.ndarray:
+        """The ids of the chunks of every file whose source ``sources``
+        accepts, sorted; remembered under ``key`` (the last 64 scopes)."""
+        found = self._scopes.get(key)
+        if found is None:
+            files = [i for i, source in self._db.execute("SELECT id, source FROM files") if sources(source)]
+            ids: list[int] = []
+            for at in range(0, len(files), 500):  # SQLite bounds the parameters of one statement
+                part = files[at:at + 500]
+                ids += [r[0] for r in self._db.execute(
+                    f"SELECT id FROM chunks WHERE file_id IN ({','.join('?' * len(part))})", part)]
+            found = np.sort(np.asarray(ids, dtype=np.int64))
+            self._scopes[key] = found
+            while len(self._scopes) > 64:
+                self._scopes.popitem(last=False)
+        else:
+            self._scopes.move_to_end(key)
+        return found
 
     def lexical(self) -> LexicalIndex:
         """The BM25 index of this generation; built in memory from the chunk
@@ -210,8 +292,8 @@ class Index:
                     self._note(f"{self.generation.name}/{LEXICAL_FOLDER} is not usable ({exc}); BM25 rebuilt in memory")
                 loaded = None  # missing, damaged, or written in an older format
             if loaded is None:
-                rows = self._db.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
-                loaded = LexicalIndex.build([r[0] for r in rows], [r[1] for r in rows])
+                rows = self._db.execute("SELECT id, context, text FROM chunks ORDER BY id").fetchall()
+                loaded = LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows])
             self._lexical = loaded
         return self._lexical
 
@@ -225,10 +307,11 @@ class Index:
                     return f"{name} differs from the manifest"
         return None
 
-    def chunks(self) -> list[tuple[int, str, str, np.ndarray]]:
-        """Every chunk as ``(chunk id, source, text, unit vector)``, in id order."""
-        rows = self._db.execute("SELECT id, source, text FROM chunks ORDER BY id").fetchall()
-        return [(r[0], r[1], r[2], self._vectors.reconstruct(int(r[0]))) for r in rows]
+    def chunks(self) -> list[tuple[int, str, str, np.ndarray, str]]:
+        """Every chunk as ``(chunk id, source, text, unit vector, context)``,
+        in id order; the vector is of :func:`embedded_text` of context and text."""
+        rows = self._db.execute("SELECT id, source, text, context FROM chunks ORDER BY id").fetchall()
+        return [(r[0], r[1], r[2], self._vectors.reconstruct(int(r[0])), r[3]) for r in rows]
 
     def hits(self, ids: Sequence[int], query: np.ndarray, known: dict[int, float] | None = None) -> list[Hit]:
         """The chunks ``ids`` in that order, each scored by its cosine
@@ -239,8 +322,9 @@ class Index:
         rows = {
             row[0]: row
             for row in self._db.execute(
-                "SELECT id, chunk_id, source, text, page, char_start, char_end, position FROM chunks "
-                f"WHERE id IN ({','.join('?' * len(ids))})",
+                "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
+                "c.context, f.root FROM chunks c JOIN files f ON f.id = c.file_id "
+                f"WHERE c.id IN ({','.join('?' * len(ids))})",
                 list(ids),
             )
         }
@@ -254,7 +338,8 @@ class Index:
                 score = float(np.dot(self._vectors.reconstruct(int(i)), q))
             r = rows[i]
             result.append(
-                Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6], position=r[7])
+                Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6],
+                    position=r[7], location=_location(r[8]), context=r[9], root=r[10])
             )
         return result
 
@@ -319,9 +404,10 @@ class IndexWriter:
         self._db.execute("DELETE FROM files WHERE id = ?", (file_id,))
 
     def vectors_by_text(self, file_id: int) -> dict[str, np.ndarray]:
-        """The stored vector of each chunk text of a file."""
-        rows = self._db.execute("SELECT id, text FROM chunks WHERE file_id = ?", (file_id,)).fetchall()
-        return {text: self._vectors.reconstruct(int(i)) for i, text in rows}
+        """The stored vector of each chunk of a file, by what it was
+        embedded as (:func:`embedded_text`)."""
+        rows = self._db.execute("SELECT id, context, text FROM chunks WHERE file_id = ?", (file_id,)).fetchall()
+        return {embedded_text(context, text): self._vectors.reconstruct(int(i)) for i, context, text in rows}
 
     def add_file(
         self, *, root: str, source: str, path: str, sha256: str, size: int,
@@ -338,12 +424,13 @@ class IndexWriter:
         ids = []
         for c in chunks:
             cur = self._db.execute(
-                "INSERT INTO chunks (chunk_id, file_id, source, position, char_start, char_end, page, n_tokens, text)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (c.chunk_id, file_id, source, c.position, c.char_start, c.char_end, c.page, c.n_tokens, c.text),
+                "INSERT INTO chunks (chunk_id, file_id, source, position, char_start, char_end, page, n_tokens, text,"
+                " context, location) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (c.chunk_id, file_id, source, c.position, c.char_start, c.char_end, c.page, c.n_tokens, c.text,
+                 c.context, location_json(c.location)),
             )
             ids.append(cur.lastrowid)
-            self._added.append((cur.lastrowid, c.text))
+            self._added.append((cur.lastrowid, c.lexical))
         if ids:
             self._vectors.add_with_ids(
                 np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
@@ -364,8 +451,8 @@ class IndexWriter:
                 updated = base.updated(self._removed, [i for i, _ in added], [t for _, t in added])
                 if len(updated) == n_chunks:
                     return updated
-        rows = self._db.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
-        return LexicalIndex.build([r[0] for r in rows], [r[1] for r in rows])
+        rows = self._db.execute("SELECT id, context, text FROM chunks ORDER BY id").fetchall()
+        return LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows])
 
     def commit(self) -> None:
         """Write the staged generation durably, with the size and checksum of

@@ -63,13 +63,20 @@ def fit_vectors(index, dim: int, ids: Sequence[int], *, approximate_from: int | 
     return index
 
 
-def vector_search(index, queries: np.ndarray, k: int, nprobe: int = NPROBE) -> tuple[np.ndarray, np.ndarray]:
+def vector_search(index, queries: np.ndarray, k: int, nprobe: int = NPROBE,
+                  allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """FAISS's ``(scores, ids)`` for ``queries``, searching ``nprobe``
-    lists of an IVF index."""
+    lists of an IVF index; with ``allowed`` ids, among those only, and
+    exactly (every IVF list is searched: a narrow scope may have no vector
+    in the lists nearest the query)."""
     import faiss
 
+    selector = faiss.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64)) if allowed is not None else None
     if is_approximate(index):
-        return index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=min(nprobe, index.nlist)))
+        probe = index.nlist if selector is not None else min(nprobe, index.nlist)
+        return index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=probe, sel=selector))
+    if selector is not None:
+        return index.search(queries, k, params=faiss.SearchParameters(sel=selector))
     return index.search(queries, k)
 
 

@@ -1,4 +1,4 @@
-"""Documents into the index: reading files (``loaders``), splitting them
+"""Documents into the index: reading files (``formats``), splitting them
 (``chunking``), embedding (``embed``), the incremental ingest run (``run``)
 and the library of an index's documents (``library``)."""
 

@@ -1,8 +1,11 @@
 """Splitting document text into chunks sized in embedding-model tokens.
 
 Uses langchain-text-splitters' recursive splitter, which breaks at
-paragraphs, then lines, then words, and measures each piece with the
-embedding model's own tokenizer so no chunk is cut short by the embedder.
+paragraphs, then lines, then words (source code: at the language's classes,
+functions and blocks first), and measures each piece with the embedding
+model's own tokenizer so no chunk is cut short by the embedder. Each chunk
+keeps its location (no chunk spans two pages, slides, sheets or chapters)
+and its context: the document's title and the headings above it.
 
 Does not: read files or embed.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .loaders import LoadedDocument
+from .formats import Location, LoadedDocument
 
 # Chosen by measurement on the Python documentation corpus (README,
 # "Chunk size"): the embedder reads at most 256 tokens, and retrieval
@@ -65,72 +68,87 @@ class ChunkerSettings:
 
 @dataclass(frozen=True)
 class TextChunk:
-    """A piece of a document: ``text == document.text[start:end]``."""
+    """A piece of a document: ``text == document.text[start:end]``, where
+    it lies (``location``), and the title and headings above it (``context``)."""
 
     text: str
     start: int
     end: int
-    page: int | None
     n_tokens: int
+    location: Location = Location()
+    context: str = ""
+
+    @property
+    def page(self) -> int | None:
+        """The chunk's page, for paged documents."""
+        return self.location.page
 
 
 class Chunker:
     """Splits documents into overlapping chunks of at most ``chunk_tokens``."""
 
     def __init__(self, count_tokens: Callable[[str], int], settings: ChunkerSettings = ChunkerSettings()) -> None:
-        from langchain_text_splitters import RecursiveCharacterTextSplitter
-
         self.settings = settings
         self._count = count_tokens
-        self._splitter = RecursiveCharacterTextSplitter(
-            chunk_size=settings.chunk_tokens,
-            chunk_overlap=settings.overlap_tokens,
-            length_function=count_tokens,
-            strip_whitespace=True,
-        )
+        self._splitters: dict[str | None, object] = {}
+
+    def _splitter(self, language: str | None):
+        """The splitter for prose (None) or for a programming language."""
+        if language not in self._splitters:
+            from langchain_text_splitters import Language, RecursiveCharacterTextSplitter
+
+            options = dict(chunk_size=self.settings.chunk_tokens, chunk_overlap=self.settings.overlap_tokens,
+                           length_function=self._count, strip_whitespace=True)
+            self._splitters[language] = (
+                RecursiveCharacterTextSplitter(**options) if language is None
+                else RecursiveCharacterTextSplitter.from_language(Language(language), **options)
+            )
+        return self._splitters[language]
 
     def split(self, document: LoadedDocument, progress: Callable[[float], None] | None = None) -> list[TextChunk]:
-        """The document's chunks in reading order, each with its span and page;
-        ``progress(share)`` is told the share of the text done as it goes.
+        """The document's chunks in reading order, each with its span,
+        location and context; ``progress(share)`` is told the share of the
+        text done as it goes.
 
-        Pages are split separately, so a chunk never spans two pages and its
-        page number is exact. A text longer than ``SECTION_CHARS`` is split
-        in sections at paragraph breaks, so that progress can be reported
-        inside it.
+        Segments (pages, slides, sheets, chapters) are split separately, so
+        a chunk never spans two and its location is exact. A text longer
+        than ``SECTION_CHARS`` is split in sections at paragraph breaks, so
+        that progress can be reported inside it.
         """
         text = document.text
-        if not document.page_starts:
-            spans = [(start, end, None) for start, end in sections(text, SECTION_CHARS)]
-        else:
-            bounds = [start for _, start in document.page_starts[1:]] + [len(text)]
-            spans = [(start, end, page) for (page, start), end in zip(document.page_starts, bounds)]
+        spans = [
+            (start + a, start + b)
+            for start, end in document.spans()
+            for a, b in sections(text[start:end], SECTION_CHARS)
+        ]
+        splitter = self._splitter(document.language)
         chunks: list[TextChunk] = []
-        for start, end, page in spans:
-            chunks.extend(self._split_span(text[start:end], start, page))
+        for start, end in spans:
+            for chunk_text, at in self._split_span(splitter, text[start:end]):
+                chunks.append(TextChunk(
+                    text=chunk_text, start=start + at, end=start + at + len(chunk_text),
+                    n_tokens=self._count(chunk_text),
+                    location=document.locate(start + at, start + at + len(chunk_text)),
+                    context=document.context(start + at),
+                ))
             if progress:
                 progress(end / max(len(text), 1))
         return chunks
 
-    def _split_span(self, text: str, offset: int, page: int | None) -> list[TextChunk]:
-        chunks = []
+    @staticmethod
+    def _split_span(splitter, text: str) -> list[tuple[str, int]]:
+        """``(chunk text, offset in text)`` of each chunk of ``text``."""
+        found = []
         # Each chunk starts after the one before it (the overlap is smaller
         # than a chunk), so searching from just past the previous start finds
         # its true place even when the same text occurs earlier, as table
         # borders do. The splitter's own start_index cannot be used: it
         # subtracts the overlap, counted here in tokens, as characters.
         previous = -1
-        for chunk_text in self._splitter.split_text(text):
+        for chunk_text in splitter.split_text(text):
             start = text.find(chunk_text, previous + 1)
             if start < 0:  # cannot happen for substrings; keep the span honest if it does
                 start = text.find(chunk_text)
             previous = start
-            chunks.append(
-                TextChunk(
-                    text=chunk_text,
-                    start=offset + start,
-                    end=offset + start + len(chunk_text),
-                    page=page,
-                    n_tokens=self._count(chunk_text),
-                )
-            )
-        return chunks
+            found.append((chunk_text, start))
+        return found

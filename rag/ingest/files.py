@@ -11,7 +11,7 @@ and a name that is not valid UTF-8 is kept under a safe spelling (its bad
 bytes written as ``\\xff``).
 
 Does not: read file contents (``run`` does) or decide what is supported
-beyond the file name (``loaders`` does).
+beyond the file name (``formats`` does).
 """
 
 from __future__ import annotations
@@ -19,14 +19,17 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .loaders import is_supported
+from ..errors import RagError
+from .formats import is_supported
 
 DEFAULT_EXCLUDE = (".*", "**/.*", "**/.*/**", "__pycache__/**", "**/__pycache__/**")
+MAX_DOUBLE_STARS = 4  # each ** is a nested wildcard: matching time grows exponentially with their number
 DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a small CPU: see the README
 
 
@@ -46,7 +49,9 @@ class FoundFiles:
     """What a walk found: the files to read, the folders walked, files set
     aside (``ignored``: not read, with the reason), paths that failed
     (``failed``: missing, unreadable), folders that could not be listed
-    (their files already indexed are kept), and globs that matched nothing."""
+    (their files already indexed are kept), globs that matched nothing, and
+    how many files of each type that cannot be read were passed over in
+    folders (``unsupported``, by lower-case suffix)."""
 
     files: list[SourceFile] = field(default_factory=list)
     roots: list[str] = field(default_factory=list)
@@ -54,6 +59,7 @@ class FoundFiles:
     failed: list[tuple[str, str]] = field(default_factory=list)
     unlisted: list[tuple[str, str]] = field(default_factory=list)  # (root, folder source prefix)
     unmatched: list[str] = field(default_factory=list)
+    unsupported: Counter[str] = field(default_factory=Counter)
 
 
 def safe_name(name: str) -> str:
@@ -67,6 +73,22 @@ def safe_name(name: str) -> str:
         return name
     except UnicodeEncodeError:
         return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def usable_glob(glob: str) -> str:
+    """``glob`` without surrounding spaces, or ValueError saying why it cannot
+    be used: empty, over 1000 characters, more than ``MAX_DOUBLE_STARS``
+    ``**`` (matching would take exponential time), or a bad character range."""
+    glob = glob.strip()
+    if not glob or len(glob) > 1000:
+        raise ValueError("a glob must be 1 to 1000 characters, e.g. 'reports/**/*.pdf'")
+    if glob.count("**") > MAX_DOUBLE_STARS:
+        raise ValueError(f"{glob!r} holds more than {MAX_DOUBLE_STARS} '**'; one is enough to cross folders")
+    try:
+        _pattern(glob)
+    except re.error as exc:
+        raise ValueError(f"{glob!r} is not a usable glob ({exc})") from None
+    return glob
 
 
 @lru_cache(maxsize=256)
@@ -123,7 +145,12 @@ class _Walk:
     """One find_files call's state."""
 
     def __init__(self, include: Sequence[str], exclude: Sequence[str], max_file_bytes: int) -> None:
-        self.include, self.exclude, self.max_bytes = tuple(include), tuple(exclude), max_file_bytes
+        try:
+            self.include = tuple(usable_glob(g) for g in include)
+            self.exclude = tuple(usable_glob(g) for g in exclude)
+        except ValueError as exc:
+            raise RagError(f"--include/--exclude: {exc}") from None
+        self.max_bytes = max_file_bytes
         self.found = FoundFiles()
         self.seen: set[tuple[str, str]] = set()
         self.used: set[str] = set()  # globs that matched something
@@ -144,6 +171,8 @@ class _Walk:
         if not is_supported(path):
             if named:
                 self.found.ignored.append((source, f"unsupported file type {path.suffix or '(no suffix)'}"))
+            else:
+                self.found.unsupported[path.suffix.lower() or "(no suffix)"] += 1
             return
         try:
             st = os.stat(path)

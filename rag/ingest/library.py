@@ -18,10 +18,12 @@ from ..errors import DocumentNotFound, RagError
 from ..index.generations import index_exists
 from ..index.store import live_manifest, open_writer
 from .chunking import Chunker, ChunkerSettings
+from .content import DocumentFile, file_in
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES
-from .loaders import SUPPORTED_SUFFIXES, is_supported
+from .formats import SUPPORTED_SUFFIXES, is_supported
 from .run import IngestProgress, IngestReport, ingest
+from .watch import watch
 
 
 def document_id(root: str, source: str) -> str:
@@ -106,6 +108,16 @@ class DocumentLibrary:
         self._changed()
         return report
 
+    def watch(self, paths: Sequence[str | os.PathLike[str]],
+              on_report: Callable[[IngestReport | None, str | None, int], None], *,
+              stop: threading.Event | None = None, **options) -> None:
+        """Ingest ``paths`` again (with the :meth:`ingest` ``options``) each
+        time a file under them changes, debounced, until ``stop`` is set or
+        Ctrl-C; see :func:`rag.ingest.watch.watch`. The index's own folders
+        are not watched."""
+        watch(paths, lambda: self.ingest(paths, **options), on_report,
+              ignore=[self.index_dir.resolve(), self.uploads_dir.resolve()], stop=stop)
+
     def documents(self, files: dict) -> list[dict[str, object]]:
         """The files of an open index (``Index.files()``) as documents:
         ``id`` (stable, opaque), ``source``, ``root``, ``chunks`` and ``sha256``."""
@@ -166,6 +178,15 @@ class DocumentLibrary:
         if Path(record.root).resolve() == self.uploads_dir.resolve() and uploaded.is_file():
             uploaded.unlink()
         return {"id": doc_id, "source": record.source, "chunks": record.n_chunks}
+
+    def locate(self, doc_id: str, files: dict) -> DocumentFile:
+        """The file of the document ``doc_id`` among the files of an open
+        index (``Index.files()``); DocumentNotFound if there is none. Only
+        the index's records are looked at: no path comes from the caller."""
+        for record in files.values():
+            if document_id(record.root, record.source) == doc_id:
+                return DocumentFile(doc_id, record.source, file_in(record.root, record.source), record.sha256)
+        raise DocumentNotFound(f"no document {doc_id}; GET /v1/documents lists them")
 
     def is_upload(self, document: dict[str, object]) -> bool:
         """Whether ``document`` (of :meth:`documents`) lies in the uploads folder."""

@@ -24,11 +24,11 @@ import numpy as np
 
 from ..errors import DocumentError, RagError
 from ..index.manifest import Manifest
-from ..index.store import FileRecord, IndexWriter, NewChunk, open_writer
+from ..index.store import FileRecord, IndexWriter, NewChunk, open_writer, embedded_text
 from .chunking import Chunker, TextChunk
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES, FoundFiles, SourceFile, find_files, safe_name
-from .loaders import load_document
+from .formats import SUPPORTED_SUFFIXES, load_document
 
 # Files are embedded in groups of at least this many chunks, so many small
 # files still fill the embedder's batches.
@@ -54,12 +54,16 @@ class IngestReport:
     skipped: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (source, one-line error)
     ignored: list[tuple[str, str]] = field(default_factory=list)  # (source, why it was not read)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (source, what was left out of a file indexed)
+    unsupported: dict[str, int] = field(default_factory=dict)  # suffix -> files of a type that cannot be read
     unmatched: list[str] = field(default_factory=list)  # globs that matched no file
     notes: list[str] = field(default_factory=list)  # what was wrong with the index it started from
     chunks_added: int = 0
     chunks_removed: int = 0
     chunks_embedded: int = 0  # of chunks_added: the rest reused a vector (same text as before, or as another chunk)
     seconds: float = 0.0
+    seconds_reading: float = 0.0  # reading, parsing and chunking files
+    seconds_embedding: float = 0.0
 
     def counts(self) -> dict[str, int]:
         """``{"added": n, "updated": n, "removed": n, "skipped": n, "failed": n}``."""
@@ -67,6 +71,31 @@ class IngestReport:
             "added": len(self.added), "updated": len(self.updated), "removed": len(self.removed),
             "skipped": len(self.skipped), "failed": len(self.failed),
         }
+
+    def unsupported_text(self) -> str:
+        """The files of types that cannot be read, by type: ``"3 .png, 1 .exe"``."""
+        ordered = sorted(self.unsupported.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ", ".join(f"{n} {suffix}" for suffix, n in ordered)
+
+    def nothing_indexed(self) -> str | None:
+        """Why this run indexed nothing (no file added, updated or found
+        unchanged), in one line; None when it indexed something."""
+        if self.added or self.updated or self.skipped:
+            return None
+        why = []
+        if self.failed:
+            why.append(f"{len(self.failed)} could not be read (see the failed: lines)")
+        if self.ignored:
+            why.append(f"{len(self.ignored)} were passed over (see the skipped: lines)")
+        if self.unsupported:
+            n = sum(self.unsupported.values())
+            why.append(f"{n} {'is' if n == 1 else 'are'} of types rag-budget cannot read ({self.unsupported_text()}; "
+                       f"it reads {' '.join(sorted(SUPPORTED_SUFFIXES))})")
+        if self.unmatched:
+            why.append(f"{', '.join(repr(g) for g in self.unmatched)} matched no file")
+        if not why:
+            return "nothing indexed: no files found (hidden files and folders are skipped)"
+        return "nothing indexed: of the files found, " + "; ".join(why)
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready account of the ingest."""
@@ -76,10 +105,15 @@ class IngestReport:
             "chunks_removed": self.chunks_removed,
             "chunks_embedded": self.chunks_embedded,
             "seconds": round(self.seconds, 3),
+            "seconds_reading": round(self.seconds_reading, 3),
+            "seconds_embedding": round(self.seconds_embedding, 3),
             "failures": [{"source": s, "error": e} for s, e in self.failed],
             "ignored": [{"source": s, "reason": r} for s, r in self.ignored],
+            "warnings": [{"source": s, "warning": w} for s, w in self.warnings],
+            "unsupported": dict(sorted(self.unsupported.items())),
             "unmatched_globs": list(self.unmatched),
             "notes": list(self.notes),
+            "nothing_indexed": self.nothing_indexed(),
         }
 
 
@@ -127,6 +161,7 @@ def ingest(
     report.failed.extend(found.failed)
     report.ignored.extend(found.ignored)
     report.unmatched.extend(found.unmatched)
+    report.unsupported.update(found.unsupported)
     manifest = Manifest(embedder=embedder.name, dim=embedder.dim, chunker=chunker.settings.to_dict())
     if progress:
         progress.start(len(found.files), sum(f.size for f in found.files))
@@ -183,14 +218,20 @@ def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report:
             progress.advance(0, 0, now - done)
             done = now
 
+    started = time.perf_counter()
     try:
         data = _read(f)
         digest = hashlib.sha256(data).hexdigest()
         if record is not None and record.sha256 == digest:
             report.skipped.append(f.source)
             return None
-        chunks = chunker.split(load_document(f.source, f.path.suffix, data), progress=advance)
+        document = load_document(f.source, f.path.suffix, data)
+        chunks = chunker.split(document, progress=advance)
+        report.warnings.extend((f.source, w) for w in document.warnings)
         return _Pending(f, digest, len(data), chunks, record)
+    except FileNotFoundError:
+        kept = "; what was indexed of it is kept" if record is not None else ""
+        report.failed.append((f.source, f"disappeared while it was being read; ingest again when it is back{kept}"))
     except OSError as exc:
         report.failed.append((f.source, f"cannot read ({exc.strerror or exc}); check its permissions"))
     except DocumentError as exc:
@@ -199,13 +240,15 @@ def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report:
         report.failed.append((f.source, str(exc)))
     finally:
         advance(1.0)
+        report.seconds_reading += time.perf_counter() - started
     return None
 
 
 def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, report: IngestReport, progress) -> None:
     if not pending:
         return
-    texts = [c.text for p in pending for c in p.chunks]
+    # Each chunk is embedded with its context (title and headings) before it.
+    texts = [embedded_text(c.context, c.text) for p in pending for c in p.chunks]
     # A changed file mostly keeps its chunks' texts: their vectors are read
     # back instead of embedding them again; repeated texts are embedded once.
     known: dict[str, np.ndarray] = {}
@@ -214,7 +257,9 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
             known.update(writer.vectors_by_text(p.replaces.id))
     fresh = list(dict.fromkeys(t for t in texts if t not in known))
     if fresh:
+        started = time.perf_counter()
         known.update(zip(fresh, embedder.embed(fresh)))
+        report.seconds_embedding += time.perf_counter() - started
     report.chunks_embedded += len(fresh)
     vectors = np.vstack([known[t] for t in texts]) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
     row = 0
@@ -226,7 +271,8 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
         writer.add_file(
             root=p.file.root, source=p.file.source, path=safe_name(str(p.file.path)), sha256=p.sha256, size=p.size,
             chunks=[
-                NewChunk(chunk_id(p.file.root, p.file.source, i, c), i, c.start, c.end, c.page, c.n_tokens, c.text)
+                NewChunk(chunk_id(p.file.root, p.file.source, i, c), i, c.start, c.end, c.page, c.n_tokens, c.text,
+                         context=c.context, location=c.location.to_dict())
                 for i, c in enumerate(p.chunks)
             ],
             vectors=vectors[row : row + n],

@@ -61,7 +61,8 @@ class BudgetedRetriever(BaseRetriever):
                 page_content=h.text,
                 metadata={
                     "source": h.source, "page": h.page, "chunk_id": h.chunk_id, "score": h.score,
-                    "char_start": h.char_start, "char_end": h.char_end, "budget": budget,
+                    "char_start": h.char_start, "char_end": h.char_end, "location": h.location,
+                    "context": h.context, "budget": budget,
                 },
             )
             for h in chosen.hits

@@ -6,18 +6,48 @@ from dataclasses import dataclass
 
 from engine.backend import Timings
 
+from ..ingest.formats import Location
+
 
 @dataclass(frozen=True)
 class Source:
-    """A chunk that was put into the prompt."""
+    """A chunk that was put into the prompt: its file, score, and where it
+    lies (``location``: page, slide, sheet and rows, chapter or lines;
+    ``context``: the title and headings above it). ``doc_id`` names its
+    document (``GET /v1/documents/{doc_id}/text``) and ``char_start``/
+    ``char_end`` its span in that document's text, so it can be opened and shown."""
 
     chunk_id: str
     source: str
     score: float
     page: int | None = None
+    location: dict[str, object] | None = None
+    context: str = ""
+    doc_id: str | None = None
+    char_start: int | None = None
+    char_end: int | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page}
+        return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page,
+                "location": self.location, "context": self.context,
+                "doc_id": self.doc_id, "char_start": self.char_start, "char_end": self.char_end}
+
+    def where(self) -> str:
+        """The source as a reader cites it: ``"deck.pptx, slide 3"``, or
+        with its section when it has no location (``"a.docx § Budget"``)."""
+        return where(self.source, self.location, self.context)
+
+
+def where(source: str, location: dict[str, object] | None, context: str = "") -> str:
+    """``source`` with its location, else the innermost heading above it.
+
+    ``where("q.xlsx", {"sheet": "Q1", "rows": [2, 9]}) -> "q.xlsx, sheet Q1, rows 2-9"``
+    """
+    label = Location.from_dict(location).label()
+    if label:
+        return f"{source}, {label}"
+    section = context.rsplit(" > ", 1)[-1] if " > " in context else ""
+    return f"{source} § {section}" if section else source
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ Does not: plan prompts (the planner asks the model) or measure by itself
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 from typing import Callable
@@ -52,6 +53,36 @@ class CostKeeper:
                     profile = self.calibrate(quick=True)
                 self._profile, self._model = profile, profile.cost_model()
             return self._model
+
+    def view(self, steps: int = 48) -> dict[str, object]:
+        """The cost model as it stands, to be drawn: the profile's ``key``
+        and ``fit`` (form, coefficients, error), ``overhead_s`` and
+        ``safety``, every measured ``point`` (calibration anchors and recent
+        answers: cached and new tokens, measured and predicted prefill
+        seconds), and the ``curve`` of a prompt with nothing cached, from
+        one token to the context size: predicted prefill and TTFT seconds."""
+        model = self.model
+        with self._lock:
+            profile = self._profile
+        fit, overhead = model.fit, model.overhead()
+        points = [
+            {"n_cached": s.n_cached, "n_new": s.n_new, "seconds": s.seconds, "kind": kind,
+             "predicted_s": model.predict(s.n_new, s.n_cached)}
+            for kind, samples in (("calibration", model.anchors), ("answer", model.samples)) for s in samples
+        ]
+        top = max([self._backend().n_ctx] + [s.n_new for s in model.anchors + model.samples])
+        sizes = sorted({max(1, round(top * i / steps)) for i in range(steps + 1)})
+        return {
+            "key": dict(profile.key) if profile else {},
+            "quick": bool(profile and profile.quick),
+            "fit": {"form": fit.form, "coef": list(fit.coef), "mape": None if math.isnan(fit.mape) else fit.mape,
+                    "samples": fit.samples},
+            "overhead_s": overhead,
+            "safety": model.safety_factor(),
+            "points": points,
+            "curve": [{"tokens": n, "prefill_s": model.predict(n, 0), "ttft_s": overhead + model.predict(n, 0)}
+                      for n in sizes],
+        }
 
     def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
         """Measure prefill on the backend, fit the cost model, save the

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..conversations.store import check_session_id
 from ..errors import RagError
+from ..retrieval.scope import Scope
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_CANDIDATES = 20  # top-N retrieved for the budgeter to choose from
@@ -40,6 +41,20 @@ def valid_text(text: object, what: str = "the question") -> str:
     return text
 
 
+def valid_search(query: object, k: int, scope: "Scope | dict | None") -> tuple[str, Scope | None]:
+    """The query stripped and the scope validated, for a search of ``k``
+    chunks; a RagError for an empty query, a ``k`` out of range or a bad
+    scope."""
+    query = valid_text(query, "the query").strip()
+    if not query:
+        raise RagError("the query is empty; pass some text to search for")
+    if not 1 <= k <= MAX_CANDIDATES:
+        raise RagError(f"k must be between 1 and {MAX_CANDIDATES}, not {k}")
+    if scope is not None and not isinstance(scope, Scope):
+        scope = AskOptions.of(scope=scope).scope
+    return query, scope
+
+
 class AskOptions(BaseModel):
     """How to answer one question.
 
@@ -47,7 +62,9 @@ class AskOptions(BaseModel):
     pipeline's default; ``no_target`` for none at all). ``max_tokens``: most
     answer tokens. ``candidates``: chunks retrieved for the budgeter;
     ``min_k``/``max_k``: fewest and most of them in the prompt.
-    ``retrieval``: hybrid, dense or bm25 (None: the pipeline's). ``session``:
+    ``retrieval``: hybrid, dense or bm25 (None: the pipeline's). ``scope``:
+    the documents to draw on (source globs and file types; default all),
+    applied inside retrieval, before the budget. ``session``:
     the conversation it continues. ``explain``: the caller wants the budget
     decisions shown. ``expected_wait_s``: time the request is expected to
     wait for the engine behind others; the budget plans for it.
@@ -66,6 +83,7 @@ class AskOptions(BaseModel):
     min_k: int = Field(DEFAULT_MIN_K, ge=0)
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR
     retrieval: Optional[Literal["dense", "bm25", "hybrid"]] = None
+    scope: Scope = Scope()
     session: Optional[str] = None
     explain: bool = False
     expected_wait_s: float = Field(0.0, ge=0)

@@ -26,17 +26,18 @@ from prompt_budget.profile import Profile
 
 from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
 from ..conversations.keeper import HistoryMode, stable_prefix
-from ..errors import RagError, engine_errors
+from ..errors import IndexNotFound, RagError, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Hit, Index
 from ..ingest.embed import Embedder
-from ..ingest.library import DocumentLibrary
+from ..ingest.content import DocumentFile
+from ..ingest.library import DocumentLibrary, document_id
 from ..ingest.run import IngestProgress, IngestReport
-from ..retrieval import RetrievalMode, check_mode, retrieve
+from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
-from .options import MAX_CANDIDATES, AskOptions, valid_text
+from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
 from .planner import PlannedPrompt, PromptPlanner, load_plan
 from .stream import AnswerStream
@@ -167,13 +168,22 @@ class Pipeline:
         with engine_errors():
             return self.costs.calibrate(quick=quick, progress=progress)
 
-    def prepare(self) -> None:
+    def prepare(self, *, need_index: bool = True) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
-        too), the cost model, and the system prompt's cached state."""
+        too), the cost model, and the system prompt's cached state. Without
+        ``need_index``, no index yet is no error (a service whose first
+        documents are still to be uploaded)."""
         with engine_errors():
-            _ = self.backend, self.index(), self.cost_model
-            if self.retrieval != "dense":
-                self.index().lexical()
+            _ = self.backend
+            try:
+                index: Index | None = self.index()
+            except IndexNotFound:
+                if need_index:
+                    raise
+                index = None
+            _ = self.cost_model
+            if index is not None and self.retrieval != "dense":
+                index.lexical()
             if not self._system_state:
                 self.warm_up()
 
@@ -215,20 +225,24 @@ class Pipeline:
         """Remove the document ``doc_id``; see :meth:`DocumentLibrary.remove`."""
         return self.library.remove(doc_id)
 
+    def document(self, doc_id: str) -> DocumentFile:
+        """The file of the document ``doc_id``, to read its text (chunk spans
+        point into it) or bytes; DocumentNotFound if the index has none."""
+        return self.library.locate(doc_id, self.index().files())
+
     # -- questions -------------------------------------------------------------
 
-    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None) -> list[Hit]:
+    def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None,
+               scope: Scope | dict | None = None) -> list[Hit]:
         """The ``k`` chunks that best match ``query``, best first, each
         scored by its cosine similarity to it; ``mode`` (default: the
         settings') is how they are found: ``"hybrid"`` (dense and BM25 fused
-        by rank), ``"dense"`` or ``"bm25"``."""
-        query = valid_text(query, "the query").strip()
-        if not query:
-            raise RagError("the query is empty; pass some text to search for")
-        if not 1 <= k <= MAX_CANDIDATES:
-            raise RagError(f"k must be between 1 and {MAX_CANDIDATES}, not {k}")
+        by rank), ``"dense"`` or ``"bm25"``; ``scope`` (a :class:`Scope`, or
+        ``{"sources": [glob, ...], "types": ["pdf", ...]}``) the documents
+        searched, a RagError when no indexed document is in it."""
+        query, scope = valid_search(query, k, scope)
         mode = check_mode(mode) if mode is not None else self.retrieval
-        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode)
+        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode, scope=scope)
 
     def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:
         """Answer ``question`` from the index, with sources, budget and
@@ -275,7 +289,7 @@ class Pipeline:
               conversation: Conversation | None, hits: list[Hit] | None = None) -> PlannedPrompt:
         self.prepare()
         if hits is None:
-            hits = self.search(question, k=options.candidates, mode=options.retrieval)
+            hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
         target = options.target(self.settings.target_ttft)
         return PromptPlanner(self.backend).plan(
             question, hits, options, target_ttft=target, cost=self.cost_model,
@@ -316,7 +330,7 @@ class Pipeline:
                 pieces: list[str] = []
                 deadline = _deadline(received, options.target(self.settings.target_ttft))
                 with self._unplanned_question():
-                    hits = self.search(question, k=options.candidates, mode=options.retrieval)
+                    hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
                     # One plan at a time, each submitted before the next is planned: every plan sees
                     # the load of those before it, so a burst is not all planned for an idle engine.
                     with self._planning:
@@ -329,7 +343,8 @@ class Pipeline:
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
-            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page) for h in prompt.hits)
+            sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context,
+                                   document_id(h.root, h.source), h.char_start, h.char_end) for h in prompt.hits)
             number = None
             if session is not None:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],

@@ -1,5 +1,9 @@
 """Candidate chunks for a question: dense, lexical (BM25) or both fused.
 
+A :class:`~rag.retrieval.scope.Scope` restricts every mode to the chunks of
+the documents in it, inside each search, so the ``k`` returned are the best
+in scope rather than what is left of the best overall.
+
 ``hybrid`` runs both searches and fuses their rankings by reciprocal rank
 (Cormack et al., 2009): a chunk's fused score is the sum over the rankings
 of ``1 / (RRF_K + rank)``. Ranks, not scores, are fused, because cosine and
@@ -20,6 +24,7 @@ import numpy as np
 
 from ..errors import RagError
 from ..index.store import Hit, Index
+from .scope import Scope
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 MODES: tuple[str, ...] = ("dense", "bm25", "hybrid")
@@ -79,19 +84,42 @@ class QueryCache:
         return vector
 
 
+class ScopeMatchesNothing(RagError):
+    """No document in the index is in the scope a question asked for."""
+
+
+def scoped_ids(index: Index, scope: Scope | None) -> np.ndarray | None:
+    """The chunk ids in ``scope`` (None: no restriction); a
+    ScopeMatchesNothing error when no indexed document is in it."""
+    if scope is None or scope.everything:
+        return None
+    allowed = index.chunk_ids_of(scope.allows, scope)
+    if len(allowed) == 0:
+        n = len(index.files())
+        raise ScopeMatchesNothing(
+            f"no document in the index matches {scope.describe()} ({n} document{'s' if n != 1 else ''} indexed; "
+            "globs match a source's path relative to the folder ingested, or its name)"
+        )
+    return allowed
+
+
 def retrieve(
-    index: Index, query: str, vector: Callable[[], np.ndarray], k: int, mode: RetrievalMode, *, rrf_k: int = RRF_K
+    index: Index, query: str, vector: Callable[[], np.ndarray], k: int, mode: RetrievalMode, *, rrf_k: int = RRF_K,
+    scope: Scope | None = None,
 ) -> list[Hit]:
-    """The ``k`` best chunks of ``index`` for ``query`` under ``mode``;
-    ``vector()`` gives the query's unit vector when a mode needs it."""
+    """The ``k`` best chunks of ``index`` for ``query`` under ``mode``,
+    only from the documents in ``scope`` (None: all); ``vector()`` gives the
+    query's unit vector when a mode needs it. ScopeMatchesNothing when no
+    document is in the scope."""
+    allowed = scoped_ids(index, scope)
     if mode == "dense":
-        return index.search(vector(), k)
+        return index.search(vector(), k, allowed)
     if mode == "bm25":
-        found = index.lexical_search(query, k)
+        found = index.lexical_search(query, k, allowed)
         return index.hits([i for i, _ in found], vector()) if found else []
     depth = max(k, FUSION_DEPTH)
     q = vector()
-    dense = index.search_ids(q, depth)
-    lexical = index.lexical_search(query, depth)
+    dense = index.search_ids(q, depth, allowed)
+    lexical = index.lexical_search(query, depth, allowed)
     fused = reciprocal_rank_fusion([[i for i, _ in dense], [i for i, _ in lexical]], k=rrf_k)[:k]
     return index.hits([i for i, _ in fused], q, known=dict(dense))

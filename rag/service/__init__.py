@@ -2,9 +2,10 @@
 
 Endpoints: ``POST /v1/ask`` (the ``rag ask --json`` contract; server-sent
 events with ``stream``), ``POST /v1/chat/completions`` (OpenAI-compatible,
-with the sources in an extra ``sources`` field), ``/v1/documents``,
-``GET /healthz``, ``GET /metrics`` (Prometheus) and the OpenAPI docs at
-``/docs``.
+with the sources in an extra ``sources`` field), ``/v1/documents`` (and
+each document's text and file), ``/v1/sessions``, ``/v1/profile``,
+``GET /healthz``, ``GET /metrics`` (Prometheus), the OpenAPI docs at
+``/docs``, and the web page at ``/`` (``web``), a client of the same API.
 
 One model serves every request: requests queue for the engine, and the
 queue is visible to the budgeter (``admission``).

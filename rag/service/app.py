@@ -6,17 +6,21 @@ Does not: answer questions itself or read anything back with pickle.
 
 from __future__ import annotations
 
+import contextlib
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
-from . import openai, routes
+from . import content, openai, routes, sessions
 from .errors import error, failure
 from .gate import Gate
 from .settings import ServiceSettings
 from .state import ServiceState
+from .watching import FolderWatcher
+from .web import add_page
 
 ERROR_TYPES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}
 
@@ -25,7 +29,22 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     """The FastAPI application serving ``pipeline``."""
     settings = settings or ServiceSettings()
     state = ServiceState.create(pipeline, settings)
-    app = FastAPI(title="rag-budget", version="1", description="Local document QA that treats the prompt as a cost.")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # Watched folders are kept indexed while the service runs.
+        watcher = FolderWatcher(pipeline, settings.watch) if settings.watch else None
+        app.state.watcher = watcher
+        if watcher is not None:
+            watcher.start()
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.stop()
+
+    app = FastAPI(title="rag-budget", version="1", description="Local document QA that treats the prompt as a cost.",
+                  lifespan=lifespan)
     app.state.service = state
     # Kept for tests and the bench: the parts they look at.
     app.state.pipeline, app.state.settings, app.state.metrics = pipeline, settings, state.metrics
@@ -35,6 +54,9 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     app.include_router(routes.public)
     app.include_router(routes.router)
     app.include_router(openai.router)
+    app.include_router(content.router)
+    app.include_router(sessions.router)
+    add_page(app)  # "/" and /static/: the page, which needs no key (its API calls do)
     return app
 
 
@@ -68,5 +90,5 @@ def serve(pipeline: Pipeline, settings: ServiceSettings) -> None:
     import uvicorn
 
     settings.check()
-    pipeline.prepare()
+    pipeline.prepare(need_index=False)  # the first documents may come by upload
     uvicorn.run(create_app(pipeline, settings), host=settings.host, port=settings.port, log_level="info")

@@ -12,6 +12,7 @@ import math
 from fastapi.responses import JSONResponse
 
 from ..errors import EngineUnavailable, IndexBusy, IndexDamaged, Overloaded, QuestionTooLong, RagError
+from ..retrieval import ScopeMatchesNothing
 
 
 def error(status: int, message: str, kind: str, headers: dict | None = None) -> JSONResponse:
@@ -33,6 +34,8 @@ def failure(exc: RagError) -> JSONResponse:
         return error(409, str(exc), "index_busy", {"Retry-After": "5"})
     if isinstance(exc, IndexDamaged):
         return error(503, str(exc), "index_damaged")
+    if isinstance(exc, ScopeMatchesNothing):
+        return error(400, str(exc), "scope_matches_nothing")
     return error(413 if isinstance(exc, QuestionTooLong) else 400, str(exc), "invalid_request")
 
 

@@ -17,7 +17,8 @@ import math
 
 from .state import ServiceState
 
-PUBLIC = frozenset({"/healthz"})
+PUBLIC = frozenset({"/healthz", "/"})  # and the page's files, under /static/
+STATIC_PREFIX = "/static/"
 DOCS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 
@@ -50,7 +51,8 @@ class Gate:
     def _refusal(self, scope) -> tuple[int, str, str, dict] | None:
         """Why the request may not go on (status, message, kind, headers), or None."""
         settings, path = self.state.settings, scope["path"]
-        if path in PUBLIC or (path in DOCS and (settings.public_docs or not settings.api_keys)):
+        if path in PUBLIC or path.startswith(STATIC_PREFIX) or \
+                (path in DOCS and (settings.public_docs or not settings.api_keys)):
             return None
         headers = dict(scope.get("headers") or ())
         address = f"addr:{scope['client'][0] if scope.get('client') else '?'}"

@@ -36,7 +36,7 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
     try:
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s,
-                                       session=body.session_id(), max_tokens=max_tokens)
+                                       session=body.session_id(), max_tokens=max_tokens, scope=body.scope)
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return reply.completion(done) if done is not None else Response(status_code=499)

@@ -1,6 +1,6 @@
 """The service's own routes: ``/v1/ask`` (the ``rag ask --json`` contract,
 or server-sent events), ``/v1/documents`` (upload, list, delete),
-``/healthz`` and ``/metrics``.
+``/v1/profile`` (the prefill cost model), ``/healthz`` and ``/metrics``.
 
 Does not: authenticate (the app adds that to each route) or answer by itself.
 """
@@ -14,7 +14,7 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import DocumentNotFound, RagError
+from ..errors import DocumentNotFound, RagError, engine_errors
 from .answering import Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import AskBody
@@ -36,6 +36,21 @@ async def prometheus(state: ServiceState = Depends(service)) -> Response:
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+@router.get("/v1/profile")
+async def profile(state: ServiceState = Depends(service)):
+    """The prefill cost model budgets are planned with: the profile's key
+    and fit, each measured point (calibration and recent answers) and the
+    predicted prefill and TTFT of a prompt with nothing cached, by size."""
+    def view() -> dict:
+        with engine_errors():  # with no profile yet, the engine is measured now
+            return state.pipeline.costs.view()
+
+    try:
+        return await run_in_threadpool(view)
+    except RagError as exc:
+        return failure(exc)
+
+
 @router.post("/v1/ask")
 async def ask(body: AskBody, request: Request, state: ServiceState = Depends(service)):
     """Answer a question from the index: the ``rag ask --json`` object,
@@ -43,7 +58,7 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway)."""
     try:
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
-                                       max_tokens=body.max_tokens)
+                                       max_tokens=body.max_tokens, scope=body.scope)
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return done.to_dict() if done is not None else Response(status_code=499)
@@ -77,11 +92,13 @@ UPLOAD_LINKS = {"responses": {"200": {"links": {
                        "parameters": {"doc_id": "$response.body#/documents/0/id"}},
     "ListDocuments": {"operationId": "list_documents_v1_documents_get"},
     "Ask": {"operationId": "ask_v1_ask_post"},
+    "DocumentText": {"operationId": "document_text_v1_documents__doc_id__text_get",
+                     "parameters": {"doc_id": "$response.body#/documents/0/id"}},
 }}}}
 
 
 @router.post("/v1/documents", openapi_extra=UPLOAD_LINKS)
-async def upload(file: UploadFile = File(..., description="A .txt, .md, .rst, .html or .pdf file"),
+async def upload(file: UploadFile = File(..., description="A document of a type rag-budget reads (.pdf, .docx, .md, ...)"),
                  state: ServiceState = Depends(service)):
     """Upload a document and ingest it (incremental and atomic: queries
     meanwhile run on the index as it was)."""

@@ -13,6 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..conversations.store import valid_session_id
 
 from ..qa.options import DEFAULT_MAX_TOKENS
+from ..retrieval.scope import Scope
+
+
+SCOPE_FIELD = Field(None, description=(
+    'Only these documents: {"sources": [glob, ...], "types": ["pdf", ...]}; applied inside retrieval, '
+    "before the budget"))
 
 
 class AskBody(BaseModel):
@@ -25,6 +31,7 @@ class AskBody(BaseModel):
     session: str | None = Field(None, max_length=128)
     max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
     stream: bool = False
+    scope: Scope | None = SCOPE_FIELD
 
 
 class TextPart(BaseModel):
@@ -63,7 +70,8 @@ class ChatBody(BaseModel):
     """``POST /v1/chat/completions``: the OpenAI fields this service uses;
     others are accepted and ignored. ``session`` (an extra field, or
     ``user``) continues a stored conversation; without one, the last user
-    message is answered on its own."""
+    message is answered on its own. ``scope`` (an extra field) limits the
+    documents it draws on."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -75,6 +83,7 @@ class ChatBody(BaseModel):
     user: str | None = Field(None, max_length=256)
     session: str | None = Field(None, max_length=128)
     target_ttft_s: float | None = Field(None, gt=0, le=600)
+    scope: Scope | None = SCOPE_FIELD
 
     def session_id(self) -> str | None:
         """The conversation this request continues: ``session``, else the

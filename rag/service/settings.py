@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -34,22 +35,22 @@ class ServiceSettings(BaseSettings):
     load_aware: bool = Field(True, description="Plan each request's budget with the queue wait expected ahead of it")
     admission: Literal["deadline", "queue"] = Field(
         "deadline", description="deadline: the engine's scheduler plans and refuses; queue: one request at a time")
+    watch: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="Folders kept indexed: ingested at start and whenever a file changes "
+                                          "(comma-separated or a JSON list)")
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "watch", mode="before")
     @classmethod
-    def _split_keys(cls, value):
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                try:
-                    value = json.loads(text)
-                except ValueError:
-                    raise ValueError("api_keys: not a JSON list; give keys as key1,key2 or [\"key1\", \"key2\"]") from None
-            else:
-                return [k.strip() for k in text.split(",") if k.strip()]
-        if isinstance(value, list):
-            return [str(k).strip() for k in value if str(k).strip()]
-        return value
+    def _split(cls, value, info):
+        return listed(value, info.field_name)
+
+    @field_validator("watch")
+    @classmethod
+    def _existing(cls, value: list[Path]) -> list[Path]:
+        missing = [str(p) for p in value if not p.expanduser().exists()]
+        if missing:
+            raise ValueError(f"no such folder to watch: {', '.join(missing)}")
+        return [p.expanduser() for p in value]
 
     def check(self) -> None:
         """Refuse settings that would expose the service: a non-loopback
@@ -59,6 +60,25 @@ class ServiceSettings(BaseSettings):
                 f"binding {self.host} exposes the service beyond this machine: set API keys "
                 "(RAG_SERVE_API_KEYS=key1,key2) or bind 127.0.0.1"
             )
+
+
+def listed(value, name: str):
+    """A setting given as ``a,b`` or a JSON list, as a list of stripped,
+    non-empty strings (anything else is left for pydantic to refuse).
+
+    ``listed(" k1, k2 ,", "api_keys") -> ["k1", "k2"]``
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.startswith("["):
+            return [k.strip() for k in text.split(",") if k.strip()]
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise ValueError(f"{name}: not a JSON list; give them as a,b or [\"a\", \"b\"]") from None
+    if isinstance(value, list):
+        return [str(k).strip() for k in value if str(k).strip()]
+    return value
 
 
 def is_loopback(host: str) -> bool:

@@ -1,0 +1,220 @@
+"""What a loader returns: a document's text, where each part of it lies in
+the original (page, slide, sheet and rows, chapter, line span), and the
+title and section headings above each offset.
+
+A :class:`LoadedDocument` is cut into segments (a page, a slide, a sheet, a
+chapter, or the whole text); the chunker never lets a chunk span two of
+them, so each chunk has one exact location. Inside a segment whose lines are
+numbered (a code file's lines, a sheet's rows) a chunk's location names the
+first and last line it covers.
+
+Does not: read any file format (the modules beside it do) or split text.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, replace
+from typing import Literal, Sequence
+
+from ...index.store import CONTEXT_SEPARATOR
+
+MAX_CONTEXT_CHARS = 240  # a chunk's title and headings, as embedded: a few dozen tokens at most
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a piece of a document lies in the original file: its ``page``
+    (PDF), ``slide`` (presentation), ``sheet`` and ``rows`` (spreadsheet),
+    ``chapter`` (EPUB), or ``lines`` (code); unset fields do not apply."""
+
+    page: int | None = None
+    slide: int | None = None
+    sheet: str | None = None
+    rows: tuple[int, int] | None = None
+    chapter: int | None = None
+    lines: tuple[int, int] | None = None
+
+    def to_dict(self) -> dict[str, object] | None:
+        """The fields that apply, as JSON (None when none does).
+
+        ``Location(sheet="Sales", rows=(2, 40)).to_dict() -> {"sheet": "Sales", "rows": [2, 40]}``
+        """
+        out: dict[str, object] = {}
+        for name in ("page", "slide", "sheet", "rows", "chapter", "lines"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = list(value) if isinstance(value, tuple) else value
+        return out or None
+
+    @classmethod
+    def from_dict(cls, raw: object) -> "Location":
+        """The location stored by :meth:`to_dict` (an empty one for None or
+        anything that is not such a mapping)."""
+        if not isinstance(raw, dict):
+            return cls()
+
+        def span(value) -> tuple[int, int] | None:
+            if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+                return (value[0], value[1])
+            return None
+
+        def number(value) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        def text(value) -> str | None:
+            return value if isinstance(value, str) else None
+
+        return cls(page=number(raw.get("page")), slide=number(raw.get("slide")), sheet=text(raw.get("sheet")),
+                   rows=span(raw.get("rows")), chapter=number(raw.get("chapter")), lines=span(raw.get("lines")))
+
+    def label(self) -> str:
+        """The location as a reader says it, empty when there is none.
+
+        ``Location(slide=3).label() -> "slide 3"``;
+        ``Location(sheet="Q1", rows=(2, 9)).label() -> "sheet Q1, rows 2-9"``
+        """
+        parts = []
+        if self.page is not None:
+            parts.append(f"p.{self.page}")
+        if self.slide is not None:
+            parts.append(f"slide {self.slide}")
+        if self.sheet is not None:
+            parts.append(f"sheet {self.sheet}")
+        if self.rows is not None:
+            parts.append(_span("row", self.rows))
+        if self.chapter is not None:
+            parts.append(f"chapter {self.chapter}")
+        if self.lines is not None:
+            parts.append(_span("line", self.lines))
+        return ", ".join(parts)
+
+
+def _span(word: str, span: tuple[int, int]) -> str:
+    return f"{word} {span[0]}" if span[0] == span[1] else f"{word}s {span[0]}-{span[1]}"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A part of a document that chunks do not cross: it starts at
+    character ``start`` and lies at ``location``. ``numbered`` says whether
+    its lines are numbered as ``"lines"`` or ``"rows"``: line ``i`` (0-based)
+    of the segment is number ``numbers[i]``, or ``first + i`` when
+    ``numbers`` is empty."""
+
+    start: int
+    location: Location = Location()
+    numbered: Literal["lines", "rows"] | None = None
+    first: int = 1
+    numbers: tuple[int, ...] = ()
+
+    def number(self, line: int) -> int:
+        """The number of the segment's ``line`` (0-based)."""
+        if self.numbers:
+            return self.numbers[min(max(line, 0), len(self.numbers) - 1)]
+        return self.first + line
+
+
+@dataclass(frozen=True)
+class LoadedDocument:
+    """A document's visible text, its segments (in order, the first at 0;
+    none for a plain text), its ``title``, and its outline: ``headings``
+    holds ``(offset, level, heading)`` in order of offset. ``language`` names
+    the programming language of a source file (None for prose). ``warnings``
+    say what was left out (rows over the limit, pages without text)."""
+
+    text: str
+    segments: tuple[Segment, ...] = ()
+    title: str | None = None
+    headings: tuple[tuple[int, int, str], ...] = ()
+    language: str | None = None
+    warnings: tuple[str, ...] = ()
+    _outline: tuple[list[int], list[tuple[str, ...]]] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def paged(cls, text: str, page_starts: Sequence[tuple[int, int]], **fields) -> "LoadedDocument":
+        """A document whose segments are pages: ``page_starts`` holds
+        ``(page, offset)`` pairs in order."""
+        return cls(text, tuple(Segment(start, Location(page=page)) for page, start in page_starts), **fields)
+
+    @property
+    def page_starts(self) -> tuple[tuple[int, int], ...]:
+        """``(page, offset)`` of each page segment, in order (empty without pages)."""
+        return tuple((s.location.page, s.start) for s in self.segments if s.location.page is not None)
+
+    def page_at(self, offset: int) -> int | None:
+        """The 1-based page holding character ``offset``, or None without pages.
+
+        With pages starting at 0 and 120: ``page_at(130) -> 2``.
+        """
+        segment = self.segment_at(offset)
+        return segment.location.page if segment is not None else None
+
+    def segment_at(self, offset: int) -> Segment | None:
+        """The segment holding character ``offset`` (None without segments)."""
+        if not self.segments:
+            return None
+        i = max(bisect.bisect_right([s.start for s in self.segments], offset) - 1, 0)
+        return self.segments[i]
+
+    def spans(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of every segment, in order (one span for the
+        whole text without segments)."""
+        if not self.segments:
+            return [(0, len(self.text))]
+        bounds = [s.start for s in self.segments[1:]] + [len(self.text)]
+        return [(s.start, end) for s, end in zip(self.segments, bounds)]
+
+    def locate(self, start: int, end: int) -> Location:
+        """The location of the text ``[start, end)``, which lies inside one
+        segment: the segment's, with the first and last of its numbered
+        lines or rows that the text covers."""
+        segment = self.segment_at(start)
+        if segment is None:
+            return Location()
+        if segment.numbered is None:
+            return segment.location
+        last_char = max(end - 1, start)
+        first = self.text.count("\n", segment.start, start)
+        last = first + self.text.count("\n", start, last_char)
+        span = (segment.number(first), segment.number(last))
+        return replace(segment.location, **{segment.numbered: span})
+
+    def heading_path(self, offset: int) -> tuple[str, ...]:
+        """The headings above character ``offset``, outermost first.
+
+        With headings ``[(0, 1, "A"), (10, 2, "B"), (20, 2, "C")]``:
+        ``heading_path(25) -> ("A", "C")``.
+        """
+        offsets, paths = self._paths()
+        i = bisect.bisect_right(offsets, offset) - 1
+        return paths[i] if i >= 0 else ()
+
+    def _paths(self) -> tuple[list[int], list[tuple[str, ...]]]:
+        if self._outline is None:
+            offsets, paths, stack = [], [], []  # stack: (level, heading)
+            for at, level, heading in self.headings:
+                while stack and stack[-1][0] >= level:
+                    stack.pop()
+                stack.append((level, heading))
+                offsets.append(at)
+                paths.append(tuple(h for _, h in stack))
+            object.__setattr__(self, "_outline", (offsets, paths))
+        return self._outline  # type: ignore[return-value]
+
+    def context(self, offset: int) -> str:
+        """The title and the headings above ``offset``, joined with `` > ``,
+        each said once, at most ``MAX_CONTEXT_CHARS`` long: what a chunk
+        starting there is embedded with (and BM25-indexed with its first part).
+
+        ``"bisect — Array bisection algorithm > Searching Sorted Lists"``
+        """
+        parts: list[str] = []
+        for part in (self.title, *self.heading_path(offset)):
+            part = " ".join((part or "").split())
+            if part and (not parts or part != parts[-1]) and part not in parts:
+                parts.append(part)
+        context = CONTEXT_SEPARATOR.join(parts)
+        if len(context) > MAX_CONTEXT_CHARS:
+            context = context[: MAX_CONTEXT_CHARS - 1].rstrip() + "…"
+        return context

@@ -1,0 +1,126 @@
+"""Spreadsheets (.xlsx with openpyxl, .csv with the standard library): each
+row a line of ``header: value`` pairs, so every chunk repeats the column
+headers of its rows; one segment per sheet, each chunk knowing its sheet
+and the rows it covers.
+
+At most ``MAX_ROWS`` rows and ``MAX_COLUMNS`` columns are read from a file;
+what is left out is said in the document's warnings.
+
+Does not: evaluate formulas (the values Excel saved are read) or read
+charts, images or legacy .xls files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Iterable, Iterator
+
+from ...errors import DocumentError
+from .containers import open_zip
+from .document import Location, LoadedDocument, Segment
+from .tables import cell_text, header_text, row_text
+from .text import decode_text
+
+XLSX_SUFFIXES = frozenset({".xlsx", ".xlsm"})
+CSV_SUFFIXES = frozenset({".csv", ".tsv"})
+MAX_ROWS = 20_000  # per file: about 1 MB of text, some minutes to chunk and embed on a small CPU
+MAX_COLUMNS = 256
+
+
+class _Sheets:
+    """Rows gathered sheet by sheet into text, with their row numbers, up to
+    the file's row limit."""
+
+    def __init__(self, max_rows: int | None = None) -> None:
+        self.lines: list[str] = []
+        self.length = 0
+        self.segments: list[Segment] = []
+        self.headings: list[tuple[int, int, str]] = []
+        self.max_rows = max_rows if max_rows is not None else MAX_ROWS
+        self.rows = 0
+        self.warnings: list[str] = []
+
+    def add_sheet(self, name: str | None, rows: Iterable[tuple[int, list[str]]]) -> None:
+        """Add the sheet ``name`` (None for a CSV) from ``(row number,
+        cells)``: the first row with a value is its header."""
+        headers: list[str] | None = None
+        numbers: list[int] = []
+        start = self.length + (1 if self.lines else 0)
+        for number, cells in rows:
+            if not any(cells):
+                continue
+            if self.rows >= self.max_rows:
+                where = f"sheet {name!r}" if name else "the file"
+                self.warnings.append(f"only the first {self.max_rows:,} rows were read ({where} has more); "
+                                     "split the file to index the rest")
+                break
+            if len(cells) > MAX_COLUMNS:
+                if not any("columns" in w for w in self.warnings):
+                    self.warnings.append(f"only the first {MAX_COLUMNS} columns were read")
+                cells = cells[:MAX_COLUMNS]
+            line = header_text(cells) if headers is None else row_text(headers, cells)
+            headers = headers if headers is not None else cells
+            self._line(line)
+            numbers.append(number)
+            self.rows += 1
+        if numbers:
+            location = Location(sheet=name)
+            self.segments.append(Segment(start, location, numbered="rows", numbers=tuple(numbers)))
+            if name:
+                self.headings.append((start, 1, name))
+
+    def _line(self, line: str) -> None:
+        if self.lines:
+            self.length += 1
+        self.lines.append(line)
+        self.length += len(line)
+
+    def document(self, title: str | None) -> LoadedDocument:
+        return LoadedDocument("\n".join(self.lines), tuple(self.segments), title=title, headings=tuple(self.headings),
+                              warnings=tuple(self.warnings))
+
+
+def _xlsx_rows(sheet) -> Iterator[tuple[int, list[str]]]:
+    for number, values in enumerate(sheet.iter_rows(values_only=True), start=1):
+        yield number, [cell_text(v) for v in values[: MAX_COLUMNS + 1]]
+
+
+def load_xlsx(source: str, suffix: str, data: bytes) -> LoadedDocument:
+    """A workbook's sheets in order, each row with its column headers."""
+    import openpyxl
+
+    open_zip(source, data, suffix).close()
+    # read_only streams the sheet XML instead of building every cell.
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    try:
+        out = _Sheets()
+        for sheet in book.worksheets:
+            if out.rows >= out.max_rows:
+                out.warnings.append(f"sheet {sheet.title!r} and the sheets after it were not read (row limit)")
+                break
+            if hasattr(sheet, "reset_dimensions"):
+                sheet.reset_dimensions()  # a wrong <dimension> would pad every row to it
+            out.add_sheet(sheet.title, _xlsx_rows(sheet))
+        title = (book.properties.title or "").strip() or None
+    finally:
+        book.close()
+    return out.document(title)
+
+
+def load_csv(source: str, suffix: str, data: bytes) -> LoadedDocument:
+    """A CSV (or TSV) file: its first row is the header of every other."""
+    text = decode_text(source, data)
+    dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab if suffix == ".tsv" else csv.excel
+    if suffix != ".tsv":
+        try:
+            dialect = csv.Sniffer().sniff(text[:65536], delimiters=",;\t|")
+        except csv.Error:
+            pass  # not enough to tell: commas
+    try:
+        out = _Sheets()
+        reader = csv.reader(io.StringIO(text), dialect)
+        out.add_sheet(None, ((n, [cell_text(c) for c in row[: MAX_COLUMNS + 1]]) for n, row in enumerate(reader, 1)))
+    except csv.Error as exc:
+        raise DocumentError(source, f"malformed CSV ({exc}); check its quoting") from None
+    return out.document(None)

@@ -1,0 +1,111 @@
+// The service's API as the page uses it: the key (kept in this tab's
+// session storage and sent with every call), JSON errors as exceptions,
+// uploads with progress, and /v1/ask as server-sent events.
+// Does not: touch the page; callers decide what to show.
+
+const KEY = "rag-budget-api-key";
+
+export class ApiError extends Error {
+  constructor(status, message, type) {
+    super(message);
+    this.status = status;
+    this.type = type;
+  }
+}
+
+let askForKey = async () => { throw new ApiError(401, "an API key is needed", "unauthorized"); };
+let pendingKey = null;
+
+/** Set how the page asks the user for a key: an async function returning it. */
+export function onKeyNeeded(ask) { askForKey = ask; }
+
+export function storedKey() { return sessionStorage.getItem(KEY) || ""; }
+export function storeKey(key) {
+  if (key) sessionStorage.setItem(KEY, key); else sessionStorage.removeItem(KEY);
+}
+
+function headers(extra = {}) {
+  const key = storedKey();
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+// One key prompt at a time, however many calls were refused meanwhile.
+async function newKey() {
+  if (!pendingKey) pendingKey = askForKey().finally(() => { pendingKey = null; });
+  storeKey(await pendingKey);
+}
+
+async function failure(response) {
+  let message = `${response.status} ${response.statusText}`, type = "http_error";
+  try {
+    const body = await response.json();
+    if (body && body.error) ({ message, type } = body.error);
+  } catch (_) { /* not JSON: keep the status line */ }
+  return new ApiError(response.status, message, type);
+}
+
+/** fetch() with the key; on 401 asks for a key once and tries again. */
+export async function call(path, options = {}) {
+  for (let attempt = 0; ; attempt++) {
+    const response = await fetch(path, { ...options, headers: headers(options.headers) });
+    if (response.status === 401 && attempt === 0) { await newKey(); continue; }
+    if (!response.ok) throw await failure(response);
+    return response;
+  }
+}
+
+export async function getJson(path) { return (await call(path)).json(); }
+export async function deleteJson(path) { return (await call(path, { method: "DELETE" })).json(); }
+
+/** POST one file to /v1/documents; progress(sent, total) while it uploads. */
+export function upload(file, progress) {
+  const send = () => new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", "/v1/documents");
+    for (const [k, v] of Object.entries(headers())) xhr.setRequestHeader(k, v);
+    xhr.upload.onprogress = (e) => progress(e.loaded, e.lengthComputable ? e.total : file.size);
+    xhr.onerror = () => reject(new ApiError(0, "the upload failed: no answer from the server", "network"));
+    xhr.onload = () => {
+      let body = null;
+      try { body = JSON.parse(xhr.responseText); } catch (_) { /* below */ }
+      if (xhr.status >= 200 && xhr.status < 300) resolve(body);
+      else reject(new ApiError(xhr.status, body && body.error ? body.error.message : `${xhr.status}`,
+                               body && body.error ? body.error.type : "http_error"));
+    };
+    const form = new FormData();
+    form.append("file", file, file.name);
+    xhr.send(form);
+  });
+  return send().catch(async (err) => {
+    if (err.status !== 401) throw err;
+    await newKey();
+    return send();
+  });
+}
+
+/** Ask a question with streaming: onDelta(text) for each piece; resolves to the final answer. */
+export async function ask(body, onDelta, signal) {
+  const response = await call("/v1/ask", {
+    method: "POST", signal, headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ ...body, stream: true }),
+  });
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+      if (!data) continue;
+      const message = JSON.parse(data);
+      if ("delta" in message) onDelta(message.delta);
+      else if ("answer" in message) return message.answer;
+      else if ("error" in message) throw new ApiError(200, message.error.message, message.error.type);
+    }
+  }
+  throw new ApiError(200, "the answer stream ended before its answer", "incomplete");
+}

@@ -1,0 +1,223 @@
+"""The web page in a real headless browser: Debian's Chromium driven by
+Playwright (no browser download), against a real server on 127.0.0.1 that
+started with no index, the real model answering. Screenshots are saved
+under pytest's temporary folder (artifacts, not part of the repository)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rag import Pipeline
+from rag.bench.page import CHROMIUM_ARGS, find_chromium, open_page
+from rag.service import LoopbackServer, ServiceSettings, create_app
+
+from .conftest import CORPUS
+from .pdfgen import make_pdf
+
+CHROMIUM = find_chromium()
+KEY = "browser-key"
+PDF = make_pdf(["The first page talks about llamas.", "The second page talks about alpacas."])
+
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary: `apt-get install chromium` (.ci/run does)"),
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, embedder, backend):
+    """A keyed server over an index that does not exist yet, as `rag serve` starts."""
+    root = tmp_path_factory.mktemp("web")
+    p = Pipeline.open(root / "index", embedder=embedder, backend=backend, conversations=root / "c.sqlite")
+    p.prepare(need_index=False)
+    s = LoopbackServer(create_app(p, ServiceSettings(api_keys=[KEY], rate_limit_per_minute=0)))
+    yield s
+    s.stop()
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def page(browser, server):
+    """The page in a new tab, past its key prompt (it loads without a key, then asks for one)."""
+    errors: list[str] = []
+    p = open_page(browser, server.url, KEY, errors, viewport={"width": 1280, "height": 900})
+    yield p
+    p.context.close()
+    assert not errors, errors  # no script failed on the way
+
+
+def _api(server, method: str, path: str, **kw) -> httpx.Response:
+    return httpx.request(method, f"{server.url}{path}", headers={"Authorization": f"Bearer {KEY}"}, timeout=120, **kw)
+
+
+def _drop(page, files: dict[str, bytes | str]) -> None:
+    """Drop ``files`` on the drop zone, as a drag from the desktop does."""
+    page.evaluate(
+        """(files) => {
+            const data = new DataTransfer();
+            for (const [name, content] of Object.entries(files)) data.items.add(new File([content], name));
+            const drop = document.getElementById("drop");
+            drop.dispatchEvent(new DragEvent("dragover", {dataTransfer: data, bubbles: true, cancelable: true}));
+            drop.dispatchEvent(new DragEvent("drop", {dataTransfer: data, bubbles: true, cancelable: true}));
+        }""",
+        {k: v if isinstance(v, str) else v.decode("latin-1") for k, v in files.items()},
+    )
+
+
+def _watch_answer(page) -> None:
+    """Record what the newest turn showed each time it changed, to see the answer stream in."""
+    page.evaluate(
+        """() => {
+            window.seen = [];
+            new MutationObserver(() => {
+                const turn = [...document.querySelectorAll(".turn")].pop();
+                if (turn) window.seen.push([turn.dataset.state, turn.querySelector(".answer-text").textContent.length]);
+            }).observe(document.getElementById("thread"), {subtree: true, childList: true, characterData: true,
+                                                          attributes: true});
+        }""")
+
+
+def _ask(page, question: str) -> None:
+    page.fill("#question", question)
+    page.click("#ask-button")
+    page.wait_for_selector(".turn:last-child[data-state=done]", timeout=120_000)
+
+
+def test_upload_ask_stream_open_the_source_and_see_the_costs(page, server, shots):
+    _drop(page, {"cooking.rst": CORPUS["guide/cooking.rst"], "decode.txt": CORPUS["decode.txt"],
+                 "blob.txt": bytes(range(256)) * 4})
+    page.wait_for_selector("#uploads li.failed .error")
+    assert "blob.txt" in page.inner_text("#uploads li.failed .error")  # its one-line reason, from the server
+    page.wait_for_function("() => document.querySelectorAll('#document-list li').length === 2")
+    listed = {d["source"]: d["chunks"] for d in _api(server, "GET", "/v1/documents").json()["documents"]}
+    for name, chunks in listed.items():
+        row = page.locator("#document-list li", has_text=name)
+        assert row.locator(".doc-chunks").inner_text() == f"{chunks} chunk{'s' if chunks != 1 else ''}"
+    page.screenshot(path=str(shots / "1-uploaded.png"), full_page=True)
+
+    _watch_answer(page)
+    _ask(page, "How long should bread dough rise?")
+    seen = page.evaluate("window.seen")
+    final = page.inner_text(".turn:last-child .answer-text")
+    streaming = [n for state, n in seen if state == "streaming" and n > 0]
+    assert streaming and min(streaming) < len(final), seen  # text showed before the answer was whole
+    assert int(page.get_attribute(".turn:last-child", "data-pieces")) >= 2
+    sources = page.locator(".turn:last-child .sources li")
+    assert any("cooking.rst" in text for text in sources.all_inner_texts())
+    page.screenshot(path=str(shots / "2-answer.png"), full_page=True)
+
+    page.locator(".turn:last-child .source-link", has_text="cooking.rst").first.click()
+    mark = page.wait_for_selector("#viewer[open] mark#passage")
+    passage = mark.inner_text()
+    assert len(passage) > 20 and passage.strip() in CORPUS["guide/cooking.rst"]
+    assert mark.is_visible()
+    page.screenshot(path=str(shots / "3-source.png"))
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#viewer:not([open])", state="attached")
+
+    assert page.is_visible("#why-body")
+    figure = lambda name: page.inner_text(f'#why-figures dd[data-figure="{name}"]')  # noqa: E731
+    assert int(figure("prompt tokens")) == int(figure("cached")) + int(figure("prefilled"))
+    assert re.fullmatch(r"\d+\.\d\d s", figure("TTFT in this page"))
+    assert page.locator("#tokens-chart svg rect").count() >= 1
+    assert page.locator("#ttft-chart svg .marker").count() >= 2  # predicted and measured at least
+    rows = page.locator("#decisions tbody tr")
+    assert rows.count() >= 1 and rows.filter(has_text="chosen").count() >= 1
+    assert page.locator("#passages-chart svg circle").count() >= 1
+    page.click("#profile-refresh")
+    view = _api(server, "GET", "/v1/profile").json()
+    page.wait_for_function(f"() => document.querySelectorAll('#profile-chart svg circle').length === {len(view['points'])}")
+    page.locator("#why").screenshot(path=str(shots / "4-why-it-was-fast.png"))
+
+
+def test_a_pdf_source_opens_at_its_page_in_the_browser_viewer(page, server):
+    page.set_input_files("#file-input", files=[{
+        "name": "animals.pdf", "mimeType": "application/pdf",
+        "buffer": PDF}])
+    page.wait_for_selector("#document-list li:has-text('animals.pdf')")
+    _ask(page, "What does the page about alpacas say?")
+    link = page.locator(".turn:last-child .source-link", has_text="animals.pdf").first
+    page_number = re.search(r"page (\d+)", link.inner_text()).group(1)
+    link.click()
+    frame = page.wait_for_selector("#viewer[open] iframe.pdf")
+    src = frame.get_attribute("src")
+    assert src.startswith("blob:") and src.endswith(f"#page={page_number}")
+    assert frame.get_attribute("data-type") == "application/pdf"  # what the server sent, shown by the PDF viewer
+    assert int(frame.get_attribute("data-bytes")) == len(PDF)
+    page.keyboard.press("Escape")
+
+
+def test_conversations_continue_list_and_reset(page, server, shots):
+    if page.locator("#document-list li").count() == 0:
+        page.set_input_files("#file-input", files=[{"name": "decode.txt", "mimeType": "text/plain",
+                                                     "buffer": CORPUS["decode.txt"].encode()}])
+        page.wait_for_selector("#document-list li")
+    page.select_option("#session-select", "new")
+    _ask(page, "What limits decode?")
+    session = page.eval_on_selector("#session-select", "s => s.value")
+    assert session.startswith("web-")
+    page.wait_for_selector(f'#session-list li[data-session="{session}"]')
+    _ask(page, "And what does it re-read?")
+    assert page.locator("#thread .turn").count() == 2
+    page.reload()
+    page.wait_for_selector(f'#session-list li[data-session="{session}"]')
+    assert "2 turns" in page.inner_text(f'#session-list li[data-session="{session}"]')
+    page.click(f'#session-list li[data-session="{session}"] button:has-text("Continue")')
+    page.wait_for_function("() => document.querySelectorAll('#thread .turn').length === 2")
+    assert page.locator("#thread .turn .question").all_inner_texts()[0].endswith("What limits decode?")
+    page.screenshot(path=str(shots / "5-conversation.png"), full_page=True)
+    page.click(f'#session-list li[data-session="{session}"] button:has-text("Reset")')
+    page.wait_for_selector(f'#session-list li[data-session="{session}"]', state="detached")
+    assert _api(server, "GET", f"/v1/sessions/{session}").status_code == 404
+
+
+def test_keyboard_only_at_a_phone_width_in_dark_mode(browser, server, shots):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark")
+    page = context.new_page()
+    try:
+        page.goto(f"{server.url}/")
+        page.wait_for_selector("#key-dialog[open]")
+        page.keyboard.type(KEY)  # the key field has the focus
+        page.keyboard.press("Enter")
+        page.wait_for_function("() => document.querySelectorAll('#document-list li').length > 0")
+        for _ in range(12):  # Tab from the top of the page to the question
+            if page.evaluate("document.activeElement.id") == "question":
+                break
+            page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.id") == "question"
+        page.keyboard.type("What limits decode?")
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".turn[data-state=done]", timeout=120_000)
+        assert page.evaluate("document.activeElement.id") == "question"  # ready for the next one
+        page.focus(".turn .source-link")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#viewer[open] mark#passage")
+        page.keyboard.press("Escape")
+        page.wait_for_selector("#viewer:not([open])", state="attached")
+        page.wait_for_timeout(300)  # the charts are drawn again for the narrow width
+        assert page.evaluate("document.scrollingElement.scrollWidth") <= 390  # nothing wider than the phone
+        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert sum(int(c) for c in re.findall(r"\d+", background)[:3]) < 3 * 60, background  # dark
+        page.screenshot(path=str(shots / "6-phone-dark.png"), full_page=True)
+    finally:
+        context.close()
