@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
@@ -19,7 +19,6 @@ from rich.table import Table
 from ..errors import RagError
 from ..qa.answer import Answer, where
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
-from ..qa.pipeline import Pipeline
 from .common import (
     INDEX_OPTION,
     MODEL_OPTION,
@@ -35,6 +34,9 @@ from .common import (
     settings,
     user_errors,
 )
+
+if TYPE_CHECKING:
+    from ..qa.pipeline import Pipeline
 
 
 @app.command()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -29,9 +29,11 @@ from rich.text import Text
 from pydantic import ValidationError
 
 from ..errors import RagError
-from ..qa.pipeline import Pipeline
-from ..retrieval import Scope
+from ..retrieval.scope import Scope
 from ..settings import Settings
+
+if TYPE_CHECKING:  # the pipeline imports the index and the engine: only commands that answer here load it
+    from ..qa.pipeline import Pipeline
 
 app = typer.Typer(
     name="rag",
@@ -91,6 +93,8 @@ def settings(**flags) -> Settings:
 
 def open_pipeline(settings: Settings, **options) -> Pipeline:
     """The pipeline a command works on (one place, so tests can share loaded models)."""
+    from ..qa.pipeline import Pipeline
+
     return Pipeline.open(settings=settings, **options)
 
 
