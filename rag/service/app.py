@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
-from . import openai, routes
+from . import openai, routes, sessions
 from .errors import error, failure
 from .gate import Gate
 from .settings import ServiceSettings
@@ -53,6 +53,7 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     app.include_router(routes.public)
     app.include_router(routes.router)
     app.include_router(openai.router)
+    app.include_router(sessions.router)
     return app
 
 

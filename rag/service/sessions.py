@@ -1,0 +1,66 @@
+"""``/v1/sessions``: the stored conversations, one conversation's turns,
+and forgetting one (its turns, summary and KV snapshot).
+
+Does not: answer questions (``/v1/ask`` with a ``session`` continues one).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi import Path as PathParam
+from starlette.concurrency import run_in_threadpool
+
+from ..errors import RagError
+from .errors import error, failure
+from .state import ServiceState, service
+
+router = APIRouter()
+
+SESSION = PathParam(..., max_length=128, description="A session id, as given to /v1/ask")
+
+
+@router.get("/v1/sessions")
+async def list_sessions(state: ServiceState = Depends(service)):
+    """Every stored conversation: ``session``, ``turns`` and ``updated``
+    (seconds since the epoch), newest first."""
+    try:
+        return {"sessions": await run_in_threadpool(lambda: state.pipeline.conversations.sessions())}
+    except RagError as exc:
+        return failure(exc)
+
+
+@router.get("/v1/sessions/{session}")
+async def show_session(session: str = SESSION, state: ServiceState = Depends(service)):
+    """One conversation: its ``summary`` of older turns, how many turns
+    were ``folded`` into it, and the recent ``turns`` (number, question,
+    answer, sources), oldest first; 404 if it has none."""
+    try:
+        conversation = await run_in_threadpool(state.pipeline.conversation, session)
+    except RagError as exc:
+        return failure(exc)
+    if not conversation.turns and not conversation.folded:
+        return error(404, f"no conversation {session}; GET /v1/sessions lists them", "not_found")
+    return {
+        "session": session, "summary": conversation.summary, "folded": conversation.folded,
+        "turns": [{"number": t.number, "question": t.question, "answer": t.answer, "sources": list(t.sources)}
+                  for t in conversation.turns],
+    }
+
+
+@router.delete("/v1/sessions/{session}")
+async def reset_session(session: str = SESSION, state: ServiceState = Depends(service)):
+    """Forget a conversation: its turns, summary and KV snapshot; 404 if it has none."""
+    pipeline = state.pipeline
+
+    def reset() -> bool:
+        known = any(s["session"] == session for s in pipeline.conversations.sessions())
+        if known:
+            pipeline.reset(session)
+        return known
+
+    try:
+        if not await run_in_threadpool(reset):
+            return error(404, f"no conversation {session}; GET /v1/sessions lists them", "not_found")
+    except RagError as exc:
+        return failure(exc)
+    return {"reset": session}
