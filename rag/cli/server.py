@@ -31,7 +31,7 @@ def status(
 ) -> None:
     """Every resident server running, the one these options reach marked."""
     from ..resident.address import Address
-    from ..resident.client import servers
+    from ..resident.lifecycle import servers
 
     with user_errors():
         s = settings(index=index, model=model)
@@ -94,7 +94,7 @@ def stop(
     """Stop the server these options reach (--all: every one), once its
     answers in progress are finished."""
     from ..resident.address import Address
-    from ..resident.client import stop as stop_server
+    from ..resident.lifecycle import stop as stop_server
 
     with user_errors():
         s = settings(index=index, model=model)
