@@ -5,46 +5,53 @@
     p.ingest(["docs/"])
     print(p.ask("How do I ...?").answer)
 
-Importing this package loads no model.
+Importing this package loads no model, and imports the parts behind its
+names only when a name is first used: the ``rag`` command reaches a resident
+server without importing the index, the engine or numpy.
 """
 
-from .errors import (
-    DocumentError,
-    DocumentNotFound,
-    EngineMisconfigured,
-    EngineUnavailable,
-    IndexBusy,
-    IndexMismatch,
-    IndexNotFound,
-    ModelNotFound,
-    QuestionTooLong,
-    RagError,
-)
-from .index.store import Hit
-from .ingest.run import IngestReport
-from .qa import Answer, AnswerStream, AskOptions, Budget, Pipeline, Source
-from .retrieval import Scope
-from .settings import Settings
+from __future__ import annotations
 
-__all__ = [
-    "Answer",
-    "AnswerStream",
-    "AskOptions",
-    "Budget",
-    "DocumentError",
-    "DocumentNotFound",
-    "EngineMisconfigured",
-    "EngineUnavailable",
-    "Hit",
-    "IndexBusy",
-    "IndexMismatch",
-    "IndexNotFound",
-    "IngestReport",
-    "ModelNotFound",
-    "Pipeline",
-    "QuestionTooLong",
-    "RagError",
-    "Scope",
-    "Settings",
-    "Source",
-]
+import importlib
+import sys
+from typing import Callable
+
+
+def lazy_exports(package: str, names: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` for ``package``, whose re-exported
+    ``names`` (name -> submodule, relative) are imported on first use and
+    then kept in the package like an eager import would.
+
+    ``lazy_exports("rag", {"Pipeline": ".qa"})`` makes ``rag.Pipeline`` import ``rag.qa`` when first read.
+    """
+
+    def __getattr__(name: str) -> object:
+        where = names.get(name)
+        if where is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(where, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(names))
+
+    return __getattr__, __dir__
+
+
+_ERRORS = ("DocumentError", "DocumentNotFound", "EngineMisconfigured", "EngineUnavailable", "IndexBusy",
+           "IndexMismatch", "IndexNotFound", "ModelNotFound", "QuestionTooLong", "RagError")
+_EXPORTS = {name: ".errors" for name in _ERRORS} | {
+    "Hit": ".index.store",
+    "IngestReport": ".ingest.run",
+    "Answer": ".qa.answer",
+    "AnswerStream": ".qa.stream",
+    "AskOptions": ".qa.options",
+    "Budget": ".qa.answer",
+    "Pipeline": ".qa.pipeline",
+    "Source": ".qa.answer",
+    "Scope": ".retrieval.scope",
+    "Settings": ".settings",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

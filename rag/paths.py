@@ -2,8 +2,8 @@
 never at import.
 
 Only the platform's own conventions are read here (``XDG_DATA_HOME``,
-``XDG_CACHE_HOME``); rag-budget's ``RAG_*`` variables are read once, by
-``rag.settings``.
+``XDG_CACHE_HOME``, ``XDG_RUNTIME_DIR``); rag-budget's ``RAG_*`` variables
+are read once, by ``rag.settings``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,16 @@ def cache_dir() -> Path:
     """``$XDG_CACHE_HOME/rag-budget`` (``~/.cache/rag-budget``): what can be rebuilt."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "rag-budget"
+
+
+def runtime_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/rag-budget``, else ``/tmp/rag-budget-UID``: where
+    the resident servers' sockets live (a folder only this user may enter;
+    ``rag.resident.address`` checks that)."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base:
+        return Path(base) / "rag-budget"
+    return Path("/tmp") / f"rag-budget-{os.getuid()}"
 
 
 def sample_data_dir() -> Path:

@@ -30,7 +30,7 @@ NO_TARGET = ("none", "off", "inf")
 FLAGS = {
     "index": "--index", "model": "--model", "retrieval": "--retrieval", "target_ttft": "--target-ttft",
     "engine_url": "--engine-url", "engine_model": "--engine-model", "gpu_layers": "--gpu-layers",
-    "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
+    "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb", "no_server": "--no-server",
 }
 
 
@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
     slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
     kv_cells: Optional[int] = Field(None, ge=256, description="KV cells those requests share (default: twice n_ctx)")
+    no_server: bool = Field(False, description="rag ask, chat and search answer in process, not through the resident server")
+    server_idle_s: float = Field(900.0, gt=0, description="seconds a resident server waits idle before it exits")
+    runtime_dir: Optional[Path] = Field(None, description="resident servers' sockets (default: $XDG_RUNTIME_DIR/rag-budget)")
 
     @field_validator("target_ttft", mode="before")
     @classmethod
@@ -66,14 +69,14 @@ class Settings(BaseSettings):
             return None
         return value
 
-    @field_validator("target_ttft", "max_file_mb")
+    @field_validator("target_ttft", "max_file_mb", "server_idle_s")
     @classmethod
     def _finite(cls, value):
         if value is not None and not math.isfinite(value):
             raise ValueError("must be a finite number of seconds")
         return value
 
-    @field_validator("index", "model", "conversations", "data_dir", "cache_dir")
+    @field_validator("index", "model", "conversations", "data_dir", "cache_dir", "runtime_dir")
     @classmethod
     def _expand(cls, value):
         return value.expanduser() if value is not None else None
@@ -125,6 +128,12 @@ class Settings(BaseSettings):
     def conversations_path(self) -> Path:
         """The conversation store: ``RAG_CONVERSATIONS``, else under the data folder."""
         return self.conversations or self.data_folder / "conversations.sqlite"
+
+    @property
+    def runtime_folder(self) -> Path:
+        """Where resident servers keep their sockets (``RAG_RUNTIME_DIR``, else
+        ``$XDG_RUNTIME_DIR/rag-budget``, else ``/tmp/rag-budget-UID``)."""
+        return self.runtime_dir or paths.runtime_dir()
 
     @property
     def profile_folder(self) -> Path:

@@ -15,9 +15,13 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.pop("RAG_INDEX", None)
 os.environ.pop("RAG_MODEL", None)
+# Commands answer in process unless a test means the resident server (tests/test_resident.py).
+os.environ["RAG_NO_SERVER"] = "1"
 _HOME = Path(tempfile.mkdtemp(prefix="rag-test-home-"))
 os.environ["XDG_DATA_HOME"] = str(_HOME / "data")
 os.environ["XDG_CACHE_HOME"] = str(_HOME / "cache")
+os.environ["XDG_RUNTIME_DIR"] = str(_HOME / "run")  # resident servers' sockets: never the user's
+os.environ.pop("RAG_RUNTIME_DIR", None)
 
 from rag.bench.samples import make_pdf  # noqa: E402
 

@@ -1,7 +1,11 @@
 """``rag search``, ``rag ask`` and ``rag chat``: questions from the
-command line, answers streamed to stdout, figures on stderr.
+command line, answers streamed to stdout, figures on stderr. They go to the
+resident server of this set-up (started in the background on first use),
+or with ``--no-server`` to a pipeline in this process; either gives an
+:class:`~rag.qa.stream.AnswerStream`, printed by the same code, so the
+output is the same.
 
-Does not: plan or answer (the pipeline does).
+Does not: plan or answer (the pipeline does, here or in the server).
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
@@ -19,10 +23,10 @@ from rich.table import Table
 from ..errors import RagError
 from ..qa.answer import Answer, where
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
-from ..qa.pipeline import Pipeline
 from .common import (
     INDEX_OPTION,
     MODEL_OPTION,
+    NO_SERVER_OPTION,
     RETRIEVAL_OPTION,
     SOURCE_OPTION,
     TARGET_OPTION,
@@ -30,11 +34,18 @@ from .common import (
     app,
     echo_json,
     err,
-    command_pipeline,
+    question_pipeline,
     scope_of,
     settings,
     user_errors,
 )
+from .seen import Seen, clock
+
+if TYPE_CHECKING:
+    from ..qa.pipeline import Pipeline
+    from ..resident.client import ResidentClient
+
+    Answerer = Pipeline | ResidentClient
 
 
 @app.command()
@@ -46,11 +57,13 @@ def search(
     source: List[str] = SOURCE_OPTION,
     file_type: List[str] = TYPE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    no_server: bool = NO_SERVER_OPTION,
 ) -> None:
     """Show the chunks that best match QUERY, without asking the model."""
     with user_errors():
         scope = scope_of(source, file_type)
-        hits = command_pipeline(settings(index=index, retrieval=retrieval)).search(query, k=k, scope=scope)
+        pipeline = question_pipeline(settings(index=index, retrieval=retrieval, no_server=no_server or None))
+        hits = pipeline.search(query, k=k, scope=scope)
     if as_json:
         echo_json({"results": [h.to_dict() for h in hits]})
         return
@@ -81,39 +94,47 @@ def ask(
     file_type: List[str] = TYPE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the answer, sources, budget and timings as JSON."),
     explain: bool = typer.Option(False, "--explain", help="Show the budget decision for every candidate."),
+    no_server: bool = NO_SERVER_OPTION,
 ) -> None:
     """Answer QUESTION from the index, streaming, then list the sources.
     --source and --type limit the documents it draws on."""
     with user_errors():
         options = AskOptions.of(max_tokens=max_tokens, max_k=max_k, candidates=candidates, session=session,
                                 explain=explain, scope=scope_of(source, file_type))
-        pipeline = command_pipeline(settings(index=index, model=model, retrieval=retrieval, target_ttft=target_ttft))
+        pipeline = question_pipeline(settings(index=index, model=model, retrieval=retrieval, target_ttft=target_ttft,
+                                              no_server=no_server or None))
         pipeline.prepare()  # loading the models is not part of the question's time to first token
+        seen = Seen.of(pipeline, clock.started)
+        answer = stream_answer(pipeline, question, options, seen, echo=not as_json)
         if as_json:
-            answer = pipeline.ask(question, options)
-            echo_json(answer.to_dict())
+            echo_json(answer.to_dict() | {"cli": seen.to_dict()})
             if explain:
                 print_explain(answer, err())
             finish_background(pipeline)
             return
-        answer = stream_answer(pipeline, question, options)
         console = Console(highlight=False)
         print_sources(answer, console)
         if explain:
             print_explain(answer, console)
-        print_cost_line(answer)
+        print_cost_line(answer, seen)
         finish_background(pipeline)
 
 
-def stream_answer(pipeline: Pipeline, question: str, options: AskOptions) -> Answer:
-    """Write the answer to stdout as it is generated; return the Answer."""
+def stream_answer(pipeline: Answerer, question: str, options: AskOptions, seen: Seen, *, echo: bool = True) -> Answer:
+    """Write the answer to stdout as it is generated (unless not ``echo``),
+    noting in ``seen`` when the first text was shown; return the Answer."""
     with pipeline.stream(question, options) as stream:
         try:
             for piece in stream:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+                if echo:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+                if piece:
+                    seen.text_shown()
         finally:
-            sys.stdout.write("\n")
+            if echo:
+                sys.stdout.write("\n")
+    seen.ended = time.perf_counter()
     return stream.answer
 
 
@@ -124,13 +145,15 @@ def print_sources(answer: Answer, console: Console) -> None:
         console.print(f"  [{n}] {escape(s.where())}  (score {s.score:.3f})")
 
 
-def print_cost_line(answer: Answer) -> None:
-    """One dim line on stderr: chunks, tokens, TTFT against target and prediction."""
+def print_cost_line(answer: Answer, seen: Seen) -> None:
+    """One dim line on stderr: chunks, tokens, TTFT (the engine's, and as
+    seen from the command's start) against target and prediction."""
     t, b = answer.timings, answer.budget
     target = "no target" if b.target_ttft is None else f"target {b.target_ttft:.2f} s"
+    shown = "no text" if seen.ttft_s is None else f"{seen.ttft_s:.2f} s"
     err().print(
         f"[dim]{b.chosen}/{b.candidates} chunks, {t.prompt_tokens} prompt tokens ({t.cached_tokens} cached), "
-        f"TTFT {t.ttft_s:.2f} s ({target}, predicted {b.predicted_ttft_s:.2f} s), "
+        f"TTFT {t.ttft_s:.2f} s ({target}, predicted {b.predicted_ttft_s:.2f} s; seen {shown}), "
         f"{t.decode_tokens} tokens in {t.total_s:.2f} s[/]"
     )
 
@@ -160,7 +183,7 @@ def print_explain(answer: Answer, console: Console) -> None:
                       "(counted as cached)")
 
 
-def finish_background(pipeline: Pipeline) -> None:
+def finish_background(pipeline: Answerer) -> None:
     """Let a summary that is being written finish before the process ends
     (the answer is already out)."""
     if pipeline.background_busy():
@@ -178,6 +201,7 @@ def chat(
     target_ttft: Optional[float] = TARGET_OPTION,
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in each answer."),
     model: Optional[Path] = MODEL_OPTION,
+    no_server: bool = NO_SERVER_OPTION,
 ) -> None:
     """Talk with your documents: each question continues the conversation.
 
@@ -187,18 +211,19 @@ def chat(
     with user_errors():
         session = session or time.strftime("chat-%Y%m%d-%H%M%S")
         options = AskOptions.of(max_tokens=max_tokens, session=session)
-        pipeline = command_pipeline(settings(index=index, model=model, target_ttft=target_ttft))
+        pipeline = question_pipeline(settings(index=index, model=model, target_ttft=target_ttft,
+                                              no_server=no_server or None))
         ChatLoop(pipeline, options).run()
 
 
 class ChatLoop:
     """The read-answer loop of ``rag chat`` over one session."""
 
-    def __init__(self, pipeline: Pipeline, options: AskOptions) -> None:
+    def __init__(self, pipeline: Answerer, options: AskOptions) -> None:
         self.pipeline, self.options = pipeline, options
         self.session = str(options.session)
         self.console, self.err = Console(highlight=False), err()
-        self.answers: list[Answer] = []
+        self.answers: list[tuple[Answer, Seen]] = []
 
     def run(self) -> None:
         """Read lines until /quit or end of input; answer each question."""
@@ -208,25 +233,26 @@ class ChatLoop:
         while True:
             try:
                 line = self.console.input("[bold green]you>[/] ").strip()
+                asked = time.perf_counter()  # the person pressed Enter: this question's clock starts
             except EOFError:
                 self.console.print()
                 break
             if line in {"/quit", "/exit", "/q"}:
                 break
             if line:
-                self.handle(line)
+                self.handle(line, asked)
         finish_background(self.pipeline)
         self.err.print(f"[dim]continue later with: rag chat --session {self.session}[/]")
 
-    def handle(self, line: str) -> None:
-        """One line: a command, or a question to answer."""
+    def handle(self, line: str, asked: float) -> None:
+        """One line, entered at ``asked``: a command, or a question to answer."""
         if line == "/reset":
             self.pipeline.reset(self.session)
             self.answers = []
             self.err.print(f"[dim]session {self.session} forgotten; starting over[/]")
         elif line == "/sources":
             if self.answers:
-                print_sources(self.answers[-1], self.console)
+                print_sources(self.answers[-1][0], self.console)
             else:
                 self.err.print("[dim]no answer yet[/]")
         elif line == "/stats":
@@ -236,28 +262,32 @@ class ChatLoop:
         else:
             try:
                 self.console.print("[bold blue]rag>[/] ", end="")
-                answer = stream_answer(self.pipeline, line, self.options)
+                seen = Seen.of(self.pipeline, asked)
+                answer = stream_answer(self.pipeline, line, self.options, seen)
             except RagError as exc:  # one bad question does not end the conversation
                 self.err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
                 return
-            self.answers.append(answer)
-            print_cost_line(answer)
+            self.answers.append((answer, seen))
+            print_cost_line(answer, seen)
 
 
-def print_chat_stats(answers: list[Answer], console: Console, pipeline: Pipeline) -> None:
-    """Tokens and TTFT per turn of this conversation, and its summaries."""
+def print_chat_stats(answers: list[tuple[Answer, Seen]], console: Console, pipeline: Answerer) -> None:
+    """Tokens and TTFT per turn of this conversation (the engine's, and as
+    seen from the question's Enter), and its summaries."""
     table = Table(title="this conversation", title_justify="left")
     for column in ("turn", "prompt tok", "cached", "prefilled", "restored", "chunks", "TTFT s", "predicted s"):
         table.add_column(column, justify="right")
-    for a in answers:
+    for a, _ in answers:
         t = a.timings
         table.add_row(str(a.turn), str(t.prompt_tokens), str(t.cached_tokens), str(t.prefill_tokens),
                       str(t.restored_tokens), str(a.budget.chosen), f"{t.ttft_s:.2f}", f"{a.budget.predicted_ttft_s:.2f}")
     console.print(table)
     if answers:
-        prompt = sum(a.timings.prompt_tokens for a in answers)
-        cached = sum(a.timings.cached_tokens for a in answers)
+        prompt = sum(a.timings.prompt_tokens for a, _ in answers)
+        cached = sum(a.timings.cached_tokens for a, _ in answers)
         console.print(f"cached/prompt tokens: {cached / prompt:.2f}")
+        seen = ", ".join("-" if s.ttft_s is None else f"{s.ttft_s:.2f}" for _, s in answers)
+        console.print(f"TTFT seen, from Enter to the first text, per turn: {seen} s")
     folds = [e for e in pipeline.background_log if e.get("kind") == "summary" and not e.get("interrupted")]
     if folds:
         spent = sum(float(e["seconds"]) for e in folds)

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -18,8 +18,10 @@ from rich.table import Table
 
 from ..bench.questions import Question, load_questions
 from ..errors import RagError
-from ..qa.pipeline import Pipeline
 from .common import MODEL_OPTION, IngestBar, bench_app, counting, echo_json, err, int_list, command_pipeline, settings, user_errors
+
+if TYPE_CHECKING:
+    from ..qa.pipeline import Pipeline
 
 BENCH_DATA = Path(__file__).resolve().parent.parent / "bench" / "data"
 DEFAULT_CHAT_CORPUS = Path("/usr/share/doc/python3.11/html/_sources")

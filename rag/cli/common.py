@@ -1,7 +1,7 @@
 """What every ``rag`` command shares: the typer application, the options
 that many commands take, the one place where flags and ``RAG_*`` variables
-become :class:`~rag.settings.Settings`, opening the pipeline, one-line
-errors, JSON output and progress bars.
+become :class:`~rag.settings.Settings`, opening the pipeline (or reaching
+the resident server), one-line errors, JSON output and progress bars.
 
 Does not: answer, ingest or measure anything itself.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -29,9 +29,13 @@ from rich.text import Text
 from pydantic import ValidationError
 
 from ..errors import RagError
-from ..qa.pipeline import Pipeline
-from ..retrieval import Scope
+from ..retrieval.scope import Scope
 from ..settings import Settings
+from .seen import clock
+
+if TYPE_CHECKING:  # the pipeline imports the index and the engine: only commands that answer here load it
+    from ..qa.pipeline import Pipeline
+    from ..resident.client import ResidentClient
 
 app = typer.Typer(
     name="rag",
@@ -57,6 +61,8 @@ TARGET_OPTION = typer.Option(
 SOURCE_OPTION = typer.Option(
     [], "--source", help="Only documents whose source matches this glob (repeatable), e.g. 'reports/**/*.pdf'.")
 TYPE_OPTION = typer.Option([], "--type", help="Only documents of this file type (repeatable), e.g. pdf or docx.")
+NO_SERVER_OPTION = typer.Option(
+    False, "--no-server", help="Answer in this process instead of through the resident rag server ($RAG_NO_SERVER=1).")
 
 # The engine options given before the command (`rag --engine-url URL ask ...`).
 _ENGINE_FLAGS: dict[str, object] = {}
@@ -78,6 +84,7 @@ def _engine_options(
         None, "--kv-type", help="KV cache type: f16 or q8_0 (half the memory) (default: $RAG_KV_TYPE, else f16)."),
 ) -> None:
     """Local document question answering that treats the prompt as a cost."""
+    clock.invoked()
     _ENGINE_FLAGS.clear()
     _ENGINE_FLAGS.update(engine_url=engine_url, engine_model=engine_model, gpu_layers=gpu_layers,
                          flash_attn=flash_attn, kv_type=kv_type)
@@ -91,13 +98,30 @@ def settings(**flags) -> Settings:
 
 def open_pipeline(settings: Settings, **options) -> Pipeline:
     """The pipeline a command works on (one place, so tests can share loaded models)."""
+    from ..qa.pipeline import Pipeline
+
     return Pipeline.open(settings=settings, **options)
+
+
+def note(message: str) -> None:
+    """Tell the user on stderr what rag-budget did on its own, or found wrong."""
+    err().print(f"[yellow]note:[/] {message}", soft_wrap=True)
 
 
 def command_pipeline(settings: Settings, **options) -> Pipeline:
     """:func:`open_pipeline`, telling the user on stderr what it does on its own."""
-    return open_pipeline(settings, notice=lambda message: err().print(f"[yellow]note:[/] {message}", soft_wrap=True),
-                         **options)
+    return open_pipeline(settings, notice=note, **options)
+
+
+def question_pipeline(settings: Settings) -> Pipeline | ResidentClient:
+    """What ``rag ask``, ``chat`` and ``search`` answer with: the resident
+    server of this set-up, started in the background if none runs; with
+    ``--no-server`` (``RAG_NO_SERVER=1``) a pipeline in this process."""
+    if settings.no_server:
+        return command_pipeline(settings)
+    from ..resident.client import ResidentClient
+
+    return ResidentClient.connect(settings, notice=note)
 
 
 def scope_of(sources: list[str], types: list[str]) -> Scope:

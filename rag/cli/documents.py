@@ -7,13 +7,15 @@ Does not: read or chunk documents itself (``rag.ingest`` does).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.markup import escape
 
-from ..ingest.run import IngestReport
 from .common import INDEX_OPTION, IngestBar, app, echo_json, err, command_pipeline, settings, user_errors
+
+if TYPE_CHECKING:
+    from ..ingest.run import IngestReport
 
 
 @app.command()

@@ -1,8 +1,12 @@
 """Conversations: the stored turns and summaries of each session
 (``store``), summarising old turns (``summarise``), and the keeper that
-remembers turns and folds them in the background (``keeper``)."""
+remembers turns and folds them in the background (``keeper``).
 
-from .keeper import ConversationKeeper, History, kv_key
-from .store import Conversation, ConversationStore, Turn, check_session_id
+The names below are imported on first use (see :func:`rag.lazy_exports`)."""
 
-__all__ = ["Conversation", "ConversationKeeper", "ConversationStore", "History", "Turn", "check_session_id", "kv_key"]
+from .. import lazy_exports
+
+_EXPORTS = {"ConversationKeeper": ".keeper", "History": ".keeper", "kv_key": ".keeper", "Conversation": ".store",
+            "ConversationStore": ".store", "Turn": ".store", "check_session_id": ".store"}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,10 +1,12 @@
 """The index on disk: generations (``generations``) of FAISS vectors
 (``vectors``), BM25 (``lexical``) and SQLite metadata (``store``), each
-described by its manifest (``manifest``) and published atomically."""
+described by its manifest (``manifest``) and published atomically.
 
-from .generations import index_exists
-from .manifest import Manifest
-from .store import FileRecord, Hit, Index, IndexWriter, NewChunk, live_manifest, open_writer
+The names below are imported on first use (see :func:`rag.lazy_exports`)."""
 
-__all__ = ["FileRecord", "Hit", "Index", "IndexWriter", "Manifest", "NewChunk", "index_exists", "live_manifest",
-           "open_writer"]
+from .. import lazy_exports
+
+_EXPORTS = {"index_exists": ".generations", "Manifest": ".manifest"} | {
+    name: ".store" for name in ("FileRecord", "Hit", "Index", "IndexWriter", "NewChunk", "live_manifest", "open_writer")}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -27,6 +27,7 @@ from urllib.parse import quote
 import numpy as np
 
 from ..errors import IndexDamaged
+from ..ingest.formats.document import CONTEXT_SEPARATOR
 from .generations import (
     choose,
     fsync_dir,
@@ -73,9 +74,6 @@ CREATE TABLE chunks (
 );
 CREATE INDEX chunks_file ON chunks(file_id);
 """
-
-
-CONTEXT_SEPARATOR = " > "  # between the title and the headings of a chunk's context
 
 
 def embedded_text(context: str, text: str) -> str:

@@ -1,8 +1,12 @@
 """Documents into the index: reading files (``formats``), splitting them
 (``chunking``), embedding (``embed``), the incremental ingest run (``run``)
-and the library of an index's documents (``library``)."""
+and the library of an index's documents (``library``).
 
-from .files import FoundFiles, SourceFile, find_files
-from .run import IngestProgress, IngestReport, ingest
+The names below are imported on first use (see :func:`rag.lazy_exports`)."""
 
-__all__ = ["FoundFiles", "IngestProgress", "IngestReport", "SourceFile", "find_files", "ingest"]
+from .. import lazy_exports
+
+_EXPORTS = {"FoundFiles": ".files", "SourceFile": ".files", "find_files": ".files",
+            "IngestProgress": ".run", "IngestReport": ".run", "ingest": ".run"}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

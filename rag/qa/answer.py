@@ -1,8 +1,13 @@
-"""The result of a question: the answer, its sources, the budget and the timings."""
+"""The result of a question: the answer, its sources, the budget and the
+timings, and their JSON form (``to_dict``, the ``rag ask --json`` contract)
+read back (``from_dict``) where an answer crosses a process boundary.
+
+Does not: compute any of it (the pipeline does).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from engine.backend import Timings
 
@@ -31,6 +36,11 @@ class Source:
         return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page,
                 "location": self.location, "context": self.context,
                 "doc_id": self.doc_id, "char_start": self.char_start, "char_end": self.char_end}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Source":
+        """The source :meth:`to_dict` gave ``d`` for."""
+        return cls(**known(cls, d))
 
     def where(self) -> str:
         """The source as a reader cites it: ``"deck.pptx, slide 3"``, or
@@ -71,6 +81,11 @@ class BudgetDecision:
             "spliced": self.spliced,
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "BudgetDecision":
+        """The decision :meth:`to_dict` gave ``d`` for."""
+        return cls(**known(cls, d))
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -108,6 +123,13 @@ class Budget:
             "decisions": [d.to_dict() for d in self.decisions],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Budget":
+        """The budget :meth:`to_dict` gave ``d`` for."""
+        values = known(cls, d) | {"target_ttft": d.get("target_ttft_s")}
+        values["decisions"] = tuple(BudgetDecision.from_dict(x) for x in d.get("decisions", ()))
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -132,3 +154,21 @@ class Answer:
             "turn": self.turn,
             "turns_shown": self.turns_shown,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Answer":
+        """The answer :meth:`to_dict` gave ``d`` for (fields it does not know
+        are left out, so a newer writer's object still reads):
+        ``Answer.from_dict(a.to_dict()) == a``."""
+        return cls(answer=d["answer"], sources=tuple(Source.from_dict(x) for x in d["sources"]),
+                   budget=Budget.from_dict(d["budget"]), timings=Timings(**known(Timings, d["timings"])),
+                   session=d.get("session"), turn=d.get("turn"), turns_shown=d.get("turns_shown", 0))
+
+
+def known(cls, d: dict) -> dict:
+    """The items of ``d`` that are fields of the dataclass ``cls``.
+
+    ``known(Source, {"source": "a.md", "new": 1}) -> {"source": "a.md"}``
+    """
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}

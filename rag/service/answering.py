@@ -131,15 +131,15 @@ class Answering:
         self.queue = EngineQueue()
 
     def start(self, endpoint: str, question: str, *, target_ttft: float | None, session: str | None,
-              max_tokens: int, scope: Scope | None = None) -> ThreadedAnswer:
+              max_tokens: int, scope: Scope | None = None, **more) -> ThreadedAnswer:
         """The answer to ``question`` from the documents in ``scope`` (None:
-        all), started; Rejected when the expected wait alone exceeds the
-        target, RagError for bad options."""
+        all), started; ``more``: other :class:`AskOptions` fields. Rejected
+        when the expected wait alone exceeds the target, RagError for bad options."""
         limit = self.settings.max_tokens_limit
         if max_tokens > limit:
             raise RagError(f"max_tokens {max_tokens} is over this server's limit of {limit}")
         options = AskOptions.of(target_ttft=target_ttft, session=session, max_tokens=max_tokens,
-                                scope=scope or Scope())
+                                scope=scope or Scope(), **more)
         if self.settings.admission == "deadline" and isinstance(self.pipeline.backend, LoadAware):
             # The engine's scheduler knows the load: the plan takes fewer passages, or refuses.
             stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)

@@ -1,6 +1,7 @@
 """The service's own routes: ``/v1/ask`` (the ``rag ask --json`` contract,
-or server-sent events), ``/v1/documents`` (upload, list, delete),
-``/v1/profile`` (the prefill cost model), ``/healthz`` and ``/metrics``.
+or server-sent events), ``/v1/search`` (the ``rag search --json`` contract),
+``/v1/documents`` (upload, list, delete), ``/v1/profile`` (the prefill cost
+model), ``/healthz`` and ``/metrics``.
 
 Does not: authenticate (the app adds that to each route) or answer by itself.
 """
@@ -17,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from ..errors import DocumentNotFound, RagError, engine_errors
 from .answering import Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
-from .schemas import AskBody
+from .schemas import AskBody, SearchBody
 from .state import ServiceState, service
 
 public = APIRouter()  # no key needed
@@ -58,7 +59,7 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway)."""
     try:
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
-                                       max_tokens=body.max_tokens, scope=body.scope)
+                                       max_tokens=body.max_tokens, scope=body.scope, **body.options())
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return done.to_dict() if done is not None else Response(status_code=499)
@@ -139,3 +140,15 @@ async def delete_document(doc_id: str, state: ServiceState = Depends(service)):
             return error(404, str(exc), "not_found")
         except RagError as exc:
             return failure(exc)
+
+
+@router.post("/v1/search")
+async def search(body: SearchBody, state: ServiceState = Depends(service)):
+    """The chunks that best match ``query``, best first, without the model:
+    the ``rag search --json`` object."""
+    try:
+        hits = await run_in_threadpool(lambda: state.pipeline.search(body.query, body.k, mode=body.retrieval,
+                                                                     scope=body.scope))
+    except RagError as exc:
+        return failure(exc)
+    return {"results": [h.to_dict() for h in hits]}

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..conversations.store import valid_session_id
 
-from ..qa.options import DEFAULT_MAX_TOKENS
+from ..qa.options import DEFAULT_MAX_TOKENS, MAX_CANDIDATES
 from ..retrieval.scope import Scope
 
 
@@ -31,6 +31,29 @@ class AskBody(BaseModel):
     session: str | None = Field(None, max_length=128)
     max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
     stream: bool = False
+    scope: Scope | None = SCOPE_FIELD
+    no_target: bool = Field(False, description="Plan for no TTFT target at all (target_ttft_s is then ignored)")
+    max_k: int | None = Field(None, ge=1, description="Most chunks in the prompt (default 8)")
+    candidates: int | None = Field(None, ge=1, le=MAX_CANDIDATES,
+                                   description="Chunks retrieved for the budgeter to choose from (default 20)")
+    retrieval: Literal["dense", "bm25", "hybrid"] | None = Field(None, description="How candidates are found")
+
+    def options(self) -> dict[str, object]:
+        """The question's options beyond the question, target, session and
+        tokens that were given (for ``Answering.start``)."""
+        given = {"no_target": self.no_target or None, "max_k": self.max_k, "candidates": self.candidates,
+                 "retrieval": self.retrieval}
+        return {k: v for k, v in given.items() if v is not None}
+
+
+class SearchBody(BaseModel):
+    """``POST /v1/search``: what ``rag search`` asks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(..., min_length=1, max_length=20_000)
+    k: int = Field(5, ge=1, le=MAX_CANDIDATES)
+    retrieval: Literal["dense", "bm25", "hybrid"] | None = None
     scope: Scope | None = SCOPE_FIELD
 
 

@@ -17,8 +17,7 @@ import bisect
 from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
-from ...index.store import CONTEXT_SEPARATOR
-
+CONTEXT_SEPARATOR = " > "  # between the title and the headings of a chunk's context
 MAX_CONTEXT_CHARS = 240  # a chunk's title and headings, as embedded: a few dozen tokens at most
 
 

@@ -1,0 +1,5 @@
+"""``python -m rag.cli``: the ``rag`` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,84 @@
+"""What the person at the terminal sees of an answer: the clock starts when
+the command starts (the process, for the ``rag`` console script: they
+pressed Enter then), and stops at the first text written to them, so the
+time to first token they wait for is reported beside the engine's.
+
+Does not: measure the engine (its ``Timings`` do) or print anything.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+
+def process_age() -> float | None:
+    """Seconds since this process started, from Linux's ``/proc/self/stat``
+    (clock ticks after boot, 10 ms apart); None where that cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            after_name = f.read().rsplit(b")", 1)[1].split()
+        ticks = int(after_name[19])  # field 22, starttime (the fields after the name start at field 3)
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return age if age >= 0 else None
+
+
+class CommandClock:
+    """When this command started, on :func:`time.perf_counter`'s clock."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self._from_process = False
+
+    def process_started(self) -> None:
+        """The command is this process (the console script): its clock starts when the process did."""
+        age = process_age()
+        if age is not None:
+            self.started, self._from_process = time.perf_counter() - age, True
+
+    def invoked(self) -> None:
+        """The application was invoked: the clock starts now, unless it
+        started with the process (tests invoke it many times in one process)."""
+        if not self._from_process:
+            self.started = time.perf_counter()
+
+
+clock = CommandClock()
+
+
+@dataclass
+class Seen:
+    """One answer as the person saw it: from ``started`` (the command's
+    start, or in ``rag chat`` the question's) to the first text written
+    (``first_text``) and to the end, and whether a resident server
+    (``via="server"``, its pid) or this process (``"process"``) answered."""
+
+    started: float
+    via: str = "process"
+    server_pid: int | None = None
+    first_text: float | None = None
+    ended: float | None = None
+
+    @classmethod
+    def of(cls, pipeline: object, started: float) -> "Seen":
+        """The clock of an answer by ``pipeline`` (a Pipeline or a resident client)."""
+        return cls(started, getattr(pipeline, "via", "process"), getattr(pipeline, "server_pid", None))
+
+    def text_shown(self) -> None:
+        """Text was written to the person; the first time stops the TTFT clock."""
+        if self.first_text is None:
+            self.first_text = time.perf_counter()
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Seconds from the start to the first text (None: no text came)."""
+        return None if self.first_text is None else self.first_text - self.started
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``cli`` object of ``rag ask --json``: ``ttft_s`` and ``total_s``
+        from the command's start, ``via`` and ``server_pid``."""
+        total = None if self.ended is None else self.ended - self.started
+        return {"ttft_s": self.ttft_s, "total_s": total, "via": self.via, "server_pid": self.server_pid}

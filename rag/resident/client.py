@@ -1,0 +1,141 @@
+"""The command line's side of the resident server: reach the server of
+this set-up (started in the background if none runs, see ``lifecycle``) and
+ask, search and keep conversations through it, offering the part of
+:class:`~rag.qa.pipeline.Pipeline` that ``rag ask``, ``rag chat`` and
+``rag search`` use, so they print the same thing either way.
+
+Does not: import the index, the engine, numpy or the models (a question
+through a running server imports none of them; ``search`` imports the
+index's ``Hit``, and numpy with it); serve (``server`` does).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Generator
+from urllib.parse import quote
+
+from ..conversations.store import Conversation, Turn
+from ..errors import RagError
+from ..qa.answer import Answer
+from ..qa.options import AskOptions
+from ..qa.stream import AnswerStream
+from ..retrieval.scope import Scope
+from ..settings import Settings
+from .address import Address
+from .lifecycle import ensure_running
+from .wire import BROKEN, call, error_of, events, exchange
+
+
+class ResidentClient:
+    """A running resident server, used like the parts of a Pipeline that the
+    question commands use: :meth:`stream`, :meth:`search`,
+    :meth:`conversation`, :meth:`reset`, :attr:`background_log`."""
+
+    via = "server"
+
+    def __init__(self, address: Address, settings: Settings, info: dict) -> None:
+        self.address, self.settings, self.info = address, settings, info
+        self.server_pid: int = info["pid"]
+        self._socket = str(address.socket)
+        self._sessions: set[str] = set()  # the conversations this client asked in
+
+    @classmethod
+    def connect(cls, settings: Settings, notice: Callable[[str], None] = lambda message: None) -> "ResidentClient":
+        """The server of the set-up ``settings`` describe, started if none
+        runs; ``notice`` is told what it noted while starting."""
+        address = Address.of(settings)
+        return cls(address, settings, ensure_running(address, settings, notice))
+
+    def _gone(self, exc: BaseException) -> RagError:
+        return RagError(f"the rag server (pid {self.server_pid}) stopped answering ({exc or type(exc).__name__}); "
+                        f"its log: {self.address.log}; try again, or use --no-server")
+
+    def _call(self, method: str, path: str, body: dict | None = None, **options) -> dict | None:
+        try:
+            return call(self._socket, method, path, body, **options)
+        except BROKEN as exc:
+            raise self._gone(exc) from None
+
+    # -- what the question commands use of a Pipeline ---------------------------
+
+    def prepare(self) -> None:
+        """Nothing to load here: the server has."""
+
+    def stream(self, question: str, options: AskOptions) -> AnswerStream:
+        """The answer to ``question``, streamed from the server as the
+        pipeline's :meth:`~rag.qa.pipeline.Pipeline.stream` would give it:
+        iterate for text, then read ``.answer``. Closing it early (Ctrl-C)
+        hangs up, which stops the generation on the server."""
+        if options.session is not None:
+            self._sessions.add(options.session)
+        return AnswerStream(self._answer(self._ask_body(question, options)))
+
+    def _ask_body(self, question: str, options: AskOptions) -> dict:
+        target = options.target(self.settings.target_ttft)
+        body = {"question": question, "stream": True, "session": options.session, "max_tokens": options.max_tokens,
+                "max_k": options.max_k, "candidates": options.candidates,
+                "retrieval": options.retrieval or self.settings.retrieval}
+        if options.scope != Scope():
+            body["scope"] = options.scope.model_dump(mode="json")
+        return body | ({"no_target": True} if target is None else {"target_ttft_s": target})
+
+    def _answer(self, body: dict) -> Generator[str, None, Answer]:
+        try:
+            with exchange(self._socket, "POST", "/v1/ask", body, timeout=None) as response:
+                if response.status != 200:
+                    raise error_of(response, response.read())
+                for event in events(response):
+                    if "delta" in event:
+                        yield event["delta"]
+                    elif "answer" in event:
+                        return Answer.from_dict(event["answer"])
+                    elif "error" in event:
+                        raise RagError(event["error"]["message"])
+        except BROKEN as exc:
+            raise self._gone(exc) from None
+        raise RagError(f"the rag server ended the answer without its sources and timings; its log: {self.address.log}")
+
+    def search(self, query: str, k: int = 5, *, mode: str | None = None, scope: Scope | None = None) -> list:
+        """The ``k`` chunks that best match ``query``, as
+        :meth:`~rag.qa.pipeline.Pipeline.search` gives them."""
+        from ..index.store import Hit  # numpy comes with it; a question does not need it
+
+        body = {"query": query, "k": k, "retrieval": mode or self.settings.retrieval}
+        if scope is not None and scope != Scope():
+            body["scope"] = scope.model_dump(mode="json")
+        return [Hit(**r) for r in self._call("POST", "/v1/search", body)["results"]]
+
+    def conversation(self, session: str) -> Conversation:
+        """A view of the stored conversation ``session``: its summary and
+        recent turns (the prompts they were asked with stay on the server)."""
+        d = self._call("GET", f"/v1/sessions/{quote(session, safe='')}", missing_ok=True)
+        if d is None:
+            return Conversation(session)
+        turns = tuple(Turn(t["number"], t["question"], "", t["answer"], 0, tuple(t.get("sources") or ()))
+                      for t in d["turns"])
+        return Conversation(session, summary=d.get("summary", ""), turns=turns, folded=d.get("folded", 0))
+
+    def reset(self, session: str) -> None:
+        """Forget conversation ``session`` on the server (nothing to forget is no error)."""
+        self._call("DELETE", f"/v1/sessions/{quote(session, safe='')}", missing_ok=True)
+
+    @property
+    def background_log(self) -> list[dict[str, object]]:
+        """The server's latest background work (summaries, prefills) for the
+        conversations this client asked in, oldest first: what a pipeline in
+        this process would have logged."""
+        if not self._sessions:
+            return []
+        log = self._call("GET", "/v1/resident/background")["background"]
+        return [e for e in log if e.get("session") in self._sessions]
+
+    def background_busy(self) -> bool:
+        """False: the server finishes background work on its own time."""
+        return False
+
+    def wait_idle(self) -> float:
+        """Nothing to wait for here (the server keeps running)."""
+        return 0.0
+
+    def close(self) -> None:
+        """Nothing held between requests (each is a connection of its own)."""

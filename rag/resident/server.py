@@ -1,0 +1,224 @@
+"""The resident server process: the service's application (``rag.service``)
+for one set-up, on a Unix socket that only its user can open, with
+everything loaded before the socket appears, until it has been idle for
+``server_idle_s``.
+
+Started by the client as ``python -m rag.resident.server KEY`` with the
+resolved settings as JSON in ``RAG_RESIDENT_SETTINGS``; it holds the key's
+lock for its whole life (a second server of the same key exits at once with
+``EXIT_ALREADY_RUNNING``), writes its errors as one ``error:`` line to its
+log for the client to show, and removes its socket when it ends.
+
+Besides the service's routes it answers ``GET /v1/resident`` (who it is,
+requests served, idle time), ``GET /v1/resident/background`` (its
+background work, as ``rag chat``'s ``/stats`` shows it) and
+``POST /v1/resident/stop``.
+
+Does not: listen on TCP, start itself (the client does) or answer by
+itself (the service's routes and the pipeline do).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, Request
+
+from ..errors import RagError
+from ..index.generations import current_name
+from ..qa.pipeline import Pipeline
+from ..service import ServiceSettings, create_app
+from ..settings import Settings
+from .address import EXIT_ALREADY_RUNNING, PROTOCOL, SETTINGS_VARIABLE, Address, held
+
+QUIET = frozenset({"/healthz", "/v1/resident", "/v1/resident/background", "/v1/resident/stop"})  # not activity
+ANSWERING = frozenset({"/v1/ask", "/v1/search", "/v1/chat/completions"})  # read the index
+
+
+@dataclass
+class Life:
+    """What the server has done and how long it has been idle."""
+
+    address: Address
+    idle_timeout_s: float
+    started_at: float = field(default_factory=time.time)
+    requests: int = 0
+    in_flight: int = 0
+    last_activity: float = field(default_factory=time.monotonic)
+    notes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=20))
+    server: object = None  # the uvicorn server, told to exit by /v1/resident/stop
+
+    def idle_for(self) -> float:
+        """Seconds since the last request ended (0 while one runs)."""
+        return 0.0 if self.in_flight else time.monotonic() - self.last_activity
+
+    def note(self, message: str) -> None:
+        """Something the pipeline did on its own or found wrong: to the log and the status."""
+        self.notes.append(message)
+        print(f"note: {message}", file=sys.stderr, flush=True)
+
+
+class Tracked:
+    """ASGI middleware: counts requests and the time since the last one
+    ended, and before a question opens the index anew when another process
+    published a new generation of it (``rag ingest`` in another shell)."""
+
+    def __init__(self, app, life: Life, pipeline: Pipeline) -> None:
+        self.app, self.life, self.pipeline = app, life, pipeline
+        self.seen_generation = None if pipeline.use_sample else current_name(pipeline.index_dir)
+
+    def _follow_index(self) -> None:
+        if self.pipeline.use_sample:
+            return
+        live = current_name(self.pipeline.index_dir)
+        if live != self.seen_generation:
+            self.seen_generation = live
+            self.pipeline.parts.index_changed()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in QUIET:
+            await self.app(scope, receive, send)
+            return
+        life = self.life
+        life.requests += 1
+        life.in_flight += 1
+        try:
+            if scope["path"] in ANSWERING:
+                self._follow_index()
+            await self.app(scope, receive, send)
+        finally:
+            life.in_flight -= 1
+            life.last_activity = time.monotonic()
+
+
+resident = APIRouter()
+
+
+@resident.get("/v1/resident")
+async def status(request: Request) -> dict:
+    """Who this server is: pid, key, socket, set-up, requests served, idle time."""
+    life: Life = request.app.state.life
+    pipeline: Pipeline = request.app.state.pipeline
+    backend = pipeline.parts.loaded_backend
+    return {
+        "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),
+        "log": str(life.address.log), "started_at": life.started_at, "uptime_s": time.time() - life.started_at,
+        "requests": life.requests, "in_flight": life.in_flight, "idle_s": life.idle_for(),
+        "idle_timeout_s": life.idle_timeout_s, "index": str(pipeline.index_dir), "sample": pipeline.use_sample,
+        "model": str(pipeline.settings.model) if pipeline.settings.model else None,
+        "engine": backend.name if backend is not None else None, "notes": list(life.notes),
+    }
+
+
+@resident.get("/v1/resident/background")
+async def background(request: Request) -> dict:
+    """The latest background work (summaries, prefills), each with its session, oldest first."""
+    return {"background": request.app.state.pipeline.background_log}
+
+
+@resident.post("/v1/resident/stop")
+async def stop(request: Request) -> dict:
+    """Stop once the answers in progress are finished."""
+    life: Life = request.app.state.life
+    life.server.should_exit = True
+    return {"stopping": os.getpid(), "in_flight": life.in_flight}
+
+
+def resident_app(pipeline: Pipeline, life: Life) -> FastAPI:
+    """The service's application for ``pipeline``, as the command line
+    needs it: no keys, no rate limit, no cap on answer tokens beyond the
+    context, every request answered even when late (as in process); with
+    the resident routes and the request tracking."""
+    settings = ServiceSettings(api_keys=[], watch=[], rate_limit_per_minute=0, max_tokens_limit=1 << 30,
+                               reject_over_target=False)
+    app = create_app(pipeline, settings)
+    app.state.life = life
+    app.include_router(resident)
+    app.add_middleware(Tracked, life=life, pipeline=pipeline)
+    return app
+
+
+def bind(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path``, mode 0600 (in a 0700 folder);
+    a stale one there is replaced (the caller holds the key's lock, so no
+    live server owns it)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
+
+
+async def _stop_when_idle(life: Life, pipeline: Pipeline) -> None:
+    tick = min(1.0, max(0.05, life.idle_timeout_s / 10))
+    while not life.server.should_exit:
+        await asyncio.sleep(tick)
+        # A summary still being written in the background is not idleness.
+        if life.idle_for() >= life.idle_timeout_s and not pipeline.background_busy():
+            print(f"idle for {life.idle_timeout_s:g} s: stopping", file=sys.stderr, flush=True)
+            life.server.should_exit = True
+
+
+async def _run(app: FastAPI, sock: socket.socket, life: Life, pipeline: Pipeline) -> None:
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    life.server = server
+    idle = asyncio.create_task(_stop_when_idle(life, pipeline))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        idle.cancel()
+
+
+def serve(settings: Settings, key: str) -> int:
+    """Run the resident server of ``settings`` until it is stopped or idle;
+    the exit status (1 with an ``error:`` line on stderr when it cannot
+    start; EXIT_ALREADY_RUNNING when a server of this key already lives)."""
+    address = Address.of(settings)
+    if address.key != key:  # the settings did not survive the trip from the client
+        print(f"error: the rag server was started for set-up {key} but its settings make {address.key}",
+              file=sys.stderr, flush=True)
+        return 1
+    with held(address.lock) as fd:
+        if fd is None:
+            return EXIT_ALREADY_RUNNING
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode("ascii"))
+        life = Life(address, settings.server_idle_s)
+        try:
+            pipeline = Pipeline.open(settings=settings, notice=life.note)
+            pipeline.prepare()  # loaded before the socket appears: the first question does not wait for it
+        except RagError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        sock = bind(address.socket)
+        print(f"ready: pid {os.getpid()} on {address.socket}", file=sys.stderr, flush=True)
+        try:
+            asyncio.run(_run(resident_app(pipeline, life), sock, life, pipeline))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                address.socket.unlink()  # before the lock goes: a client seeing no lock finds no socket
+            sock.close()
+            pipeline.close()
+    return 0
+
+
+def main() -> None:
+    """``python -m rag.resident.server KEY``, settings in ``RAG_RESIDENT_SETTINGS``."""
+    settings = Settings.model_validate_json(os.environ.pop(SETTINGS_VARIABLE, "{}"))
+    sys.exit(serve(settings, sys.argv[1] if len(sys.argv) > 1 else ""))
+
+
+if __name__ == "__main__":
+    main()

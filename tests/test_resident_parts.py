@@ -1,0 +1,92 @@
+"""The resident server's pure parts: its address (the key over the
+settings, the private runtime folder), an answer's JSON read back, and
+what the command line saw; no server is started here."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from engine.backend import Timings
+from rag.cli.seen import Seen, process_age
+from rag.errors import RagError
+from rag.qa.answer import Answer, Budget, BudgetDecision, Source
+from rag.resident.address import Address, private_folder, server_settings, settings_key
+from rag.settings import Settings
+
+
+def test_an_answer_reads_back_from_its_json():
+    answer = Answer(
+        answer="Prefill fills the KV cache [1].",
+        sources=(Source("c1", "a.md", 0.61, None, None, "Title > Part"),
+                 Source("c2", "q.xlsx", 0.42, None, {"sheet": "Q1", "rows": [2, 9]}, "")),
+        budget=Budget(1.5, 1.2, 20, 2, planned_ttft_s=1.4, feasible=True, safety=1.1, cached_tokens=70,
+                      decisions=(BudgetDecision("c1", "a.md", 120, 0.61, 0.9, True, None, trimmed=True),
+                                 BudgetDecision("c3", "b.md", 900, 0.2, 2.9, False, "ttft"))),
+        timings=Timings(300, 70, 230, 1.1, 1.0, 40, 0.4, 1.6, restored_tokens=10, queue_s=0.05),
+        session="s-1", turn=2, turns_shown=1)
+    wire = json.loads(json.dumps(answer.to_dict()))
+    assert Answer.from_dict(wire) == answer
+    assert Answer.from_dict(wire | {"new_field": 1}).to_dict() == answer.to_dict()  # a newer server's fields
+
+
+def test_the_key_is_the_set_up_and_not_what_each_request_carries(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    base = Settings.load(index=tmp_path / "index")
+    key = settings_key(base)
+    assert settings_key(server_settings(base)) == key  # resolving again changes nothing
+    for same in (dict(target_ttft=0.5), dict(retrieval="bm25"), dict(server_idle_s=5), dict(no_server=True),
+                 dict(runtime_dir=tmp_path / "elsewhere")):
+        assert settings_key(Settings.load(index=tmp_path / "index", **same)) == key, same
+    for other in (dict(index=tmp_path / "other"), dict(model=tmp_path / "m.gguf"), dict(kv_type="q8_0"),
+                  dict(engine_url="http://127.0.0.1:9"), dict(n_ctx=2048), dict(gpu_layers=0), dict(slots=2),
+                  dict(conversations=tmp_path / "c.sqlite")):
+        assert settings_key(Settings.load(**({"index": tmp_path / "index"} | other))) != key, other
+    monkeypatch.chdir(tmp_path)
+    assert settings_key(Settings.load(index=Path("index"))) == key  # a relative path from another folder
+
+
+def test_the_key_changes_when_the_default_index_is_built(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    sample = settings_key(Settings.load())  # no index yet: the sample corpus answers
+    live = tmp_path / "data" / "rag-budget" / "index"
+    (live / "gen-000001").mkdir(parents=True)
+    (live / "CURRENT").write_text("gen-000001\n")
+    assert settings_key(Settings.load()) != sample
+
+
+def test_the_runtime_folder_is_private(tmp_path):
+    folder = private_folder(tmp_path / "run")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    os.chmod(folder, 0o755)
+    private_folder(folder)  # ours but too open: closed, not refused
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RagError, match="not a folder of yours"):
+        private_folder(tmp_path / "file")
+
+
+def test_a_socket_path_too_long_is_refused_with_what_to_do(tmp_path):
+    deep = tmp_path / ("d" * 120)
+    with pytest.raises(RagError, match="RAG_RUNTIME_DIR"):
+        Address.of(Settings.load(runtime_dir=deep))
+
+
+def test_a_fresh_address_has_no_server(tmp_path):
+    address = Address.of(Settings.load(runtime_dir=tmp_path / "run"))
+    assert not address.alive() and address.pid() is None
+    assert address.socket.name == f"{address.key}.sock" and address.socket.parent == tmp_path / "run"
+
+
+def test_what_the_command_line_saw():
+    seen = Seen(started=10.0, via="server", server_pid=42)
+    assert seen.to_dict() == {"ttft_s": None, "total_s": None, "via": "server", "server_pid": 42}
+    seen.first_text, seen.ended = 10.5, 11.25
+    seen.text_shown()  # only the first text stops the clock
+    assert seen.to_dict() == {"ttft_s": 0.5, "total_s": 1.25, "via": "server", "server_pid": 42}
+    age = process_age()
+    assert age is not None and age > 0  # Linux: read from /proc/self/stat
