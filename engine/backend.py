@@ -55,6 +55,7 @@ class Timings:
     restore_s: float = 0.0  # spent reading that snapshot back (inside ttft_s)
     snapshot_s: float = 0.0  # spent saving the state after the answer (after total_s)
     queue_s: float = 0.0  # spent waiting for the engine behind other requests (inside ttft_s)
+    failovers: int = 0  # engines of a pool that failed this request before one answered it
 
     def to_dict(self) -> dict[str, int | float]:
         """The ``timings`` object of the ``rag ask --json`` contract."""
@@ -258,6 +259,24 @@ class LoadAware(Protocol):
 
     def load(self, deadline: float):
         """The :class:`~engine.scheduler.Load` a request with ``deadline`` meets now."""
+        ...
+
+
+@runtime_checkable
+class Routing(Protocol):
+    """An optional ability: several engines behind one backend (a pool,
+    ``engine.pool``), each request routed to one of them. The caller plans
+    the prompt for the engine a :meth:`route` names, then generates through
+    that route."""
+
+    def engines(self) -> Sequence[Backend]:
+        """The engines of the pool, healthy ones first, each a Backend of its own."""
+        ...
+
+    def route(self, tokens: Sequence[int], *, deadline: float | None = None, estimate=None):
+        """The :class:`~engine.pool.Route` of a prompt starting with ``tokens``
+        due at ``deadline``; ``estimate(engine, cached, n)`` predicts an
+        engine's seconds to first token."""
         ...
 
 

@@ -29,8 +29,8 @@ NO_TARGET = ("none", "off", "inf")
 # The flag each field is set by on the command line, for error messages.
 FLAGS = {
     "index": "--index", "model": "--model", "retrieval": "--retrieval", "target_ttft": "--target-ttft",
-    "engine_url": "--engine-url", "engine_model": "--engine-model", "gpu_layers": "--gpu-layers",
-    "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
+    "engine_url": "--engine-url", "engine_routing": "--engine-routing", "engine_model": "--engine-model",
+    "gpu_layers": "--gpu-layers", "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
 }
 
 
@@ -50,7 +50,10 @@ class Settings(BaseSettings):
     cache_dir: Optional[Path] = Field(None, description="rebuildable caches (default: $XDG_CACHE_HOME/rag-budget)")
     n_ctx: Optional[int] = Field(None, ge=256, description="context window in tokens (default 4,096, or the server's)")
     max_file_mb: float = Field(16.0, gt=0, description="files larger than this many MiB are not ingested")
-    engine_url: Optional[str] = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080")
+    engine_url: Optional[str] = Field(
+        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, make a pool")
+    engine_routing: Literal["affinity", "round_robin", "least_loaded"] = Field(
+        "affinity", description="how a pool of engines routes requests")
     engine_model: Optional[str] = Field(None, description="the model name on that server (default: its first)")
     engine_api_key: Optional[str] = Field(None, description="bearer key for that server")
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all")
@@ -96,8 +99,8 @@ class Settings(BaseSettings):
     def engine(self) -> EngineSettings:
         """The engine options."""
         return EngineSettings(
-            engine_url=self.engine_url, engine_model=self.engine_model, engine_api_key=self.engine_api_key,
-            gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
+            engine_url=self.engine_url, engine_routing=self.engine_routing, engine_model=self.engine_model,
+            engine_api_key=self.engine_api_key, gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
             kv_cells=self.kv_cells,
         )
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Generator, Sequence
 
 from engine.backend import Backend, PrefixCache, Timings
+from engine.pool import Route
 from prompt_budget import PrefillCostModel, system_message
 from prompt_budget.profile import Profile
 
@@ -34,9 +35,10 @@ from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
+from .engines import EngineDesk
 from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
-from .planner import PlannedPrompt, PromptPlanner, load_plan
+from .planner import PlannedPrompt, PromptPlanner, load_plan, routing_prefix
 from .stream import AnswerStream
 
 SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
@@ -89,8 +91,9 @@ class Pipeline:
                            notice=lambda message: self.notice(message), **parts)
         self._system_state = False
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
-        self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
-                                notice=lambda message: self.notice(message))
+        # One cost model per engine: one, or each of a pool's (see EngineDesk).
+        self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
+                               notice=lambda message: self.notice(message))
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
                                          history_mode=history_mode)
 
@@ -148,6 +151,11 @@ class Pipeline:
         return self.parts.conversations
 
     @property
+    def costs(self) -> CostKeeper:
+        """The cost keeper of the engine (a pool's first healthy one)."""
+        return self.desk.main
+
+    @property
     def cost_model(self) -> PrefillCostModel:
         """The prefill cost model of this machine set-up (see :class:`CostKeeper`)."""
         return self.costs.model
@@ -157,16 +165,18 @@ class Pipeline:
         return self.parts.index()
 
     def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
-        """Measure prefill on this backend, fit the cost model, save the
-        profile and use it from now on."""
+        """Measure prefill on this backend (each engine of a pool), fit the
+        cost model, save the profile and use it from now on; the profile
+        (a pool's first engine's)."""
         with engine_errors():
-            return self.costs.calibrate(quick=quick, progress=progress)
+            return self.desk.calibrate(quick=quick, progress=progress)[0]
 
     def prepare(self) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
         too), the cost model, and the system prompt's cached state."""
         with engine_errors():
-            _ = self.backend, self.index(), self.cost_model
+            _ = self.backend, self.index()
+            self.desk.prepare()
             if self.retrieval != "dense":
                 self.index().lexical()
             if not self._system_state:
@@ -262,35 +272,38 @@ class Pipeline:
         received = time.perf_counter()
         options = AskOptions.of(options, **changes)
         with engine_errors():
-            prompt = self._plan(valid_text(question), options, received, None)
+            prompt, _ = self._plan(valid_text(question), options, received, None)
         return Retrieval(prompt.hits, prompt.budget)
 
     def _plan(self, question: str, options: AskOptions, received: float,
-              conversation: Conversation | None) -> PlannedPrompt:
+              conversation: Conversation | None) -> tuple[PlannedPrompt, Route]:
+        """The prompt, planned for the engine that will answer it, and the route to that engine."""
         self.prepare()
         hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
         target = options.target(self.settings.target_ttft)
-        return PromptPlanner(self.backend).plan(
-            question, hits, options, target_ttft=target, cost=self.cost_model,
-            elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
-            load=load_plan(self.backend, self.cost_model, _deadline(received, target)),
-        )
+        deadline, history = _deadline(received, target), self.keeper.history(conversation)
+        route = self.desk.route(lambda: routing_prefix(self.backend, question, history), deadline)
+        cost = self.desk.keeper(route.engine).model
+        return PromptPlanner(route.engine).plan(
+            question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
+            history=history, load=load_plan(route.engine, cost, deadline),
+        ), route
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
         with engine_errors(), self.keeper.turn(session):
             with self.keeper.question():
                 conversation = self.keeper.load(session) if session is not None else None
-                prompt = self._plan(question, options, received, conversation)
+                prompt, route = self._plan(question, options, received, conversation)
                 pieces: list[str] = []
                 deadline = _deadline(received, options.target(self.settings.target_ttft))
-                with self.backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
-                                           session=kv_key(session) if session is not None else None) as generation:
+                with route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
+                                    session=kv_key(session) if session is not None else None) as generation:
                     for piece in generation:
                         pieces.append(piece)
                         yield piece
                 timings = generation.timings_since(received)
-                self.costs.observe(timings, prompt.planned_at_s)
+                self.desk.keeper(route.answered_by).observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
             sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context) for h in prompt.hits)
             number = None
@@ -298,7 +311,7 @@ class Pipeline:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
                                               timings)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
-                      session=session, turn=number, turns_shown=prompt.turns_shown)
+                      session=session, turn=number, turns_shown=prompt.turns_shown, engine=route.report())
 
     # -- conversations -----------------------------------------------------------
 
