@@ -273,10 +273,15 @@ class Routing(Protocol):
         """The engines of the pool, healthy ones first, each a Backend of its own."""
         ...
 
-    def route(self, tokens: Sequence[int], *, deadline: float | None = None, estimate=None):
+    def health(self) -> list[dict[str, object]]:
+        """Each engine: its URL, whether it is in the pool (or why not), and its load."""
+        ...
+
+    def route(self, tokens: Sequence[int], *, deadline: float | None = None, estimate=None,
+              session: str | None = None):
         """The :class:`~engine.pool.Route` of a prompt starting with ``tokens``
-        due at ``deadline``; ``estimate(engine, cached, n)`` predicts an
-        engine's seconds to first token."""
+        due at ``deadline`` in conversation ``session``; ``estimate(engine,
+        cached, n)`` predicts an engine's seconds to first token."""
         ...
 
 

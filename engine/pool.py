@@ -47,6 +47,7 @@ from .scheduler import Load, Work, load_for
 BUSY_BUDGET = 512  # prompt tokens a server evaluates in a step while others decode (llama-server's -b)
 DEFAULT_PREFILL_S_PER_TOKEN = 0.005  # until an engine has answered once
 DEFAULT_DECODE_STEP_S = 0.02
+SESSIONS_REMEMBERED = 10_000  # sessions whose last engine the pool remembers
 
 Estimate = Callable[["Member", int, int], float]  # (engine, cached tokens, prompt tokens) -> seconds to first token
 
@@ -210,11 +211,11 @@ class Route:
     backend itself."""
 
     def __init__(self, engine: Backend, *, pool: "EnginePool | None" = None, decision: Decision | None = None,
-                 estimate: Estimate | None = None, cached: int = 0) -> None:
+                 estimate: Estimate | None = None, cached: int = 0, session: str | None = None) -> None:
         self.engine = engine
         self.answered_by = engine  # the engine that answered in the end
         self.failovers = 0
-        self.decision, self.cached, self.estimate = decision, cached, estimate
+        self.decision, self.cached, self.estimate, self.session = decision, cached, estimate, session
         self._pool = pool
 
     def generate(self, prompt: str | Sequence[int], **options) -> Generation:
@@ -254,6 +255,7 @@ class EnginePool:
         self.events: deque[dict[str, object]] = deque(maxlen=256)
         self._opener, self._turns, self._lock = opener, itertools.count(), threading.Lock()
         self._model: object = None
+        self._homes: dict[str, int] = {}  # session -> the engine that answered it last
         self._n_ctx = 0
         for member in self.members:
             self._open(member)
@@ -356,24 +358,38 @@ class EnginePool:
         return sorted(self.members, key=lambda m: not m.healthy)
 
     def route(self, tokens: Sequence[int], *, deadline: float | None = None, estimate: Estimate | None = None,
-              exclude: Sequence[int] = ()) -> Route:
+              session: str | None = None, exclude: Sequence[int] = ()) -> Route:
         """The route of a prompt starting with ``tokens`` and due at
         ``deadline`` (a ``time.perf_counter()`` instant), among the healthy
         engines not in ``exclude``; ``estimate`` predicts each one's first
-        token (default: its recent speeds). EngineUnreachable if none is left."""
+        token (default: its recent speeds); ``session`` names the
+        conversation, whose last engine wins a tie. EngineUnreachable if
+        none is left."""
         candidates = [m for m in self.healthy() if m.key not in exclude]
         if not candidates:
             raise self._nobody()
         predict = estimate or (lambda m, cached, n: m.nominal_first_token(cached, n))
+        home = self._homes.get(session) if session is not None else None
         views = []
         for m in candidates:
             cached = m.cached_prefix(tokens)
-            views.append(EngineView(m.key, cached, predict(m, cached, len(tokens)), m.in_flight, m.last_used))
+            views.append(EngineView(m.key, cached, predict(m, cached, len(tokens)), m.in_flight, m.last_used,
+                                    home=m.key == home))
         budget = None if deadline is None else deadline - time.perf_counter()
         decision = choose(views, self.policy, budget_s=budget, turn=next(self._turns))
         chosen = self.members[decision.key]
         cached = next(v.cached for v in views if v.key == decision.key)
-        return Route(chosen, pool=self, decision=decision, estimate=estimate, cached=cached)
+        return Route(chosen, pool=self, decision=decision, estimate=estimate, cached=cached, session=session)
+
+    def _remember(self, session: str | None, member: Member) -> None:
+        """``member`` answered ``session`` last (a bounded memory of sessions)."""
+        if session is None:
+            return
+        with self._lock:
+            self._homes.pop(session, None)
+            self._homes[session] = member.key
+            while len(self._homes) > SESSIONS_REMEMBERED:
+                self._homes.pop(next(iter(self._homes)))
 
     def generate_on(self, route: Route, prompt: str | Sequence[int], *, max_tokens: int = 256,
                     temperature: float = 0.0, session: str | None = None, deadline: float | None = None,
@@ -395,6 +411,7 @@ class EnginePool:
                     for piece in generation:
                         shown = True
                         yield piece
+                self._remember(route.session, member)
                 return replace(generation.timings, failovers=route.failovers)
             except EngineUnreachable as exc:
                 self.mark_down(member, _one_line(exc))
@@ -402,7 +419,8 @@ class EnginePool:
                     raise EngineUnreachable(f"engine {member.url} failed in the middle of the answer and was taken "
                                             f"out of the pool ({_one_line(exc)}); ask again") from None
                 tried.append(member.key)
-                nxt = self.route(tokens, deadline=options["deadline"], estimate=route.estimate, exclude=tried)
+                nxt = self.route(tokens, deadline=options["deadline"], estimate=route.estimate, session=route.session,
+                                 exclude=tried)
                 member = nxt.engine
                 route.failovers += 1
                 route.answered_by = member
@@ -432,7 +450,7 @@ class EnginePool:
         """The completion of ``prompt`` on the engine the policy routes it
         to (by the engines' recent speeds), with failover."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        return self.route(tokens, deadline=deadline).generate(
+        return self.route(tokens, deadline=deadline, session=session).generate(
             tokens, max_tokens=max_tokens, temperature=temperature, session=session, deadline=deadline,
             background=background)
 
@@ -444,8 +462,10 @@ class EnginePool:
         """Evaluate ``tokens`` where the policy routes them, or with ``pin``
         (the system prompt, which every request needs) on every healthy
         engine; the timings of the first."""
-        targets = self.healthy() if pin else [self.route(tokens).engine]
+        targets = self.healthy() if pin else [self.route(tokens, session=session).engine]
         timings = [m.prefill(tokens, session=session, pin=pin) for m in targets]
+        if not pin:
+            self._remember(session, targets[0])
         return timings[0]
 
     def forget(self, session: str) -> None:

@@ -29,19 +29,23 @@ class EngineView:
     """What the router knows of one healthy engine for one prompt: its key
     in the pool, the prompt tokens it holds cached, the seconds from now to
     its first token as predicted under its load, the requests it serves
-    now, and when it was last given one (a counter; lower is longer ago)."""
+    now, when it was last given one (a counter; lower is longer ago), and
+    whether it answered the request's session last (its ``home``)."""
 
     key: int
     cached: int
     first_token_s: float
     in_flight: int = 0
     last_used: int = 0
+    home: bool = False
 
 
 @dataclass(frozen=True)
 class Decision:
     """The engine chosen, under which policy and why: ``longest prefix``,
     ``deadline`` (the engine holding the longest prefix would miss it),
+    ``session's engine`` (no engine holds more of the prompt than the
+    others, and the one that answered the session last is in time),
     ``earliest first token``, ``round robin``, ``least loaded``."""
 
     key: int
@@ -83,6 +87,11 @@ def choose(views: Sequence[EngineView], policy: str, *, budget_s: float | None, 
     soonest = _soonest(views)
     longest = max(v.cached for v in views)
     if all(v.cached == longest for v in views):
+        # The session's engine may still hold its older prompts where the
+        # client cannot see (a server's own prompt cache in RAM).
+        home = [v for v in views if v.home and (budget_s is None or v.first_token_s <= budget_s)]
+        if home:
+            return Decision(home[0].key, policy, "session's engine")
         return Decision(soonest.key, policy, "earliest first token")
     holder = _soonest([v for v in views if v.cached == longest])
     if budget_s is None or holder.first_token_s <= budget_s or soonest.first_token_s > budget_s:

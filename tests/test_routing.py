@@ -49,3 +49,11 @@ def test_bad_input_is_refused():
         check_policy("random")
     with pytest.raises(ValueError, match="no engine"):
         choose([], "affinity", budget_s=None)
+
+
+def test_a_session_returns_to_its_engine_when_no_engine_holds_more_of_its_prompt():
+    pool = [EngineView(A, 100, 1.5, 0, 1), EngineView(B, 100, 0.9, 0, 2, home=False),
+            EngineView(C, 100, 1.2, 0, 3, home=True)]
+    assert choose(pool, "affinity", budget_s=2.0) == Decision(C, "affinity", "session's engine")
+    # ... unless its engine would miss the deadline.
+    assert choose(pool, "affinity", budget_s=1.0) == Decision(B, "affinity", "earliest first token")

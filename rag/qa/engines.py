@@ -69,11 +69,13 @@ class EngineDesk:
         return [self.keeper(engine).calibrate(quick=quick, progress=progress)
                 for engine in self.engines() if getattr(engine, "healthy", True)]
 
-    def route(self, prompt_start: Callable[[], Sequence[int]], deadline: float | None) -> Route:
+    def route(self, prompt_start: Callable[[], Sequence[int]], deadline: float | None,
+              session: str | None = None) -> Route:
         """The engine for a question whose prompt starts with
-        ``prompt_start()`` (asked only of a pool) and whose first token is
-        due at ``deadline``: each engine's first token is predicted from its
-        own profile, plus the wait behind what it serves now."""
+        ``prompt_start()`` (asked only of a pool), whose first token is due
+        at ``deadline``, in the engine's session ``session``: each engine's
+        first token is predicted from its own profile, plus the wait behind
+        what it serves now."""
         backend = self._backend()
         if not isinstance(backend, Routing):
             return Route(backend)
@@ -83,4 +85,4 @@ class EngineDesk:
             load = load_plan(engine, cost, deadline)
             return cost.overhead() + load.wait_s + load.slowdown * cost.predict(max(n - cached, 1), cached)
 
-        return backend.route(prompt_start(), deadline=deadline, estimate=estimate)
+        return backend.route(prompt_start(), deadline=deadline, estimate=estimate, session=session)

@@ -282,7 +282,8 @@ class Pipeline:
         hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
         target = options.target(self.settings.target_ttft)
         deadline, history = _deadline(received, target), self.keeper.history(conversation)
-        route = self.desk.route(lambda: routing_prefix(self.backend, question, history), deadline)
+        route = self.desk.route(lambda: routing_prefix(self.backend, question, history), deadline,
+                                kv_key(conversation.session) if conversation is not None else None)
         cost = self.desk.keeper(route.engine).model
         return PromptPlanner(route.engine).plan(
             question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
