@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from engine.settings import EngineSettings
 
 from . import paths
+from .conversations.store import is_database_url
 from .errors import RagError
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
@@ -45,7 +46,8 @@ class Settings(BaseSettings):
     retrieval: RetrievalMode = Field("hybrid", description="hybrid (dense + BM25), dense or bm25")
     target_ttft: Optional[float] = Field(
         DEFAULT_TARGET_TTFT, gt=0, description="seconds to first token to plan for; none for no target")
-    conversations: Optional[Path] = Field(None, description="conversation store (default: under the data folder)")
+    conversations: Optional[Union[str, Path]] = Field(
+        None, description="conversation store: a SQLite file, or a postgresql:// URL (default: a file under the data folder)")
     data_dir: Optional[Path] = Field(None, description="user data (default: $XDG_DATA_HOME/rag-budget)")
     cache_dir: Optional[Path] = Field(None, description="rebuildable caches (default: $XDG_CACHE_HOME/rag-budget)")
     n_ctx: Optional[int] = Field(None, ge=256, description="context window in tokens (default 4,096, or the server's)")
@@ -76,10 +78,18 @@ class Settings(BaseSettings):
             raise ValueError("must be a finite number of seconds")
         return value
 
-    @field_validator("index", "model", "conversations", "data_dir", "cache_dir")
+    @field_validator("index", "model", "data_dir", "cache_dir")
     @classmethod
     def _expand(cls, value):
         return value.expanduser() if value is not None else None
+
+    @field_validator("conversations")
+    @classmethod
+    def _store(cls, value):
+        # A database URL stays as written (a Path would fold its "//").
+        if value is None or is_database_url(value):
+            return value
+        return Path(value).expanduser()
 
     @classmethod
     def load(cls, **overrides) -> "Settings":
@@ -125,8 +135,9 @@ class Settings(BaseSettings):
         return self.index or self.data_folder / "index"
 
     @property
-    def conversations_path(self) -> Path:
-        """The conversation store: ``RAG_CONVERSATIONS``, else under the data folder."""
+    def conversations_path(self) -> Path | str:
+        """The conversation store: ``RAG_CONVERSATIONS`` (a file, or a
+        PostgreSQL URL), else a file under the data folder."""
         return self.conversations or self.data_folder / "conversations.sqlite"
 
     @property

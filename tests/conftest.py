@@ -125,3 +125,23 @@ def assert_clean_error(result, *fragments):
     assert len(line) == 1, result.stderr
     for f in fragments:
         assert f in line[0]
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A real PostgreSQL server in a temporary folder on a Unix socket (see tests/postgres.py)."""
+    from tests.postgres import PostgresCluster, server_bin
+
+    bindir = server_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries are not installed (apt-get install postgresql; .ci/run installs them)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'rag-budget[postgres]')")
+    cluster = PostgresCluster(bindir)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster) -> str:
+    """The URL of a new, empty PostgreSQL database for one test."""
+    return postgres_cluster.new_database()

@@ -1,8 +1,9 @@
 """Conversations: the stored turns and summaries of each session
-(``store``), summarising old turns (``summarise``), and the keeper that
+(``store``: SQLite; ``postgres``: PostgreSQL), summarising old turns (``summarise``), and the keeper that
 remembers turns and folds them in the background (``keeper``)."""
 
 from .keeper import ConversationKeeper, History, kv_key
-from .store import Conversation, ConversationStore, Turn, check_session_id
+from .store import Conversation, Conversations, ConversationStore, Turn, check_session_id, open_store
 
-__all__ = ["Conversation", "ConversationKeeper", "ConversationStore", "History", "Turn", "check_session_id", "kv_key"]
+__all__ = ["Conversation", "ConversationKeeper", "ConversationStore", "Conversations", "History", "Turn",
+           "check_session_id", "kv_key", "open_store"]

@@ -17,7 +17,7 @@ from engine.settings import open_backend
 from prompt_budget import HistoryPolicy
 
 from .. import paths
-from ..conversations import ConversationStore
+from ..conversations import Conversations, open_store
 from ..errors import IndexNotFound, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Index
@@ -43,7 +43,7 @@ class Parts:
         use_sample: bool = False,
         embedder: Embedder | None = None,
         backend: Backend | None = None,
-        conversations: ConversationStore | Path | None = None,
+        conversations: Conversations | Path | str | None = None,
         history: HistoryPolicy | None = None,
         kv_dir: Path | None | Literal[False] = None,
         kv_ram_bytes: int = KV_RAM_BYTES,
@@ -84,11 +84,12 @@ class Parts:
         return self._backend
 
     @property
-    def conversations(self) -> ConversationStore:
-        """The conversation store (the settings' unless given)."""
+    def conversations(self) -> Conversations:
+        """The conversation store (the settings' unless given): a SQLite
+        file, or a PostgreSQL database named by URL."""
         with self._lock:
-            if not isinstance(self._store, ConversationStore):
-                self._store = ConversationStore(self._store or self.settings.conversations_path)
+            if not isinstance(self._store, Conversations):
+                self._store = open_store(self._store or self.settings.conversations_path)
             return self._store
 
     @property
@@ -139,9 +140,9 @@ class Parts:
     def close(self) -> None:
         """Release the index and the conversation store."""
         with self._lock:
-            if isinstance(self._store, ConversationStore):
+            if isinstance(self._store, Conversations):
                 self._store.close()
-                self._store = self._store.path
+                self._store = getattr(self._store, "path", None) or getattr(self._store, "url")
             if self._index is not None:
                 self._index.close()
                 self._index = None

@@ -23,7 +23,7 @@ from engine.pool import Route
 from prompt_budget import PrefillCostModel, system_message
 from prompt_budget.profile import Profile
 
-from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
+from ..conversations import Conversation, ConversationKeeper, Conversations, kv_key
 from ..conversations.keeper import HistoryMode, stable_prefix
 from ..errors import RagError, engine_errors
 from ..index.generations import index_exists
@@ -146,7 +146,7 @@ class Pipeline:
         return self.parts.backend
 
     @property
-    def conversations(self) -> ConversationStore:
+    def conversations(self) -> Conversations:
         """The conversation store."""
         return self.parts.conversations
 
