@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -86,16 +85,9 @@ class FrontEnd:
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 240.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"rag serve exited with {self.process.returncode}"
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise AssertionError("rag serve did not start")
+        from rag.bench.llama_server import wait_until_ready
+
+        wait_until_ready(self.process, f"{self.url}/healthz", timeout_s, "rag serve")
 
     def ask(self, question: str, session: str) -> dict:
         r = httpx.post(f"{self.url}/v1/ask", json={"question": question, "session": session, "max_tokens": 12,

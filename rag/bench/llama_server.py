@@ -81,6 +81,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_ready(process: subprocess.Popen, health_url: str, timeout_s: float, what: str) -> None:
+    """Return once ``health_url`` answers 200; RuntimeError if ``process``
+    exits first or ``timeout_s`` pass."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before it was ready")
+        try:
+            if httpx.get(health_url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not answer {health_url} within {timeout_s:.0f} s")
+
+
 class LlamaServer:
     """A llama-server process on 127.0.0.1 serving one GGUF model with
     ``slots`` parallel slots sharing ``n_ctx`` tokens of context (each slot
@@ -103,18 +119,11 @@ class LlamaServer:
         self._wait_ready()
 
     def _wait_ready(self, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.process.returncode} before it was ready")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"llama-server did not answer /health within {timeout_s:.0f} s")
+        try:
+            wait_until_ready(self.process, f"{self.url}/health", timeout_s, "llama-server")
+        except RuntimeError:
+            self.stop()
+            raise
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crashed host would vanish."""

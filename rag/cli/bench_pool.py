@@ -7,7 +7,6 @@ Does not: measure anything itself.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -51,7 +50,7 @@ def run_pool_bench(index: Path, model: Optional[Path], conversations: List[List[
         return [LlamaServer(gguf, n_ctx=ENGINE_SLOTS * ENGINE_SLOT_CTX, slots=ENGINE_SLOTS, threads=threads)
                 for _ in range(engines)]
 
-    with tempfile.TemporaryDirectory(prefix="rag-bench-pool-") as tmp, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="rag-bench-pool-") as tmp:
         def serve(urls: list[str], policy: str, folder: Path):
             from engine.pool import EnginePool
             from engine.remote import RemoteBackend

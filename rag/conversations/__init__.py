@@ -3,7 +3,8 @@
 remembers turns and folds them in the background (``keeper``)."""
 
 from .keeper import ConversationKeeper, History, kv_key
-from .store import Conversation, Conversations, ConversationStore, Turn, check_session_id, open_store
+from .opening import open_store
+from .store import Conversation, Conversations, ConversationStore, Turn, check_session_id
 
 __all__ = ["Conversation", "ConversationKeeper", "ConversationStore", "Conversations", "History", "Turn",
            "check_session_id", "kv_key", "open_store"]

@@ -4,7 +4,7 @@ recent turns as they were prompted.
 One interface, :class:`Conversations`, whose queries are written once, and
 two stores: :class:`ConversationStore` in a SQLite file (the default) and
 ``postgres.PostgresConversations`` in a PostgreSQL database, which several
-front-ends on several hosts can share; :func:`open_store` picks by location.
+front-ends on several hosts can share; ``opening.open_store`` picks by location.
 
 A turn is stored once its answer is complete; folding older turns into the
 summary replaces the summary and marks those turns folded in one
@@ -348,12 +348,3 @@ class ConversationStore(Conversations):
 def is_database_url(location: object) -> bool:
     """Whether ``location`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
     return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
-
-
-def open_store(location: str | os.PathLike[str]) -> Conversations:
-    """The conversation store at ``location``: a PostgreSQL URL, else a SQLite file path."""
-    if is_database_url(location):
-        from .postgres import PostgresConversations
-
-        return PostgresConversations(str(location))
-    return ConversationStore(Path(location))
