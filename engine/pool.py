@@ -292,8 +292,8 @@ class EnginePool:
             old, member.backend = member.backend, backend
             member.slots = int(facts.get("slots") or 1)
             member.healthy, member.reason = True, ""
-        if old is not None:
-            old.close()
+        if old is not None and member.in_flight == 0:
+            old.close()  # with requests still on it, it is left to them (and the garbage collector)
         self.events.append({"at": time.time(), "engine": member.url, "event": "up"})
 
     def mark_down(self, member: Member, reason: str) -> None:

@@ -106,7 +106,8 @@ def run(monkeypatch, embedder, backend):
     def open_pipeline(settings, **options):
         # The shared model serves the default engine set-up; any other is opened for real.
         default = settings.model is None and settings.engine == Settings.load().engine
-        return Pipeline.open(settings=settings, embedder=embedder, backend=backend if default else None, **options)
+        options.setdefault("backend", backend if default else None)  # a command may bring its own (a pool)
+        return Pipeline.open(settings=settings, embedder=embedder, **options)
 
     monkeypatch.setattr(cli.common, "open_pipeline", open_pipeline)
     runner = CliRunner()
