@@ -59,6 +59,7 @@ class Timings:
     queue_s: float = 0.0  # spent waiting for the engine behind other requests (inside ttft_s)
     spliced_tokens: int = 0  # of cached_tokens, those of stored passages placed into the prompt
     splice_s: float = 0.0  # spent loading and placing them (inside ttft_s)
+    failovers: int = 0  # engines of a pool that failed this request before one answered it
 
     def to_dict(self) -> dict[str, int | float]:
         """The ``timings`` object of the ``rag ask --json`` contract."""
@@ -295,6 +296,29 @@ class PassageKV(Protocol):
 
     def precompute_passages(self, texts: Sequence[str], progress=None) -> dict[str, int]:
         """Evaluate and keep these passages now; what it computed and the bytes stored."""
+        ...
+
+
+@runtime_checkable
+class Routing(Protocol):
+    """An optional ability: several engines behind one backend (a pool,
+    ``engine.pool``), each request routed to one of them. The caller plans
+    the prompt for the engine a :meth:`route` names, then generates through
+    that route."""
+
+    def engines(self) -> Sequence[Backend]:
+        """The engines of the pool, healthy ones first, each a Backend of its own."""
+        ...
+
+    def health(self) -> list[dict[str, object]]:
+        """Each engine: its URL, whether it is in the pool (or why not), and its load."""
+        ...
+
+    def route(self, tokens: Sequence[int], *, deadline: float | None = None, estimate=None,
+              session: str | None = None):
+        """The :class:`~engine.pool.Route` of a prompt starting with ``tokens``
+        due at ``deadline`` in conversation ``session``; ``estimate(engine,
+        cached, n)`` predicts an engine's seconds to first token."""
         ...
 
 

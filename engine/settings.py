@@ -17,6 +17,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .backend import Backend
 
+POOL_STALL_TIMEOUT_S = 120.0  # an engine of a pool silent this long has failed
+
+
+def engine_urls(value: str | None) -> list[str]:
+    """The engine URLs of an ``engine_url`` setting: one, or several separated by commas.
+
+    ``engine_urls("http://a:8080, http://b:8080") -> ["http://a:8080", "http://b:8080"]``
+    """
+    return [u.strip() for u in (value or "").split(",") if u.strip()]
+
 
 class EngineSettings(BaseModel):
     """The engine options. With ``engine_url`` set, a server answers
@@ -25,7 +35,10 @@ class EngineSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 
-    engine_url: Optional[str] = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080")
+    engine_url: Optional[str] = Field(
+        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, make a pool")
+    engine_routing: Literal["affinity", "round_robin", "least_loaded"] = Field(
+        "affinity", description="how a pool of engines routes requests")
     engine_model: Optional[str] = Field(None, description="the model name on the server (default: its first)")
     engine_api_key: Optional[str] = Field(None, description="bearer key for the server")
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all (default where there is a GPU)")
@@ -44,16 +57,26 @@ def open_backend(
     snapshot_ram_bytes: int,
     snapshot_disk_bytes: int,
 ) -> Backend:
-    """The backend ``settings`` describe: a remote server, or the GGUF
+    """The backend ``settings`` describe: a remote server (or a pool), or the GGUF
     ``model`` (default: the bundled one) in this process with a context of
     ``n_ctx`` (default 4,096). Raises an EngineError with a message for the
     user: ModelFileError, EngineSettingsError, InsufficientMemory or
-    EngineUnreachable."""
-    if settings.engine_url:
-        from .remote import RemoteBackend
+    EngineUnreachable. Several comma-separated URLs open an
+    :class:`~engine.pool.EnginePool` routed by ``engine_routing``."""
+    urls = engine_urls(settings.engine_url)
+    if urls:
+        from .remote import DEFAULT_TIMEOUT_S, RemoteBackend
 
-        return RemoteBackend(settings.engine_url, model=settings.engine_model, api_key=settings.engine_api_key,
-                             n_ctx=n_ctx)
+        def remote(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Backend:
+            return RemoteBackend(url, model=settings.engine_model, api_key=settings.engine_api_key, n_ctx=n_ctx,
+                                 timeout_s=timeout_s)
+
+        if len(urls) == 1:
+            return remote(urls[0])
+        from .pool import EnginePool
+
+        # In a pool an engine that stays silent this long is taken out, its request retried elsewhere.
+        return EnginePool(urls, lambda url: remote(url, POOL_STALL_TIMEOUT_S), policy=settings.engine_routing)
     from .llama_cpp_backend import DEFAULT_N_CTX, LlamaCppBackend
 
     return LlamaCppBackend(

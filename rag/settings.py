@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from engine.settings import EngineSettings
 
 from . import paths
+from .conversations.store import is_database_url
 from .errors import RagError
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
@@ -29,8 +30,9 @@ NO_TARGET = ("none", "off", "inf")
 # The flag each field is set by on the command line, for error messages.
 FLAGS = {
     "index": "--index", "model": "--model", "retrieval": "--retrieval", "target_ttft": "--target-ttft",
-    "engine_url": "--engine-url", "engine_model": "--engine-model", "gpu_layers": "--gpu-layers",
-    "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb", "no_server": "--no-server",
+    "engine_url": "--engine-url", "engine_routing": "--engine-routing", "engine_model": "--engine-model",
+    "gpu_layers": "--gpu-layers", "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
+    "no_server": "--no-server",
 }
 
 
@@ -45,12 +47,16 @@ class Settings(BaseSettings):
     retrieval: RetrievalMode = Field("hybrid", description="hybrid (dense + BM25), dense or bm25")
     target_ttft: Optional[float] = Field(
         DEFAULT_TARGET_TTFT, gt=0, description="seconds to first token to plan for; none for no target")
-    conversations: Optional[Path] = Field(None, description="conversation store (default: under the data folder)")
+    conversations: Optional[Union[str, Path]] = Field(
+        None, description="conversation store: a SQLite file, or a postgresql:// URL (default: a file under the data folder)")
     data_dir: Optional[Path] = Field(None, description="user data (default: $XDG_DATA_HOME/rag-budget)")
     cache_dir: Optional[Path] = Field(None, description="rebuildable caches (default: $XDG_CACHE_HOME/rag-budget)")
     n_ctx: Optional[int] = Field(None, ge=256, description="context window in tokens (default 4,096, or the server's)")
     max_file_mb: float = Field(16.0, gt=0, description="files larger than this many MiB are not ingested")
-    engine_url: Optional[str] = Field(None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080")
+    engine_url: Optional[str] = Field(
+        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, make a pool")
+    engine_routing: Literal["affinity", "round_robin", "least_loaded"] = Field(
+        "affinity", description="how a pool of engines routes requests")
     engine_model: Optional[str] = Field(None, description="the model name on that server (default: its first)")
     engine_api_key: Optional[str] = Field(None, description="bearer key for that server")
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all")
@@ -76,10 +82,18 @@ class Settings(BaseSettings):
             raise ValueError("must be a finite number of seconds")
         return value
 
-    @field_validator("index", "model", "conversations", "data_dir", "cache_dir", "runtime_dir")
+    @field_validator("index", "model", "data_dir", "cache_dir", "runtime_dir")
     @classmethod
     def _expand(cls, value):
         return value.expanduser() if value is not None else None
+
+    @field_validator("conversations")
+    @classmethod
+    def _store(cls, value):
+        # A database URL stays as written (a Path would fold its "//").
+        if value is None or is_database_url(value):
+            return value
+        return Path(value).expanduser()
 
     @classmethod
     def load(cls, **overrides) -> "Settings":
@@ -99,8 +113,8 @@ class Settings(BaseSettings):
     def engine(self) -> EngineSettings:
         """The engine options."""
         return EngineSettings(
-            engine_url=self.engine_url, engine_model=self.engine_model, engine_api_key=self.engine_api_key,
-            gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
+            engine_url=self.engine_url, engine_routing=self.engine_routing, engine_model=self.engine_model,
+            engine_api_key=self.engine_api_key, gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
             kv_cells=self.kv_cells,
         )
 
@@ -125,8 +139,9 @@ class Settings(BaseSettings):
         return self.index or self.data_folder / "index"
 
     @property
-    def conversations_path(self) -> Path:
-        """The conversation store: ``RAG_CONVERSATIONS``, else under the data folder."""
+    def conversations_path(self) -> Path | str:
+        """The conversation store: ``RAG_CONVERSATIONS`` (a file, or a
+        PostgreSQL URL), else a file under the data folder."""
         return self.conversations or self.data_folder / "conversations.sqlite"
 
     @property

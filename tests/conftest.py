@@ -110,7 +110,8 @@ def run(monkeypatch, embedder, backend):
     def open_pipeline(settings, **options):
         # The shared model serves the default engine set-up; any other is opened for real.
         default = settings.model is None and settings.engine == Settings.load().engine
-        return Pipeline.open(settings=settings, embedder=embedder, backend=backend if default else None, **options)
+        options.setdefault("backend", backend if default else None)  # a command may bring its own (a pool)
+        return Pipeline.open(settings=settings, embedder=embedder, **options)
 
     monkeypatch.setattr(cli.common, "open_pipeline", open_pipeline)
     runner = CliRunner()
@@ -129,3 +130,23 @@ def assert_clean_error(result, *fragments):
     assert len(line) == 1, result.stderr
     for f in fragments:
         assert f in line[0]
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A real PostgreSQL server in a temporary folder on a Unix socket (see tests/postgres.py)."""
+    from tests.postgres import PostgresCluster, server_bin
+
+    bindir = server_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries are not installed (apt-get install postgresql; .ci/run installs them)")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'rag-budget[postgres]')")
+    cluster = PostgresCluster(bindir)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster) -> str:
+    """The URL of a new, empty PostgreSQL database for one test."""
+    return postgres_cluster.new_database()

@@ -42,7 +42,7 @@ def physical_bound(pipeline, question: str, target_ttft: float) -> dict[str, flo
             "requests_per_window": round(rate * target_ttft / new, 2)}
 
 
-def _ask(http: httpx.Client, body: dict) -> dict[str, object]:
+def ask_streamed(http: httpx.Client, body: dict) -> dict[str, object]:
     """One streamed ``/v1/ask``: status, client-side TTFT and the final answer (or what went wrong)."""
     sent = time.perf_counter()
     ttft, answer, status, retry, detail = None, None, None, 0.0, None
@@ -108,7 +108,7 @@ def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: 
                     i = next(counter, None)
                 if i is None:
                     return
-                outcome = _ask(http, body | {"question": questions[i % len(questions)]})
+                outcome = ask_streamed(http, body | {"question": questions[i % len(questions)]})
                 answer = outcome.pop("answer")
                 row = outcome | {"client": number} | _answer_figures(answer)
                 with lock:

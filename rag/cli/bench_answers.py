@@ -226,15 +226,34 @@ def bench_serve(
     model: Optional[Path] = MODEL_OPTION,
     only: List[str] = typer.Option([], "--system", help="Run only this set-up: scheduler or 'one at a time' (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+    engines: Optional[int] = typer.Option(
+        None, "--engines", help="Instead: a pool of N llama-server engines, affinity vs round robin vs least loaded."),
+    kill_one_at: Optional[int] = typer.Option(None, "--kill-one-at", help="With --engines: kill one engine before this turn."),
+    turns: int = typer.Option(10, "--turns", help="With --engines: turns of each conversation."),
+    sessions: int = typer.Option(3, "--sessions", help="With --engines: conversations, interleaved."),
+    policies: str = typer.Option("affinity,round_robin,least_loaded", "--policies", help="With --engines: routing policies."),
 ) -> None:
     """Concurrent clients against real servers on 127.0.0.1: the deadline
     scheduler over several sequences, and one request at a time as before,
     side by side: TTFT percentiles, goodput, served and degraded shares,
-    decode tok/s and the decode batch size."""
+    decode tok/s and the decode batch size. With --engines N: one service
+    over a pool of N llama-server engines, each routing policy in turn, over
+    interleaved conversations: cached share, TTFT, goodput, failovers."""
     from ..bench.chat import load_conversations
     from ..bench.serve import bench_serve as run_bench
     from ..bench.serve import physical_bound
 
+    if engines is not None:
+        from .bench_pool import run_pool_bench
+
+        with user_errors():
+            p = bench_pipeline(corpus, include, index, model)  # the index, brought up to date once
+            p.close()
+            run_pool_bench(p.index_dir, model, load_conversations(BENCH_DATA / "python_docs_chat.json"),
+                           engines=engines, policies=[x.strip() for x in policies.split(",") if x.strip()],
+                           turns=turns, sessions=sessions, kill_at=kill_one_at, target_ttft=target_ttft,
+                           max_tokens=max_tokens, as_json=as_json)
+        return
     with user_errors():
         levels = int_list(clients, "--clients")
         if max(levels) > 64 or not 1 <= requests <= 10_000 or target_ttft <= 0:

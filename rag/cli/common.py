@@ -72,7 +72,11 @@ _ENGINE_FLAGS: dict[str, object] = {}
 def _engine_options(
     engine_url: Optional[str] = typer.Option(
         None, "--engine-url",
-        help="Answer with an OpenAI-compatible server (llama-server, vLLM) at this URL instead of in-process llama.cpp ($RAG_ENGINE_URL)."),
+        help="Answer with an OpenAI-compatible server (llama-server, vLLM) at this URL instead of in-process llama.cpp "
+             "($RAG_ENGINE_URL); several URLs, comma-separated, make a pool."),
+    engine_routing: Optional[str] = typer.Option(
+        None, "--engine-routing",
+        help="How a pool of engines routes: affinity, round_robin or least_loaded (default: $RAG_ENGINE_ROUTING, else affinity)."),
     engine_model: Optional[str] = typer.Option(
         None, "--engine-model", help="The model name on that server (default: $RAG_ENGINE_MODEL, else its first)."),
     gpu_layers: Optional[int] = typer.Option(
@@ -86,8 +90,8 @@ def _engine_options(
     """Local document question answering that treats the prompt as a cost."""
     clock.invoked()
     _ENGINE_FLAGS.clear()
-    _ENGINE_FLAGS.update(engine_url=engine_url, engine_model=engine_model, gpu_layers=gpu_layers,
-                         flash_attn=flash_attn, kv_type=kv_type)
+    _ENGINE_FLAGS.update(engine_url=engine_url, engine_routing=engine_routing, engine_model=engine_model,
+                         gpu_layers=gpu_layers, flash_attn=flash_attn, kv_type=kv_type)
 
 
 def settings(**flags) -> Settings:

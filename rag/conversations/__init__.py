@@ -1,12 +1,14 @@
 """Conversations: the stored turns and summaries of each session
-(``store``), summarising old turns (``summarise``), and the keeper that
-remembers turns and folds them in the background (``keeper``).
+(``store``: SQLite; ``postgres``: PostgreSQL), summarising old turns
+(``summarise``), and the keeper that remembers turns and folds them in the
+background (``keeper``).
 
 The names below are imported on first use (see :func:`rag.lazy_exports`)."""
 
 from .. import lazy_exports
 
 _EXPORTS = {"ConversationKeeper": ".keeper", "History": ".keeper", "kv_key": ".keeper", "Conversation": ".store",
-            "ConversationStore": ".store", "Turn": ".store", "check_session_id": ".store"}
+            "Conversations": ".store", "ConversationStore": ".store", "Turn": ".store",
+            "check_session_id": ".store", "open_store": ".opening"}
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

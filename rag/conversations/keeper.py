@@ -26,7 +26,7 @@ from engine.backend import Backend, LoadAware, Message, PrefixCache, Timings
 from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
 from prompt_budget.layout import history_messages
 
-from .store import Conversation, ConversationStore, Turn
+from .store import Conversation, Conversations, Turn
 from .summarise import Interrupted, summarise
 
 HistoryMode = Literal["prompted", "qa"]
@@ -60,7 +60,7 @@ class History:
 
 
 class ConversationKeeper:
-    """Remembers turns in a :class:`ConversationStore` and folds old ones
+    """Remembers turns in a store (:class:`Conversations`) and folds old ones
     into the summary on a background thread.
 
     ``history_mode`` "prompted" replays a turn as it was prompted, passages
@@ -70,7 +70,7 @@ class ConversationKeeper:
 
     def __init__(
         self,
-        store: Callable[[], ConversationStore],
+        store: Callable[[], Conversations],
         backend: Callable[[], Backend],
         policy: Callable[[], HistoryPolicy],
         *,
@@ -110,7 +110,9 @@ class ConversationKeeper:
     def turn(self, session: str | None) -> Iterator[None]:
         """Hold ``session`` for one question, from reading its history to
         storing the answer, so a session's questions are answered one at a
-        time, each seeing the ones before (no session: nothing to hold)."""
+        time, each seeing the ones before (no session: nothing to hold):
+        against this process's other threads here, against other processes
+        sharing the store by the store's own turn lock."""
         if session is None:
             yield
             return
@@ -118,7 +120,7 @@ class ConversationKeeper:
             entry = self._turns.setdefault(session, [threading.Lock(), 0])
             entry[1] += 1
         try:
-            with entry[0]:
+            with entry[0], self._store().turn_lock(session):
                 yield
         finally:
             with self._turns_lock:

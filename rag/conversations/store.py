@@ -1,10 +1,19 @@
-"""Conversations kept in SQLite by session id: the summary of older turns
-and the recent turns as they were prompted.
+"""Conversations kept by session id: the summary of older turns and the
+recent turns as they were prompted.
+
+One interface, :class:`Conversations`, whose queries are written once, and
+two stores: :class:`ConversationStore` in a SQLite file (the default) and
+``postgres.PostgresConversations`` in a PostgreSQL database, which several
+front-ends on several hosts can share; ``opening.open_store`` picks by location.
 
 A turn is stored once its answer is complete; folding older turns into the
 summary replaces the summary and marks those turns folded in one
 transaction, so a crash leaves either the old or the new history, never a
-mix. Summarisation times are recorded apart from answer times.
+mix. Summarisation times are recorded apart from answer times. Both stores
+carry a schema version and refuse another. :meth:`Conversations.turn_lock`
+holds one session across processes (SQLite: a byte-range lock on a file
+beside the database; PostgreSQL: an advisory lock), so front-ends sharing a
+store answer a conversation's questions one at a time.
 
 Does not: decide when to fold (``prompt_budget.history``) or summarise
 (``summarise``).
@@ -12,15 +21,19 @@ Does not: decide when to fold (``prompt_budget.history``) or summarise
 
 from __future__ import annotations
 
+import abc
 import contextlib
+import fcntl
+import hashlib
 import json
+import os
 import re
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 from ..errors import RagError
 
@@ -30,8 +43,8 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
+    created {float} NOT NULL,
+    updated {float} NOT NULL,
     summary TEXT NOT NULL DEFAULT '',
     summary_version INTEGER NOT NULL DEFAULT 0
 );
@@ -45,7 +58,7 @@ CREATE TABLE IF NOT EXISTS turns (
     timings TEXT NOT NULL,
     tokens INTEGER NOT NULL,
     folded INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL,
+    created {float} NOT NULL,
     PRIMARY KEY (session_id, number)
 );
 CREATE TABLE IF NOT EXISTS summaries (
@@ -54,11 +67,30 @@ CREATE TABLE IF NOT EXISTS summaries (
     method TEXT NOT NULL,
     folded_turns INTEGER NOT NULL,
     tokens INTEGER NOT NULL,
-    seconds REAL NOT NULL,
-    created REAL NOT NULL,
+    seconds {float} NOT NULL,
+    created {float} NOT NULL,
     PRIMARY KEY (session_id, version)
 );
 """
+
+
+def schema(float_type: str) -> str:
+    """The tables, with ``float_type`` for seconds and times (SQLite's REAL
+    is 8 bytes; PostgreSQL's is 4, so it gets DOUBLE PRECISION)."""
+    return _SCHEMA.format(float=float_type)
+
+
+def schema_mismatch(where: str, version: int) -> RagError:
+    """The error for a store written with another schema version."""
+    return RagError(
+        f"{where} holds conversations of schema version {version}; this rag-budget reads "
+        f"version {SCHEMA_VERSION}. Point RAG_CONVERSATIONS elsewhere or upgrade rag-budget"
+    )
+
+
+def lock_slot(session: str) -> int:
+    """A 31-bit number for ``session``, the same in every process: where its turn lock lives."""
+    return int.from_bytes(hashlib.sha256(session.encode("utf-8")).digest()[:4], "big") >> 1
 
 
 def valid_session_id(session: object) -> bool:
@@ -108,53 +140,30 @@ class Conversation:
         return (self.turns[-1].number if self.turns else self.folded) + 1
 
 
-class ConversationStore:
-    """Conversations in one SQLite file, safe to share between threads and
-    processes (WAL journal, one connection per store)."""
+class Conversations(abc.ABC):
+    """The conversation store's interface and its queries, written once.
+    A store gives :meth:`_access` (its database, in a transaction when
+    writing, errors as RagError), :meth:`turn_lock` and :meth:`close`;
+    the queries use ``?`` placeholders."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            checked = self._db.execute("PRAGMA quick_check").fetchone()[0]
-            if checked != "ok":
-                raise sqlite3.DatabaseError(f"damaged: {checked}")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise RagError(
-                    f"{self.path} holds conversations of schema version {version}; this rag-budget reads "
-                    f"version {SCHEMA_VERSION}. Point RAG_CONVERSATIONS elsewhere or upgrade rag-budget"
-                )
-            with self._db:
-                self._db.executescript(_SCHEMA)
-                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except sqlite3.DatabaseError as exc:
-            raise self._refused(exc) from None
-        self._lock = threading.Lock()
+    where = "the conversation store"
 
-    def _refused(self, exc: Exception) -> RagError:
-        # Conversations are the user's data: a damaged store is never deleted or rewritten.
-        return RagError(
-            f"{self.path}: the conversation store cannot be read ({exc}); it is left as it is: move it aside, "
-            "or point RAG_CONVERSATIONS at another file, to start a new one"
-        )
+    @abc.abstractmethod
+    def _access(self, write: bool = False) -> ContextManager:
+        """The database, under the store's lock (in a transaction when
+        ``write``): an object whose ``execute(sql, params)`` returns a
+        cursor; its errors leave as RagError."""
 
-    @contextlib.contextmanager
-    def _access(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """The database under the store's lock (in a transaction when
-        ``write``), its errors as RagError."""
-        try:
-            with self._lock:
-                if write:
-                    with self._db:
-                        yield self._db
-                else:
-                    yield self._db
-        except sqlite3.DatabaseError as exc:
-            raise self._refused(exc) from None
+    @abc.abstractmethod
+    def turn_lock(self, session: str, *, blocking: bool = True) -> ContextManager[bool]:
+        """Hold ``session`` against other processes sharing this store, from
+        reading its history to storing its answer; yields whether it is held
+        (always, when ``blocking``). Threads of one process are kept apart by
+        the caller (``ConversationKeeper.turn``)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the database."""
 
     def load(self, session: str) -> Conversation:
         """The conversation ``session`` (empty if it has no turns yet)."""
@@ -258,7 +267,84 @@ class ConversationStore:
             ).fetchall()
         return [{"session": r[0], "updated": r[1], "turns": r[2]} for r in rows]
 
+
+
+class ConversationStore(Conversations):
+    """Conversations in one SQLite file, safe to share between threads and
+    processes (WAL journal, one connection per store); turn locks in the
+    file ``<name>.turns`` beside it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            checked = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if checked != "ok":
+                raise sqlite3.DatabaseError(f"damaged: {checked}")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise schema_mismatch(str(self.path), version)
+            with self._db:
+                self._db.executescript(schema("REAL"))
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise self._refused(exc) from None
+        self._lock = threading.Lock()
+        self.where = str(self.path)
+        self._turns_fd: int | None = None
+
+    def _refused(self, exc: Exception) -> RagError:
+        # Conversations are the user's data: a damaged store is never deleted or rewritten.
+        return RagError(
+            f"{self.path}: the conversation store cannot be read ({exc}); it is left as it is: move it aside, "
+            "or point RAG_CONVERSATIONS at another file, to start a new one"
+        )
+
+    @contextlib.contextmanager
+    def _access(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """The database under the store's lock (in a transaction when
+        ``write``), its errors as RagError."""
+        try:
+            with self._lock:
+                if write:
+                    with self._db:
+                        yield self._db
+                else:
+                    yield self._db
+        except sqlite3.DatabaseError as exc:
+            raise self._refused(exc) from None
+
+    @contextlib.contextmanager
+    def turn_lock(self, session: str, *, blocking: bool = True) -> Iterator[bool]:
+        """Hold ``session`` against other processes: an exclusive lock on
+        one byte of ``<name>.turns`` (the byte of its :func:`lock_slot`)."""
+        with self._lock:
+            if self._turns_fd is None:
+                self._turns_fd = os.open(self.path.with_name(self.path.name + ".turns"), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = self._turns_fd
+        slot = lock_slot(check_session_id(session))
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB), 1, slot)
+        except OSError:
+            yield False  # another process holds it (only when not blocking)
+            return
+        try:
+            yield True
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
+
     def close(self) -> None:
         """Close the database."""
         with self._lock:
             self._db.close()
+            if self._turns_fd is not None:
+                os.close(self._turns_fd)  # releases this process's turn locks
+                self._turns_fd = None
+
+
+def is_database_url(location: object) -> bool:
+    """Whether ``location`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))

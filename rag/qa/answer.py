@@ -142,6 +142,7 @@ class Answer:
     session: str | None = None  # the conversation it belongs to
     turn: int | None = None  # its number in that conversation
     turns_shown: int = 0  # earlier turns replayed in its prompt
+    engine: dict[str, object] | None = None  # with a pool of engines: which answered, and why (Route.report)
 
     def to_dict(self) -> dict[str, object]:
         """The ``rag ask --json`` object of DESIGN.md."""
@@ -153,6 +154,7 @@ class Answer:
             "session": self.session,
             "turn": self.turn,
             "turns_shown": self.turns_shown,
+            "engine": self.engine,
         }
 
     @classmethod

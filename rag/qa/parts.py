@@ -17,9 +17,9 @@ from engine.settings import open_backend
 from prompt_budget import HistoryPolicy
 
 from .. import paths
-from ..conversations import ConversationStore
+from ..conversations import Conversations, open_store
 from ..errors import IndexNotFound, engine_errors
-from ..index.generations import index_exists
+from ..index.generations import current_name, index_exists
 from ..index.store import Index
 from ..ingest.embed import Embedder, SentenceTransformerEmbedder
 from ..ingest.library import DocumentLibrary
@@ -43,7 +43,7 @@ class Parts:
         use_sample: bool = False,
         embedder: Embedder | None = None,
         backend: Backend | None = None,
-        conversations: ConversationStore | Path | None = None,
+        conversations: Conversations | Path | str | None = None,
         history: HistoryPolicy | None = None,
         kv_dir: Path | None | Literal[False] = None,
         kv_ram_bytes: int = KV_RAM_BYTES,
@@ -54,6 +54,7 @@ class Parts:
         self.kv_dir, self.kv_ram_bytes = kv_dir, kv_ram_bytes
         self.notice = notice
         self._index: Index | None = None
+        self._published: str | None = None  # what CURRENT named when the index was opened
         self._queries: QueryCache | None = None
         self._lock = threading.RLock()
 
@@ -84,11 +85,12 @@ class Parts:
         return self._backend
 
     @property
-    def conversations(self) -> ConversationStore:
-        """The conversation store (the settings' unless given)."""
+    def conversations(self) -> Conversations:
+        """The conversation store (the settings' unless given): a SQLite
+        file, or a PostgreSQL database named by URL."""
         with self._lock:
-            if not isinstance(self._store, ConversationStore):
-                self._store = ConversationStore(self._store or self.settings.conversations_path)
+            if not isinstance(self._store, Conversations):
+                self._store = open_store(self._store or self.settings.conversations_path)
             return self._store
 
     @property
@@ -108,19 +110,24 @@ class Parts:
 
     def index(self) -> Index:
         """The live index, opened once per generation; the sample corpus's
-        when the pipeline answers from it (indexed on first use)."""
+        when the pipeline answers from it (indexed on first use). A
+        generation published by another process (another front-end's
+        ingest) is opened at the next question: ``CURRENT`` is read each time."""
         with self._lock:
+            if self._index is not None and not self.use_sample and current_name(self.index_dir) != self._published:
+                self._index = None  # not closed: a query already running finishes on it
             if self._index is None:
                 directory = self._sample_index() if self.use_sample else self.index_dir
                 if not index_exists(directory):
                     raise IndexNotFound(
                         f"no index at {directory}; build one with `rag ingest PATH --index {directory}`"
                     )
+                published = current_name(directory)  # read first: a later publish is then seen as new
                 index = Index.open(directory, embedder=self.embedder.name, dim=self.embedder.dim)
                 for note in index.notes:
                     self.notice(f"index {directory}: {note}")
                 index.on_note = lambda note: self.notice(f"index {directory}: {note}")
-                self._index = index
+                self._index, self._published = index, published
             return self._index
 
     def index_changed(self) -> None:
@@ -139,9 +146,9 @@ class Parts:
     def close(self) -> None:
         """Release the index and the conversation store."""
         with self._lock:
-            if isinstance(self._store, ConversationStore):
+            if isinstance(self._store, Conversations):
                 self._store.close()
-                self._store = self._store.path
+                self._store = getattr(self._store, "path", None) or getattr(self._store, "url")
             if self._index is not None:
                 self._index.close()
                 self._index = None

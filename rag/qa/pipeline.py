@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Generator, Sequence
 
 from engine.backend import Backend, Generation, PassageKV, PrefixCache, Timings
+from engine.pool import Route
 from prompt_budget import PrefillCostModel, system_message
 from prompt_budget.profile import Profile
 
-from ..conversations import Conversation, ConversationKeeper, ConversationStore, kv_key
+from ..conversations import Conversation, ConversationKeeper, Conversations, kv_key
 from ..conversations.keeper import HistoryMode, stable_prefix
 from ..errors import IndexNotFound, RagError, engine_errors
 from ..index.generations import index_exists
@@ -37,9 +38,10 @@ from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
+from .engines import EngineDesk
 from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
-from .planner import PlannedPrompt, PromptPlanner, load_plan
+from .planner import PlannedPrompt, PromptPlanner, load_plan, routing_prefix
 from .stream import AnswerStream
 
 SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
@@ -95,8 +97,9 @@ class Pipeline:
         self._unplanned = 0  # questions received and not yet submitted to the engine
         self._counting = threading.Lock()
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
-        self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
-                                notice=lambda message: self.notice(message))
+        # One cost model per engine: one, or each of a pool's (see EngineDesk).
+        self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
+                               notice=lambda message: self.notice(message))
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
                                          history_mode=history_mode)
 
@@ -149,9 +152,14 @@ class Pipeline:
         return self.parts.backend
 
     @property
-    def conversations(self) -> ConversationStore:
+    def conversations(self) -> Conversations:
         """The conversation store."""
         return self.parts.conversations
+
+    @property
+    def costs(self) -> CostKeeper:
+        """The cost keeper of the engine (a pool's first healthy one)."""
+        return self.desk.main
 
     @property
     def cost_model(self) -> PrefillCostModel:
@@ -163,10 +171,11 @@ class Pipeline:
         return self.parts.index()
 
     def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
-        """Measure prefill on this backend, fit the cost model, save the
-        profile and use it from now on."""
+        """Measure prefill on this backend (each engine of a pool), fit the
+        cost model, save the profile and use it from now on; the profile
+        (a pool's first engine's)."""
         with engine_errors():
-            return self.costs.calibrate(quick=quick, progress=progress)
+            return self.desk.calibrate(quick=quick, progress=progress)[0]
 
     def prepare(self, *, need_index: bool = True) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
@@ -181,7 +190,7 @@ class Pipeline:
                 if need_index:
                     raise
                 index = None
-            _ = self.cost_model
+            self.desk.prepare()
             if index is not None and self.retrieval != "dense":
                 index.lexical()
             if not self._system_state:
@@ -281,29 +290,33 @@ class Pipeline:
         few tokens."""
         received = time.perf_counter()
         options = AskOptions.of(options, **changes)
+        question = valid_text(question)
         with engine_errors():
-            prompt = self._plan(valid_text(question), options, received, None)
+            hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
+            prompt, _ = self._plan(question, options, received, None, hits)
         return Retrieval(prompt.hits, prompt.budget)
 
     def _plan(self, question: str, options: AskOptions, received: float,
-              conversation: Conversation | None, hits: list[Hit] | None = None) -> PlannedPrompt:
+              conversation: Conversation | None, hits: list[Hit]) -> tuple[PlannedPrompt, Route]:
+        """The prompt, planned for the engine that will answer it, and the route to that engine."""
         self.prepare()
-        if hits is None:
-            hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
         target = options.target(self.settings.target_ttft)
-        return PromptPlanner(self.backend).plan(
-            question, hits, options, target_ttft=target, cost=self.cost_model,
-            elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
-            load=load_plan(self.backend, self.cost_model, _deadline(received, target), self._unplanned - 1),
-        )
+        deadline, history = _deadline(received, target), self.keeper.history(conversation)
+        route = self.desk.route(lambda: routing_prefix(self.backend, question, history), deadline,
+                                kv_key(conversation.session) if conversation is not None else None)
+        cost = self.desk.keeper(route.engine).model
+        return PromptPlanner(route.engine).plan(
+            question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
+            history=history, load=load_plan(route.engine, cost, deadline, self._unplanned - 1),
+        ), route
 
-    def _generate(self, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
+    def _generate(self, route: Route, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
                   session: str | None) -> Generation:
-        """Submit ``prompt`` to the engine; one that keeps passages splices
-        those it holds and is asked to keep the rest for next time."""
-        backend = self.backend
+        """Submit ``prompt`` through ``route``; an engine that keeps passages
+        splices those it holds and is asked to keep the rest for next time."""
+        backend = route.engine
         splicing = isinstance(backend, PassageKV) and backend.splice_fresh is not None
-        generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
+        generation = route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
                                       session=kv_key(session) if session is not None else None,
                                       **({"passages": prompt.passages} if splicing else {}))
         if splicing and prompt.to_keep:
@@ -334,14 +347,14 @@ class Pipeline:
                     # One plan at a time, each submitted before the next is planned: every plan sees
                     # the load of those before it, so a burst is not all planned for an idle engine.
                     with self._planning:
-                        prompt = self._plan(question, options, received, conversation, hits)
-                        generation = self._generate(prompt, options, deadline, session)
+                        prompt, route = self._plan(question, options, received, conversation, hits)
+                        generation = self._generate(route, prompt, options, deadline, session)
                 with generation:
                     for piece in generation:
                         pieces.append(piece)
                         yield piece
                 timings = generation.timings_since(received)
-                self.costs.observe(timings, prompt.planned_at_s)
+                self.desk.keeper(route.answered_by).observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
             sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context,
                                    document_id(h.root, h.source), h.char_start, h.char_end) for h in prompt.hits)
@@ -350,7 +363,7 @@ class Pipeline:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
                                               timings)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
-                      session=session, turn=number, turns_shown=prompt.turns_shown)
+                      session=session, turn=number, turns_shown=prompt.turns_shown, engine=route.report())
 
     # -- conversations -----------------------------------------------------------
 

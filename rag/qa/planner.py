@@ -91,6 +91,14 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
     return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0))
 
 
+def routing_prefix(backend: Backend, question: str, history: History) -> list[int]:
+    """The tokens of ``question``'s prompt without passages: its system
+    prompt, summary and recent turns come first whatever passages it gets,
+    so an engine holding them cached is where the prompt is cheapest."""
+    messages = build_messages(question, [], summary=history.summary, turns=list(history.turns))
+    return backend.tokenize(backend.render(messages))
+
+
 def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong:
     """The error for a question that cannot fit the context window at all."""
     return QuestionTooLong(

@@ -15,6 +15,8 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from engine.backend import Routing
+
 from ..errors import DocumentNotFound, RagError, engine_errors
 from .answering import Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
@@ -27,8 +29,13 @@ router = APIRouter()  # behind the API keys
 
 @public.get("/healthz")
 async def healthz(state: ServiceState = Depends(service)) -> dict:
-    """Liveness: the service answers, with its queue depth."""
-    return {"status": "ok", "queue_depth": state.answering.queue.depth}
+    """Liveness: the service answers, with its queue depth (and, over a
+    pool of engines, each engine's health)."""
+    found = {"status": "ok", "queue_depth": state.answering.queue.depth}
+    backend = state.pipeline.parts.loaded_backend
+    if isinstance(backend, Routing):
+        found["engines"] = backend.health()
+    return found
 
 
 @public.get("/metrics")

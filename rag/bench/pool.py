@@ -1,0 +1,174 @@
+"""``rag bench serve --engines N``: one service over a pool of N engines,
+routed by each policy in turn (affinity, round robin, least loaded), each
+over fresh engines and the same interleaved conversations, asked through
+the real HTTP service on 127.0.0.1 as streamed ``/v1/ask`` requests.
+
+Per policy: the share of each prompt its engine found cached, from turn 2
+(the engines' own counts), client-side TTFT percentiles, goodput (answers
+within 1.2 x target per second), requests retried on another engine
+(failovers), engines taken out, requests lost (no final answer), and the
+routing itself: requests per engine and how often a conversation moved.
+With ``kill_at`` one engine is killed (SIGKILL) just before that turn: the
+engine that answered the first conversation's previous turn.
+
+Does not: build or start engines (the caller passes ``start_engines``),
+assert anything, or measure throughput scaling (on one small machine the
+engines share its cores).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import httpx
+
+from engine.routing import POLICIES
+
+from .chat import chat_schedule
+from .serve import GOOD_FACTOR, ask_streamed
+from .stats import mean, percentile
+
+
+class Engine(Protocol):
+    """A running engine the bench may kill: its URL and ``kill()``."""
+
+    url: str
+
+    def kill(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def bench_pool(
+    start_engines: Callable[[], list[Engine]],
+    serve: Callable[[list[str], str, Path], tuple[str, Callable[[], dict], Callable[[], None]]],
+    conversations: Sequence[Sequence[str]],
+    *,
+    engines: int = 2,
+    policies: Sequence[str] = POLICIES,
+    turns: int = 10,
+    sessions: int = 3,
+    kill_at: int | None = None,
+    target_ttft: float = 2.0,
+    max_tokens: int = 32,
+    workdir: Path,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    """For each policy: ``start_engines()``, then ``serve(urls, policy,
+    folder)`` (the service's URL, a function giving the pool's events and
+    health, and one stopping it), then ``sessions`` conversations of
+    ``turns`` questions interleaved (A1 B1 C1 A2 ...), one request at a
+    time; the bench object of ``rag bench serve --engines``."""
+    schedule = chat_schedule(sessions, turns, True)
+    rows: list[dict[str, object]] = []
+    runs: list[dict[str, object]] = []
+    for policy in policies:
+        running = start_engines()
+        try:
+            url, pool_state, stop = serve([e.url for e in running], policy, workdir / policy)
+            try:
+                started = time.perf_counter()
+                mine = _conversations(url, running, schedule, conversations, policy, kill_at, target_ttft,
+                                      max_tokens, progress)
+                wall = time.perf_counter() - started
+                state = pool_state()
+            finally:
+                stop()
+        finally:
+            for engine in running:
+                engine.stop()
+        rows.extend(mine)
+        runs.append(_run_summary(policy, mine, wall, target_ttft, state))
+    by = {r["policy"]: r for r in runs}
+    return {
+        "bench": "serve",
+        "config": {"mode": "engines", "engines": engines, "policies": list(policies), "turns": turns,
+                   "sessions": sessions, "kill_one_at": kill_at, "target_ttft_s": target_ttft,
+                   "max_tokens": max_tokens, "schedule": "interleaved, one request at a time"},
+        "rows": rows,
+        "summary": {
+            "cached_share": {p: by[p]["cached_share"] for p in by},
+            "lost_requests": sum(int(r["lost"]) for r in runs),
+            "lost_by_policy": {p: by[p]["lost"] for p in by},
+            "failovers": {p: by[p]["failovers"] for p in by},
+            "p50_ttft_s": {p: by[p]["p50_ttft_s"] for p in by},
+            "p95_ttft_s": {p: by[p]["p95_ttft_s"] for p in by},
+            "goodput_rps": {p: by[p]["goodput_rps"] for p in by},
+            "affinity_over_round_robin": _ratio(by, "affinity", "round_robin"),
+            "runs": runs,
+        },
+    }
+
+
+def _ratio(by: dict, a: str, b: str) -> float | None:
+    if a not in by or b not in by or not by[b]["cached_share"]:
+        return None
+    return round(by[a]["cached_share"] / by[b]["cached_share"], 2)
+
+
+def _conversations(url: str, engines: list[Engine], schedule, conversations, policy: str, kill_at: int | None,
+                   target_ttft: float, max_tokens: int, progress) -> list[dict[str, object]]:
+    """Ask every (session, turn) of ``schedule`` in order; kill an engine before turn ``kill_at``."""
+    rows: list[dict[str, object]] = []
+    run_id = f"{policy}-{int(time.time() * 1000) % 10**8}"
+    killed = None
+    with httpx.Client(base_url=url, timeout=600) as http:
+        for s, t in schedule:
+            if kill_at is not None and t == kill_at and killed is None:
+                last = next((r["engine"] for r in reversed(rows) if r["session"] == 0 and r["engine"]), None)
+                victim = next((e for e in engines if e.url == last), engines[0])
+                victim.kill()
+                killed = victim.url
+            body = {"question": conversations[s][t - 1], "session": f"bench-{run_id}-{s}", "max_tokens": max_tokens,
+                    "target_ttft_s": target_ttft, "stream": True}
+            outcome = ask_streamed(http, body)
+            answer = outcome.pop("answer")
+            route = (answer or {}).get("engine") or {}
+            timings = (answer or {}).get("timings") or {}
+            rows.append(outcome | {
+                "policy": policy, "session": s, "turn": t, "engine": route.get("url"),
+                "reason": route.get("reason"), "failovers": route.get("failovers", 0),
+                "prompt_tokens": timings.get("prompt_tokens"), "cached_tokens": timings.get("cached_tokens"),
+                "engine_ttft_s": timings.get("ttft_s"), "chunks": (answer or {}).get("budget", {}).get("chosen"),
+                "after_kill": killed is not None, "killed": killed if killed and t == kill_at and s == 0 else None,
+            })
+            if progress:
+                progress(f"{policy}: session {s} turn {t}: {outcome['status']}")
+    return rows
+
+
+def _run_summary(policy: str, rows: list[dict], wall: float, target_ttft: float, state: dict) -> dict[str, object]:
+    """One policy's figures."""
+    answered = [r for r in rows if r["status"] == 200]
+    later = [r for r in answered if r["turn"] >= 2 and r["prompt_tokens"]]
+    ttfts = [float(r["ttft_s"]) for r in answered if r["ttft_s"] is not None]
+    per_engine: dict[str, int] = {}
+    for r in answered:
+        per_engine[r["engine"]] = per_engine.get(r["engine"], 0) + 1
+    moves = sum(1 for a in answered for b in answered
+                if a["session"] == b["session"] and b["turn"] == a["turn"] + 1 and a["engine"] != b["engine"])
+    reasons: dict[str, int] = {}
+    for r in answered:
+        reasons[str(r["reason"])] = reasons.get(str(r["reason"]), 0) + 1
+    events = state.get("events", [])
+    return {
+        "policy": policy,
+        "requests": len(rows),
+        "answered": len(answered),
+        "lost": len(rows) - len(answered),
+        "cached_share": round(mean(r["cached_tokens"] / r["prompt_tokens"] for r in later), 3),
+        "cached_tokens_share": round(sum(r["cached_tokens"] for r in later) / max(sum(r["prompt_tokens"] for r in later), 1), 3),
+        "p50_ttft_s": percentile(ttfts, 0.5),
+        "p95_ttft_s": percentile(ttfts, 0.95),
+        "goodput_rps": round(sum(1 for x in ttfts if x <= GOOD_FACTOR * target_ttft) / wall, 3),
+        "failovers": sum(int(r["failovers"] or 0) for r in answered),
+        "engines_taken_out": sum(1 for e in events if e.get("event") == "down"),
+        "requests_per_engine": per_engine,
+        "session_moves": moves,
+        "reasons": reasons,
+        "mean_chunks": round(mean(r["chunks"] for r in answered if r["chunks"] is not None), 2),
+        "wall_s": round(wall, 2),
+        "events": events,
+    }

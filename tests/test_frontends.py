@@ -1,0 +1,168 @@
+"""Several front-ends over one index folder and one conversation store:
+only one writes the index at a time (a lock across processes), the others
+answer from each new generation once it is published, and two real
+``rag serve`` processes over a pool of real llama-server engines and a real
+PostgreSQL serve one conversation alternately without losing or duplicating
+a turn."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rag import Pipeline
+from rag.errors import IndexBusy
+from tests.conftest import write_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HOLD_INDEX = """
+import sys
+from rag.index.generations import write_lock
+with write_lock(sys.argv[1]):
+    print("writing", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def holding_the_index(index: Path) -> subprocess.Popen:
+    """Another process that holds the index's write lock until told to stop."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_INDEX, str(index)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
+    assert holder.stdout.readline().strip() == "writing"
+    return holder
+
+
+def release(holder: subprocess.Popen) -> None:
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    holder.wait(timeout=30)
+
+
+def test_one_writer_at_a_time_and_readers_pick_up_each_new_generation(embedder, corpus, tmp_path):
+    index = tmp_path / "index"
+    writer = Pipeline(index, embedder=embedder, conversations=tmp_path / "a.sqlite")
+    reader = Pipeline(index, embedder=embedder, conversations=tmp_path / "b.sqlite")
+    writer.ingest([corpus])
+    assert "llamas.md" not in {h.source for h in reader.search("woolly llamas", k=5)}
+    extra = write_corpus(tmp_path / "more", {"llamas.md": "Woolly llamas graze in the high Andes.\n"})
+    writer.ingest([extra])
+    # The reader was told nothing: it reads CURRENT and opens the new generation.
+    assert reader.search("woolly llamas", k=1)[0].source == "llamas.md"
+    holder = holding_the_index(index)
+    try:
+        with pytest.raises(IndexBusy, match="another process is writing"):
+            reader.ingest([extra])
+    finally:
+        release(holder)
+    assert reader.ingest([extra]).skipped == ["llamas.md"]
+    writer.close()
+    reader.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FrontEnd:
+    """A real ``rag serve`` process on 127.0.0.1."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = open(log, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from rag.cli import main; main()", "serve", "--port", str(self.port)],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout_s: float = 240.0) -> None:
+        from rag.bench.llama_server import wait_until_ready
+
+        wait_until_ready(self.process, f"{self.url}/healthz", timeout_s, "rag serve")
+
+    def ask(self, question: str, session: str) -> dict:
+        r = httpx.post(f"{self.url}/v1/ask", json={"question": question, "session": session, "max_tokens": 12,
+                                                    "target_ttft_s": 60}, timeout=300)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+
+@pytest.mark.model
+def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_turn(
+        tmp_path_factory, embedder, postgres_url, tmp_path):
+    from engine.models import default_model_path
+    from engine.pool import EnginePool
+    from engine.remote import RemoteBackend
+    from rag.conversations import open_store
+    from tests.llama_server import LlamaServer
+
+    engines = [LlamaServer(default_model_path(), n_ctx=4096, slots=2, log=tmp_path_factory.mktemp(f"fe-{n}") / "log")
+               for n in "ab"]
+    urls = ",".join(e.url for e in engines)
+    index, cache = tmp_path / "index", tmp_path / "cache"
+    # The index and each engine's profile, made once here; the front-ends find both.
+    pool = EnginePool(urls.split(","), RemoteBackend, health_interval_s=0)
+    setup = Pipeline(index, embedder=embedder, backend=pool, profile_dir=cache / "profiles",
+                     conversations=tmp_path / "setup.sqlite")
+    setup.ingest([write_corpus(tmp_path / "corpus")])
+    setup.calibrate(quick=True)
+    setup.close()
+    pool.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {
+        "PYTHONPATH": str(ROOT), "RAG_INDEX": str(index), "RAG_CACHE_DIR": str(cache), "RAG_ENGINE_URL": urls,
+        "RAG_CONVERSATIONS": postgres_url, "RAG_SERVE_RATE_LIMIT_PER_MINUTE": "0"}
+    fronts = [FrontEnd(env, tmp_path / f"serve-{n}.log") for n in "ab"]
+    try:
+        for front in fronts:
+            front.wait_ready()
+        questions = ["What is prefill?", "What does it fill?", "Who feels it?", "What is decode?"]
+        answers = [fronts[i % 2].ask(q, "shared") for i, q in enumerate(questions)]
+        # Alternately: each front-end saw every turn the other stored before it.
+        assert [a["turn"] for a in answers] == [1, 2, 3, 4]
+        assert [a["turns_shown"] for a in answers] == [0, 1, 2, 3]
+        with ThreadPoolExecutor(2) as pool_of_clients:  # and both at once: one waits for the other
+            both = list(pool_of_clients.map(lambda f: f.ask("Why is decode slow?", "shared"), fronts))
+        assert sorted(a["turn"] for a in both) == [5, 6]
+        assert sorted(a["turns_shown"] for a in both) == [4, 5]
+        store = open_store(postgres_url)
+        stored = store.load("shared")
+        assert [t.number for t in stored.turns] == [1, 2, 3, 4, 5, 6]
+        assert [t.question for t in stored.turns][:4] == questions
+        store.close()
+        # One front-end ingests; the other answers from the new generation.
+        upload = httpx.post(f"{fronts[0].url}/v1/documents", timeout=120,
+                            files={"file": ("llamas.md", b"Woolly llamas graze in the high Andes.\n")})
+        assert upload.status_code == 200, upload.text
+        r = httpx.post(f"{fronts[1].url}/v1/ask", timeout=300, json={
+            "question": "Where do llamas graze?", "max_tokens": 8, "target_ttft_s": 60,
+            "scope": {"sources": ["llamas.md"]}})
+        assert r.status_code == 200 and [s["source"] for s in r.json()["sources"]] == ["llamas.md"]
+        holder = holding_the_index(index)
+        try:
+            busy = httpx.post(f"{fronts[1].url}/v1/documents", timeout=120,
+                              files={"file": ("alpacas.md", b"Alpacas are smaller than llamas.\n")})
+            assert busy.status_code == 409 and busy.headers["retry-after"]
+        finally:
+            release(holder)
+    finally:
+        for front in fronts:
+            front.stop()
+        for engine in engines:
+            engine.stop()
