@@ -42,7 +42,7 @@ import httpx
 from .backend import Backend, Generation, Message, Timings, check_fits
 from .errors import EngineSettingsError, EngineUnreachable
 from .routing import Decision, EngineView, check_policy, choose
-from .scheduler import Load, Work, load_for
+from .scheduler import Load, Work
 
 BUSY_BUDGET = 512  # prompt tokens a server evaluates in a step while others decode (llama-server's -b)
 DEFAULT_PREFILL_S_PER_TOKEN = 0.005  # until an engine has answered once
@@ -187,14 +187,16 @@ class Member:
         with self._lock:
             return len(self._work)
 
-    def load(self, deadline: float) -> Load:
+    def load(self) -> Load:
         """What a new request meets here: everything in flight goes before
-        it (a server takes requests in arrival order, whatever the deadline)."""
+        it (a server takes requests in arrival order, whatever the deadline),
+        each decode step as long as this engine's recent ones."""
         with self._lock:
             work = sorted(self._work.values(), key=lambda w: w.arrival)
+        work = [replace(w, deadline=-math.inf) for w in work]  # ahead of any new request
         active, waiting = work[: self.slots], work[self.slots:]
-        return load_for(active, waiting, math.inf, busy_budget=BUSY_BUDGET, decode_step_s=self.decode_step_s,
-                        free_slots=self.slots - len(active))
+        steps = ((max(len(active), 1), self.decode_step_s),)
+        return Load(tuple(active), tuple(waiting), self.slots, BUSY_BUDGET, BUSY_BUDGET, BUSY_BUDGET, steps)
 
     def nominal_first_token(self, cached: int, n: int) -> float:
         """Seconds to this engine's first token by its recent speeds alone

@@ -19,12 +19,16 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from engine.backend import Backend, Routing
+from engine.backend import Backend, PrefixCache, Routing, Timings
 from engine.pool import Route
+from prompt_budget import system_message
 from prompt_budget.profile import Profile
 
+from ..conversations.keeper import stable_prefix
 from .costs import CostKeeper
 from .planner import load_plan
+
+SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
 
 
 class EngineDesk:
@@ -36,6 +40,7 @@ class EngineDesk:
         self._backend = backend
         self.profile_dir, self.learn, self.notice = Path(profile_dir), learn, notice
         self._keepers: dict[int, CostKeeper] = {}
+        self.warmed = False  # whether the system prompt was prefilled and pinned
         self._lock = threading.Lock()
 
     def engines(self) -> list[Backend]:
@@ -62,6 +67,16 @@ class EngineDesk:
         for engine in self.engines():
             if getattr(engine, "healthy", True):
                 _ = self.keeper(engine).model
+
+    def warm_up(self) -> Timings | None:
+        """Prefill the system prompt now and keep its KV state pinned, so
+        every question, in any conversation, finds it cached; what that cost
+        (None for an engine without a prefix cache)."""
+        backend = self._backend()
+        self.warmed = True
+        if not isinstance(backend, PrefixCache):
+            return None
+        return backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
 
     def calibrate(self, *, quick: bool = False, progress=None) -> list[Profile]:
         """Measure every reachable engine, one after the other, and save

@@ -12,21 +12,18 @@ Does not: print, parse arguments or talk HTTP.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generator, Sequence
 
-from engine.backend import Backend, Generation, PassageKV, PrefixCache, Timings
-from engine.pool import Route
-from prompt_budget import PrefillCostModel, system_message
+from engine.backend import Backend, Timings
+from prompt_budget import PrefillCostModel
 from prompt_budget.profile import Profile
 
-from ..conversations import Conversation, ConversationKeeper, Conversations, kv_key
-from ..conversations.keeper import HistoryMode, stable_prefix
+from ..conversations import Conversation, ConversationKeeper, Conversations
+from ..conversations.keeper import HistoryMode
 from ..errors import IndexNotFound, RagError, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Hit, Index
@@ -38,14 +35,11 @@ from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
+from .dispatch import Dispatcher
 from .engines import EngineDesk
 from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
-from .planner import PlannedPrompt, PromptPlanner, load_plan, routing_prefix
 from .stream import AnswerStream
-
-SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
-
 
 @dataclass(frozen=True)
 class Retrieval:
@@ -92,16 +86,13 @@ class Pipeline:
         self.notice = notice or (lambda message: None)
         self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
-        self._system_state = False
-        self._planning = threading.Lock()
-        self._unplanned = 0  # questions received and not yet submitted to the engine
-        self._counting = threading.Lock()
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
         # One cost model per engine: one, or each of a pool's (see EngineDesk).
         self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
                                          history_mode=history_mode)
+        self.dispatcher = Dispatcher(self.desk, self.keeper, lambda: self.backend)
 
     @classmethod
     def open(
@@ -193,19 +184,15 @@ class Pipeline:
             self.desk.prepare()
             if index is not None and self.retrieval != "dense":
                 index.lexical()
-            if not self._system_state:
+            if not self.desk.warmed:
                 self.warm_up()
 
     def warm_up(self) -> Timings | None:
         """Prefill the system prompt now and keep its KV state pinned, so
         every question, in any conversation, finds it cached; what that cost
         (None for an engine without a prefix cache)."""
-        backend = self.backend
-        self._system_state = True
-        if not isinstance(backend, PrefixCache):
-            return None
         with engine_errors():
-            return backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
+            return self.desk.warm_up()
 
     # -- documents -------------------------------------------------------------
 
@@ -292,47 +279,11 @@ class Pipeline:
         options = AskOptions.of(options, **changes)
         question = valid_text(question)
         with engine_errors():
+            self.prepare()
             hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
-            prompt, _ = self._plan(question, options, received, None, hits)
+            prompt, _ = self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
+                                             received, None)
         return Retrieval(prompt.hits, prompt.budget)
-
-    def _plan(self, question: str, options: AskOptions, received: float,
-              conversation: Conversation | None, hits: list[Hit]) -> tuple[PlannedPrompt, Route]:
-        """The prompt, planned for the engine that will answer it, and the route to that engine."""
-        self.prepare()
-        target = options.target(self.settings.target_ttft)
-        deadline, history = _deadline(received, target), self.keeper.history(conversation)
-        route = self.desk.route(lambda: routing_prefix(self.backend, question, history), deadline,
-                                kv_key(conversation.session) if conversation is not None else None)
-        cost = self.desk.keeper(route.engine).model
-        return PromptPlanner(route.engine).plan(
-            question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
-            history=history, load=load_plan(route.engine, cost, deadline, self._unplanned - 1),
-        ), route
-
-    def _generate(self, route: Route, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
-                  session: str | None) -> Generation:
-        """Submit ``prompt`` through ``route``; an engine that keeps passages
-        splices those it holds and is asked to keep the rest for next time."""
-        backend = route.engine
-        splicing = isinstance(backend, PassageKV) and backend.splice_fresh is not None
-        generation = route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
-                                      session=kv_key(session) if session is not None else None,
-                                      **({"passages": prompt.passages} if splicing else {}))
-        if splicing and prompt.to_keep:
-            backend.keep_passages(prompt.to_keep)
-        return generation
-
-    @contextlib.contextmanager
-    def _unplanned_question(self):
-        """Counts a question from its arrival until its prompt is submitted."""
-        with self._counting:
-            self._unplanned += 1
-        try:
-            yield
-        finally:
-            with self._counting:
-                self._unplanned -= 1
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
@@ -341,14 +292,11 @@ class Pipeline:
                 conversation = self.keeper.load(session) if session is not None else None
                 self.prepare()
                 pieces: list[str] = []
-                deadline = _deadline(received, options.target(self.settings.target_ttft))
-                with self._unplanned_question():
+                target = options.target(self.settings.target_ttft)
+                with self.dispatcher.arriving():
                     hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
-                    # One plan at a time, each submitted before the next is planned: every plan sees
-                    # the load of those before it, so a burst is not all planned for an idle engine.
-                    with self._planning:
-                        prompt, route = self._plan(question, options, received, conversation, hits)
-                        generation = self._generate(route, prompt, options, deadline, session)
+                    prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
+                                                                       conversation)
                 with generation:
                     for piece in generation:
                         pieces.append(piece)
@@ -402,7 +350,3 @@ class Pipeline:
         self.keeper.close()
         self.parts.close()
 
-
-def _deadline(received: float, target: float | None) -> float | None:
-    """When the first token is due: ``target`` seconds after ``received`` (None: no target)."""
-    return None if target is None else received + target

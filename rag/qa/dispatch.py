@@ -1,0 +1,87 @@
+"""From a question's candidates to a request running on an engine: the
+prompt is planned for the engine that will answer it (a pool's route, or the
+one engine), with that engine's cost model and the load it will meet, then
+submitted. Plans are made and submitted one at a time, so each sees the
+load of those before it and a burst is not all planned for an idle engine;
+questions still being retrieved count as work ahead.
+
+Does not: retrieve, store turns or stream the answer (``pipeline``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Callable, Iterator
+
+from engine.backend import Backend, Generation, PassageKV
+from engine.pool import Route
+
+from ..conversations import Conversation, ConversationKeeper, kv_key
+from ..index.store import Hit
+from .engines import EngineDesk
+from .options import AskOptions
+from .planner import PlannedPrompt, PromptPlanner, load_plan, routing_prefix
+
+
+def deadline_of(received: float, target: float | None) -> float | None:
+    """When the first token is due: ``target`` seconds after ``received`` (None: no target)."""
+    return None if target is None else received + target
+
+
+class Dispatcher:
+    """Plans and submits each question's prompt, for the engines of ``desk``."""
+
+    def __init__(self, desk: EngineDesk, keeper: ConversationKeeper, backend: Callable[[], Backend]) -> None:
+        self.desk, self.keeper, self._backend = desk, keeper, backend
+        self._planning = threading.Lock()
+        self._counting = threading.Lock()
+        self._unplanned = 0  # questions received and not yet submitted to an engine
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Counts a question from its arrival until its prompt is submitted
+        (or it fails before): the plans made meanwhile reserve room for it."""
+        with self._counting:
+            self._unplanned += 1
+        try:
+            yield
+        finally:
+            with self._counting:
+                self._unplanned -= 1
+
+    def plan(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
+             conversation: Conversation | None) -> tuple[PlannedPrompt, Route]:
+        """The prompt, planned for the engine that will answer it, and the route to that engine."""
+        deadline, history = deadline_of(received, target), self.keeper.history(conversation)
+        route = self.desk.route(lambda: routing_prefix(self._backend(), question, history), deadline,
+                                kv_key(conversation.session) if conversation is not None else None)
+        cost = self.desk.keeper(route.engine).model
+        behind = max(self._unplanned - 1, 0)  # other questions on their way, less this one
+        return PromptPlanner(route.engine).plan(
+            question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
+            history=history, load=load_plan(route.engine, cost, deadline, behind),
+        ), route
+
+    def submit(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
+               conversation: Conversation | None) -> tuple[PlannedPrompt, Route, Generation]:
+        """Plan the prompt and submit it, before the next question is planned."""
+        with self._planning:
+            prompt, route = self.plan(question, hits, options, target, received, conversation)
+            deadline = deadline_of(received, target)
+            return prompt, route, self._generate(route, prompt, options, deadline, options.session)
+
+    @staticmethod
+    def _generate(route: Route, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
+                  session: str | None) -> Generation:
+        """Submit ``prompt`` through ``route``; an engine that keeps passages
+        splices those it holds and is asked to keep the rest for next time."""
+        backend = route.engine
+        splicing = isinstance(backend, PassageKV) and backend.splice_fresh is not None
+        generation = route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
+                                    session=kv_key(session) if session is not None else None,
+                                    **({"passages": prompt.passages} if splicing else {}))
+        if splicing and prompt.to_keep:
+            backend.keep_passages(prompt.to_keep)
+        return generation
