@@ -13,10 +13,10 @@ import pytest
 
 from rag import Pipeline
 from rag.bench.page import CHROMIUM_ARGS, find_chromium, open_page
+from rag.bench.samples import make_pdf
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
 from .conftest import CORPUS
-from .pdfgen import make_pdf
 
 CHROMIUM = find_chromium()
 KEY = "browser-key"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ..errors import DocumentNotFound, RagError
 from .files import DEFAULT_MAX_FILE_BYTES
-from .loaders import PDF_SUFFIXES, load_document
+from .formats import load_document
+from .formats.pdf import PDF_SUFFIXES
 
 
 @dataclass(frozen=True)
