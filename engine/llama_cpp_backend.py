@@ -29,7 +29,7 @@ import numpy as np
 
 from .backend import Generation, Message, Timings, check_fits
 from .engine_loop import EngineLoop
-from .requests import Request
+from .requests import Request, Trace
 from .errors import ContextOverflow, EngineSettingsError, ModelFileError
 from .kv_snapshots import SnapshotCache, common_prefix
 from .llama_internals import chat_formatter, model_pointer, vocab_pointer
@@ -202,13 +202,15 @@ class LlamaCppBackend:
         deadline: float | None = None,
         background: bool = False,
         passages: Sequence[str] = (),
+        trace: Trace | None = None,
     ) -> Generation:
         """The greedy completion of ``prompt`` (text or tokens), streamed.
         With ``session``, the state after the answer is saved under that key.
         ``deadline`` (a ``time.perf_counter()`` instant) orders it among the
         others, earliest first; ``background`` work waits for all of them.
         ``passages`` are the texts of retrieved passages inside the prompt
-        (see :meth:`stored_passages`): those stored are spliced in.
+        (see :meth:`stored_passages`): those stored are spliced in. A
+        ``trace`` records the answer's tokens and logits (measurements).
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
@@ -222,7 +224,7 @@ class LlamaCppBackend:
         spans = tuple(s for s in find_spans(tokens, [self.tokenize(p) for p in passages]) if s is not None) \
             if passages and self.passages.enabled else ()
         request = Request(0, tokens, max(max_tokens, 1), session=session, background=background,
-                          deadline=math.inf if deadline is None else deadline, spans=spans)
+                          deadline=math.inf if deadline is None else deadline, spans=spans, trace=trace)
         # Submitted now, not when first read, so that the load the next request is planned for includes it.
         self.loop.submit(request)
         return Generation(self._run(request), engine=self.name, release=lambda: self._release(request))
