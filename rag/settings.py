@@ -24,6 +24,8 @@ from .errors import RagError
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 DEFAULT_TARGET_TTFT = 2.0
+# Passage KV reuse is off by default: no R of `rag bench splice` reached 0.95 agreement (README).
+DEFAULT_SPLICE_FRESH = None
 NO_TARGET = ("none", "off", "inf")
 
 # The flag each field is set by on the command line, for error messages.
@@ -31,7 +33,9 @@ FLAGS = {
     "index": "--index", "model": "--model", "retrieval": "--retrieval", "target_ttft": "--target-ttft",
     "engine_url": "--engine-url", "engine_model": "--engine-model", "gpu_layers": "--gpu-layers",
     "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
+    "splice_fresh": "--splice-fresh",
 }
+OFF = ("none", "off")
 
 
 class Settings(BaseSettings):
@@ -58,11 +62,23 @@ class Settings(BaseSettings):
     kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
     slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
     kv_cells: Optional[int] = Field(None, ge=256, description="KV cells those requests share (default: twice n_ctx)")
+    splice_fresh: Optional[int] = Field(
+        DEFAULT_SPLICE_FRESH, ge=0,
+        description="passage KV reuse: tokens at a spliced passage's head evaluated again; off (the default) for none")
+    passage_ram_bytes: int = Field(1 << 30, ge=0, description="bytes of stored passage KV kept in RAM")
+    passage_disk_bytes: int = Field(8 << 30, ge=0, description="bytes of stored passage KV kept on disk")
 
     @field_validator("target_ttft", mode="before")
     @classmethod
     def _target(cls, value):
         if isinstance(value, str) and value.strip().lower() in NO_TARGET:
+            return None
+        return value
+
+    @field_validator("splice_fresh", mode="before")
+    @classmethod
+    def _off(cls, value):
+        if isinstance(value, str) and value.strip().lower() in OFF:
             return None
         return value
 
@@ -98,7 +114,8 @@ class Settings(BaseSettings):
         return EngineSettings(
             engine_url=self.engine_url, engine_model=self.engine_model, engine_api_key=self.engine_api_key,
             gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
-            kv_cells=self.kv_cells,
+            kv_cells=self.kv_cells, splice_fresh=self.splice_fresh, passage_ram_bytes=self.passage_ram_bytes,
+            passage_disk_bytes=self.passage_disk_bytes,
         )
 
     @property
