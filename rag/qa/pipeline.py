@@ -3,7 +3,8 @@
 ``Pipeline`` is a facade over parts that each have one job: the document
 library (``rag.ingest.library``), retrieval (``rag.retrieval``), the prompt
 planner (``planner``), the cost-model keeper (``costs``), the conversation
-keeper (``rag.conversations.keeper``) and the engine (``engine.Backend``).
+keeper (``rag.conversations.keeper``), the passage KV keeper (``passages``)
+and the engine (``engine.Backend``).
 It wires them together, loads each on first use, and answers questions as
 :class:`AnswerStream` s. The CLI and the service are thin layers over it.
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generator, Sequence
 
-from engine.backend import Backend, Generation, PassageKV, PrefixCache, Timings
+from engine.backend import Backend, PrefixCache, Timings
 from prompt_budget import PrefillCostModel, system_message
 from prompt_budget.profile import Profile
 
@@ -38,6 +39,7 @@ from .answer import Answer, Budget, Source
 from .costs import CostKeeper
 from .options import MAX_CANDIDATES, AskOptions, valid_text
 from .parts import Parts
+from .passages import PassageKeeper
 from .planner import PlannedPrompt, PromptPlanner, load_plan
 from .stream import AnswerStream
 
@@ -96,6 +98,7 @@ class Pipeline:
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
         self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                 notice=lambda message: self.notice(message))
+        self.passages = PassageKeeper(lambda: self.backend, self.index)
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
                                          history_mode=history_mode)
 
@@ -265,11 +268,16 @@ class Pipeline:
         (``rag.integrations.langchain``): the budget is planned for
         rag-budget's own prompt layout, so a chain's template adds its own
         few tokens."""
+        prompt = self.planned(question, options, **changes)
+        return Retrieval(prompt.hits, prompt.budget)
+
+    def planned(self, question: str, options: AskOptions | None = None, **changes) -> PlannedPrompt:
+        """The whole prompt :meth:`stream` would send for ``question`` (same
+        options, no conversation), with its passages; nothing is generated."""
         received = time.perf_counter()
         options = AskOptions.of(options, **changes)
         with engine_errors():
-            prompt = self._plan(valid_text(question), options, received, None)
-        return Retrieval(prompt.hits, prompt.budget)
+            return self._plan(valid_text(question), options, received, None)
 
     def _plan(self, question: str, options: AskOptions, received: float,
               conversation: Conversation | None, hits: list[Hit] | None = None) -> PlannedPrompt:
@@ -282,19 +290,6 @@ class Pipeline:
             elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
             load=load_plan(self.backend, self.cost_model, _deadline(received, target), self._unplanned - 1),
         )
-
-    def _generate(self, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
-                  session: str | None) -> Generation:
-        """Submit ``prompt`` to the engine; one that keeps passages splices
-        those it holds and is asked to keep the rest for next time."""
-        backend = self.backend
-        splicing = isinstance(backend, PassageKV) and backend.splice_fresh is not None
-        generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
-                                      session=kv_key(session) if session is not None else None,
-                                      **({"passages": prompt.passages} if splicing else {}))
-        if splicing and prompt.to_keep:
-            backend.keep_passages(prompt.to_keep)
-        return generation
 
     @contextlib.contextmanager
     def _unplanned_question(self):
@@ -321,7 +316,9 @@ class Pipeline:
                     # the load of those before it, so a burst is not all planned for an idle engine.
                     with self._planning:
                         prompt = self._plan(question, options, received, conversation, hits)
-                        generation = self._generate(prompt, options, deadline, session)
+                        generation = self.passages.generate(
+                            prompt.text, prompt.passages, prompt.to_keep, max_tokens=options.max_tokens,
+                            deadline=deadline, session=kv_key(session) if session is not None else None)
                 with generation:
                     for piece in generation:
                         pieces.append(piece)
