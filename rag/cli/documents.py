@@ -11,7 +11,8 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from .common import INDEX_OPTION, IngestBar, app, echo_json, err, command_pipeline, settings, user_errors
+from ..errors import engine_errors
+from .common import INDEX_OPTION, IngestBar, app, counting, echo_json, err, command_pipeline, settings, user_errors
 
 
 @app.command()
@@ -25,16 +26,23 @@ def ingest(
     max_file_mb: Optional[float] = typer.Option(
         None, "--max-file-mb", help="Skip files larger than this many MiB (default: $RAG_MAX_FILE_MB, else 16)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build the index anew from PATHs (repairs a damaged one)."),
+    precompute_kv: bool = typer.Option(
+        False, "--precompute-kv", help="Then evaluate and store every chunk's passage KV (needs --splice-fresh)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Index documents (.txt .md .rst .html .pdf), incrementally."""
+    stored = None
     with user_errors(interrupted="interrupted; the index is as it was before this command"):
         p = command_pipeline(settings(index=index, max_file_mb=max_file_mb))
+        if precompute_kv:
+            p.passages.check()  # before the ingest: say now that it cannot be done
         with IngestBar.shown(transient=as_json) as bar:
             report = p.ingest(paths, include=include, exclude=exclude, chunk_tokens=chunk_tokens,
                               overlap_tokens=overlap_tokens, rebuild=rebuild, progress=bar)
+        if precompute_kv:
+            stored = _precompute(p, transient=as_json)
     if as_json:
-        echo_json({"index": str(p.index_dir), **report.to_dict()})
+        echo_json({"index": str(p.index_dir), **report.to_dict(), **({"passage_kv": stored} if stored else {})})
     else:
         c = report.counts()
         rate = report.chunks_added / report.seconds if report.seconds else 0.0
@@ -51,5 +59,19 @@ def ingest(
             err().print(f"[yellow]skipped:[/] {escape(source)}: {escape(reason)}", soft_wrap=True)
         for glob in report.unmatched:
             err().print(f"[yellow]note:[/] {escape(repr(glob))} matched no file", soft_wrap=True)
+        if stored:
+            err().print(
+                f"passage KV: {stored['computed']} computed, {stored['stored_before']} already stored, of "
+                f"{stored['passages']}; the store holds {stored['ram_bytes'] / 2**20:.1f} MiB in RAM and "
+                f"{stored['disk_bytes'] / 2**20:.1f} MiB on disk, {stored['bytes_per_passage'] / 2**10:.0f} KiB a passage",
+                soft_wrap=True)
     if report.failed:
         raise typer.Exit(1)
+
+
+def _precompute(p, *, transient: bool) -> dict[str, int]:
+    """Every chunk's passage KV evaluated and stored, with a progress bar."""
+    with engine_errors():
+        p.warm_up()  # passages are computed behind the cached system prompt
+    with counting("storing passage KV", transient=transient) as update, engine_errors():
+        return p.passages.precompute(update)

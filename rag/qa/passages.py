@@ -49,15 +49,20 @@ class PassageKeeper:
         stored yet, calling ``progress(done, total)``; the passages computed,
         those already stored and the bytes the store holds (RAM and disk).
         RagError when the engine does not splice (a server, or splicing off)."""
+        backend = self.check()
+        texts = [passage_body(ContextPassage(source, text, page)) for source, text, page in self._index().passages()]
+        report = backend.precompute_passages(texts, progress)
+        return report | {"passages": len(texts), "bytes_per_passage": _per_passage(report)}
+
+    def check(self) -> PassageKV:
+        """The engine, if it splices stored passages; else a RagError that says why not."""
         backend = self._backend()
         if not isinstance(backend, PassageKV):
             raise RagError(f"{backend.name} keeps no passage KV (only the in-process llama.cpp engine does); "
                            "drop --precompute-kv or --engine-url")
         if backend.splice_fresh is None:
             raise RagError("passage KV reuse is off: set --splice-fresh N (or RAG_SPLICE_FRESH) to precompute passages")
-        texts = [passage_body(ContextPassage(source, text, page)) for source, text, page in self._index().passages()]
-        report = backend.precompute_passages(texts, progress)
-        return report | {"passages": len(texts)}
+        return backend
 
     def describe(self) -> dict[str, object]:
         """For ``rag doctor``: whether the engine can splice stored passages,
@@ -68,3 +73,10 @@ class PassageKeeper:
         stats = backend.cache_stats() if isinstance(backend, PrefixCache) else {}
         return {"splicing": "on" if backend.splice_fresh is not None else "off", "splice_fresh": backend.splice_fresh,
                 **{k: v for k, v in stats.items() if k.startswith("passage_")}}
+
+
+def _per_passage(report: dict[str, int]) -> int:
+    """Bytes one stored passage takes, on average (disk if kept there, else RAM)."""
+    entries = report.get("entries", 0)
+    held = report.get("disk_bytes", 0) or report.get("ram_bytes", 0)
+    return round(held / entries) if entries else 0
