@@ -311,8 +311,10 @@ class LlamaCppBackend:
         self.snapshots.discard(session)
 
     def cache_stats(self) -> dict[str, object]:
-        """Entries and bytes of the snapshot store, and what the engine did."""
-        return self.snapshots.stats() | self.passages.stats() | self.engine_stats()
+        """Entries and bytes of the snapshot and passage stores (and passages
+        waiting to be warmed), and what the engine did."""
+        return self.snapshots.stats() | self.passages.stats() | self.engine_stats() | {
+            "passage_warm_queue": self.loop.splicer.warm_size()}
 
     def engine_stats(self) -> dict[str, object]:
         """Sequences and cells, steps run, and the tokens decoded and prefilled in them."""
