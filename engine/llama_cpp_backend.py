@@ -136,10 +136,8 @@ class LlamaCppBackend:
         if snapshots is None:
             snapshots = SnapshotCache(snapshot_ram_bytes, disk, snapshot_disk_bytes)
         self.snapshots = snapshots
-        if splice_fresh is not None and splice_fresh < 0:
-            raise EngineSettingsError(f"splice_fresh must be 0 or more tokens, not {splice_fresh}")
-        self.passages = PassageStore(identity, SnapshotCache(passage_ram_bytes, disk / "passages" if disk else None,
-                                                             passage_disk_bytes), fresh=splice_fresh)
+        self.passages = PassageStore.open(identity, disk / "passages" if disk else None, passage_ram_bytes,
+                                          passage_disk_bytes, fresh=splice_fresh)
         kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
         self._ctx = NativeContext(model_pointer(self._llm), n_ctx=self.kv_cells, n_seq_max=slots + 2,
                                   n_batch=n_batch, n_threads=self.n_threads, flash_attn=self.flash_attn,
@@ -311,15 +309,14 @@ class LlamaCppBackend:
         self.snapshots.discard(session)
 
     def cache_stats(self) -> dict[str, object]:
-        """Entries and bytes of the snapshot and passage stores (and passages
-        waiting to be warmed), and what the engine did."""
-        return self.snapshots.stats() | self.passages.stats() | self.engine_stats() | {
-            "passage_warm_queue": self.loop.splicer.warm_size()}
+        """Entries and bytes of the snapshot and passage stores, and what the engine did."""
+        return self.snapshots.stats() | self.passages.stats() | self.engine_stats()
 
     def engine_stats(self) -> dict[str, object]:
-        """Sequences and cells, steps run, and the tokens decoded and prefilled in them."""
+        """Sequences and cells, steps run, the tokens decoded and prefilled in
+        them, and the passages waiting to be warmed into the store."""
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
-                **self.loop.stats.counters}
+                "passage_warm_queue": self.loop.splicer.warm_size(), **self.loop.stats.counters}
 
     def profile_key(self) -> dict[str, object]:
         """Model file identity, llama.cpp build, GPU layers, context, threads,

@@ -13,7 +13,6 @@ Does not: print, parse arguments or talk HTTP.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -37,10 +36,11 @@ from ..retrieval import RetrievalMode, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
+from .doctor import doctor_report
 from .options import MAX_CANDIDATES, AskOptions, valid_text
 from .parts import Parts
 from .passages import PassageKeeper
-from .planner import PlannedPrompt, PromptPlanner, load_plan
+from .planner import PlannedPrompt, PromptPlanner, Unplanned, load_plan
 from .stream import AnswerStream
 
 SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
@@ -83,8 +83,6 @@ class Pipeline:
         history_mode: HistoryMode = "prompted",
         **parts,
     ) -> None:
-        if history_mode not in ("prompted", "qa"):
-            raise RagError(f"history_mode must be 'prompted' or 'qa', not {history_mode!r}")
         self.settings = settings or Settings.load()
         self.index_dir = Path(index_dir)
         # Where the pipeline says what it does on its own, or what it found wrong.
@@ -93,8 +91,7 @@ class Pipeline:
                            notice=lambda message: self.notice(message), **parts)
         self._system_state = False
         self._planning = threading.Lock()
-        self._unplanned = 0  # questions received and not yet submitted to the engine
-        self._counting = threading.Lock()
+        self._unplanned = Unplanned()  # questions received and not yet submitted to the engine
         self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
         self.costs = CostKeeper(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                 notice=lambda message: self.notice(message))
@@ -288,19 +285,8 @@ class Pipeline:
         return PromptPlanner(self.backend).plan(
             question, hits, options, target_ttft=target, cost=self.cost_model,
             elapsed=lambda: time.perf_counter() - received, history=self.keeper.history(conversation),
-            load=load_plan(self.backend, self.cost_model, _deadline(received, target), self._unplanned - 1),
+            load=load_plan(self.backend, self.cost_model, _deadline(received, target), self._unplanned.count - 1),
         )
-
-    @contextlib.contextmanager
-    def _unplanned_question(self):
-        """Counts a question from its arrival until its prompt is submitted."""
-        with self._counting:
-            self._unplanned += 1
-        try:
-            yield
-        finally:
-            with self._counting:
-                self._unplanned -= 1
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
@@ -310,7 +296,7 @@ class Pipeline:
                 self.prepare()
                 pieces: list[str] = []
                 deadline = _deadline(received, options.target(self.settings.target_ttft))
-                with self._unplanned_question():
+                with self._unplanned:
                     hits = self.search(question, k=options.candidates, mode=options.retrieval)
                     # One plan at a time, each submitted before the next is planned: every plan sees
                     # the load of those before it, so a burst is not all planned for an idle engine.
@@ -361,8 +347,6 @@ class Pipeline:
 
     def doctor(self) -> dict[str, object]:
         """Versions, engine build and device, model, context, threads and index statistics."""
-        from .doctor import doctor_report
-
         with engine_errors():
             return doctor_report(self)
 

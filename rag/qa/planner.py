@@ -13,6 +13,7 @@ Does not: retrieve, generate or store anything.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -78,6 +79,24 @@ class PlannedPrompt:
     planned_at_s: float
     passages: tuple[str, ...] = ()  # the passages as shown, in prompt order (for an engine that splices)
     to_keep: tuple[str, ...] = ()  # passages worth storing: chosen and not stored, or left out for time
+
+
+class Unplanned:
+    """Questions received and not yet submitted to the engine (each counted
+    inside ``with unplanned:``): a plan leaves room for those behind it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "Unplanned":
+        with self._lock:
+            self.count += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self.count -= 1
 
 
 def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0) -> LoadPlan:
