@@ -50,12 +50,14 @@ def bench_splice(
         with counting("questions") as update:
             result = run_bench(pipeline, qs, fresh=values, answer_tokens=answer_tokens, target_ttft=target_ttft,
                                progress=update)
-    if as_json:
-        echo_json(result)
-        return
-    summary = result["summary"]
-    table = Table(title=f"rag bench splice ({len(qs)} questions, {answer_tokens} answer tokens, "
-                        f"KV {result['config']['kv_type']})", title_justify="left")
+    echo_json(result) if as_json else print_splice(result)
+
+
+def print_splice(result: dict) -> None:
+    """The per-R table of a ``rag bench splice`` object, and the default R it implies."""
+    summary, config = result["summary"], result["config"]
+    table = Table(title=f"rag bench splice ({config['questions']} questions, {config['answer_tokens']} answer tokens, "
+                        f"KV {config['kv_type']})", title_justify="left")
     for c in ("R", "agreement", "prefix agreement", "KL nats", "TTFT cold p50 s", "TTFT warm p50 s",
               "spliced tok", "passages found"):
         table.add_column(c, justify="right")
