@@ -46,7 +46,7 @@ def bench_splice(
             raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
         qs = questions_of(questions or BENCH_DATA / "python_docs_dev.jsonl")
         qs = qs[:limit] if limit else qs
-        pipeline = bench_pipeline(corpus, include, index, model)
+        pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)  # leaves no stored passage behind
         with counting("questions") as update:
             result = run_bench(pipeline, qs, fresh=values, answer_tokens=answer_tokens, target_ttft=target_ttft,
                                progress=update)

@@ -247,16 +247,19 @@ class PromptPlanner:
                     cost: Callable[[int, int], float], splice_seconds: Callable[[int], float],
                     ) -> tuple[list[ContextPassage], list[Candidate]]:
         """The passages of ``hits`` (each focused on the question when the
-        room is too small for three whole ones) and their budget candidates,
-        with what the engine holds stored of each."""
+        room is too small for three whole ones, unless the engine holds it
+        stored whole: then it costs its load, not its prefill) and their
+        budget candidates, with what the engine holds stored of each."""
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
+        stored = self._stored(passages)
         if cap is not None:
             terms = set(lexical_terms(question))
-            passages = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
+            passages = [p if kept else self._focused(p, terms, cap, n)
+                        for n, (p, kept) in enumerate(zip(passages, stored), start=1)]
             sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
-        stored = self._stored(passages)
+            stored = self._stored(passages)
         candidates = [
             Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end,
                       spliced=kept, splice_s=splice_seconds(kept) if kept else 0.0)
