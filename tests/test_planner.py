@@ -112,3 +112,7 @@ def test_a_passage_stored_whole_stays_whole_under_a_tight_budget_and_is_spliced(
     assert hits[0].text in plan.text and whole in plan.passages
     assert [d.spliced for d in plan.budget.decisions if d.chunk_id == "c0"] == [True]
     assert whole not in plan.to_keep  # stored already
+    # Its tokens are predicted as loaded, not evaluated: the prediction is below a full prefill's.
+    full = _plan(_StoringFake(()), hits, target=None, max_k=1, max_tokens=16)
+    one = _plan(_StoringFake([whole]), hits, target=None, max_k=1, max_tokens=16)
+    assert one.text == full.text and one.budget.predicted_ttft_s < full.budget.predicted_ttft_s

@@ -194,19 +194,16 @@ class PromptPlanner:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages)
         text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens)
-        new = max(n - cached, 0)
+        # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
+        spliced = [candidates[i] for i in chosen if i not in plan.trim and candidates[i].spliced]
+        held = cached + sum(c.spliced for c in spliced)
+        seconds = loaded(max(n - held, 0), held) + sum(c.splice_s for c in spliced)
         budget = Budget(
-            target_ttft=target_ttft,
-            predicted_ttft_s=request.overhead_s + loaded(new, cached),
-            candidates=len(hits),
-            chosen=len(chosen),
-            planned_ttft_s=request.overhead_s + safety * loaded(new, cached),
-            feasible=target_ttft is None or request.overhead_s + safety * loaded(new, cached) <= target_ttft,
-            safety=safety,
-            decisions=_decisions(plan, hits, candidates, chosen),
-            cached_tokens=cached,
-            load_wait_s=load.wait_s,
-            cut_for_load=cut,
+            target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
+            chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
+            feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
+            safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
+            load_wait_s=load.wait_s, cut_for_load=cut,
         )
         user = build_messages(question, shown)[-1].content
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at,
