@@ -78,12 +78,15 @@ def bench_ttft(
         pipeline.prepare()  # calibrate, if needed, before anything is timed
         with counting("asking") as update:
             result = run_bench(pipeline, qs, wanted, max_tokens=max_tokens, passes=passes, progress=update)
-    if as_json:
-        echo_json(result)
-        return
-    splice = result["config"]["splice_fresh"]
-    table = Table(title=f"rag bench ttft ({len(qs)} questions, learning {'off' if no_learn else 'on'}, passage KV reuse "
-                        f"{'off' if splice is None else f'R={splice}'})", title_justify="left")
+    echo_json(result) if as_json else print_ttft(result)
+
+
+def print_ttft(result: dict) -> None:
+    """The per-target (and per-pass) table of a ``rag bench ttft`` object."""
+    config = result["config"]
+    splice = config.get("splice_fresh")
+    table = Table(title=f"rag bench ttft ({config['questions']} questions, learning {'on' if config['learn'] else 'off'}, "
+                        f"passage KV reuse {'off' if splice is None else f'R={splice}'})", title_justify="left")
     columns = ["pass", "target s", "feasible", "requests", "p50 meas/target", "p95 meas/target", "over target",
                "mean chunks", "mean prompt tok", "mean spliced tok", "pred err p50", "pred err p95"]
     for c in columns:
