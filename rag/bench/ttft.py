@@ -40,7 +40,8 @@ def _row(number: int, target: float, pass_: int, answer) -> dict[str, object]:
         "predicted_ttft_s": round(b.predicted_ttft_s, 4), "planned_ttft_s": round(b.planned_ttft_s or 0, 4),
         "feasible": b.feasible, "chosen": b.chosen, "prompt_tokens": t.prompt_tokens,
         "cached_tokens": t.cached_tokens, "prefill_tokens": t.prefill_tokens, "prefill_s": round(t.prefill_s, 4),
-        "spliced_tokens": t.spliced_tokens, "ratio": round(t.ttft_s / target, 4),
+        "spliced_tokens": t.spliced_tokens, "planned_spliced": sum(1 for d in b.decisions if d.spliced),
+        "ratio": round(t.ttft_s / target, 4),
         "pred_err": round(abs(b.predicted_ttft_s - t.ttft_s) / t.ttft_s, 4),
     }
 
