@@ -246,8 +246,7 @@ class EngineLoop:
             self._no_room(step)
             return
         self.busy_budget, self.idle_budget = self._budgets
-        samples = [(a, a.sampler.sample(self.ctx, i)) for i, (e, (a, _)) in enumerate(zip(entries, owners))
-                   if e.logits]
+        samples = [(a, self._sample(a, i)) for i, (e, (a, _)) in enumerate(zip(entries, owners)) if e.logits]
         self._account(step, owners, time.perf_counter() - started)
         for key in step.decode:
             self._active[key].n_past += 1
@@ -259,6 +258,11 @@ class EngineLoop:
                 self._finish(a)
         for a, token in samples:
             self._take(a, token)
+
+    def _sample(self, a: Active, index: int) -> int:
+        """The next token of ``a`` from batch entry ``index`` (a traced request records it)."""
+        token = a.sampler.sample(self.ctx, index)
+        return token if a.req.trace is None else a.req.trace.take(token, self.ctx.logits(index))
 
     def _account(self, step: Step, owners: list, seconds: float) -> None:
         """Share a step's ``seconds`` among its tokens, and count it."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from .backend import Generation, Message, Timings, check_fits
 from .engine_loop import EngineLoop
-from .requests import Request
+from .requests import Request, Trace
 from .errors import ContextOverflow, EngineSettingsError, ModelFileError
 from .kv_snapshots import SnapshotCache, common_prefix
 from .llama_internals import chat_formatter, model_pointer, vocab_pointer
@@ -136,10 +136,8 @@ class LlamaCppBackend:
         if snapshots is None:
             snapshots = SnapshotCache(snapshot_ram_bytes, disk, snapshot_disk_bytes)
         self.snapshots = snapshots
-        if splice_fresh is not None and splice_fresh < 0:
-            raise EngineSettingsError(f"splice_fresh must be 0 or more tokens, not {splice_fresh}")
-        self.passages = PassageStore(identity, SnapshotCache(passage_ram_bytes, disk / "passages" if disk else None,
-                                                             passage_disk_bytes), fresh=splice_fresh)
+        self.passages = PassageStore.open(identity, disk / "passages" if disk else None, passage_ram_bytes,
+                                          passage_disk_bytes, fresh=splice_fresh)
         kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
         self._ctx = NativeContext(model_pointer(self._llm), n_ctx=self.kv_cells, n_seq_max=slots + 2,
                                   n_batch=n_batch, n_threads=self.n_threads, flash_attn=self.flash_attn,
@@ -202,13 +200,15 @@ class LlamaCppBackend:
         deadline: float | None = None,
         background: bool = False,
         passages: Sequence[str] = (),
+        trace: Trace | None = None,
     ) -> Generation:
         """The greedy completion of ``prompt`` (text or tokens), streamed.
         With ``session``, the state after the answer is saved under that key.
         ``deadline`` (a ``time.perf_counter()`` instant) orders it among the
         others, earliest first; ``background`` work waits for all of them.
         ``passages`` are the texts of retrieved passages inside the prompt
-        (see :meth:`stored_passages`): those stored are spliced in.
+        (see :meth:`stored_passages`): those stored are spliced in. A
+        ``trace`` records the answer's tokens and logits (measurements).
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
@@ -222,7 +222,7 @@ class LlamaCppBackend:
         spans = tuple(s for s in find_spans(tokens, [self.tokenize(p) for p in passages]) if s is not None) \
             if passages and self.passages.enabled else ()
         request = Request(0, tokens, max(max_tokens, 1), session=session, background=background,
-                          deadline=math.inf if deadline is None else deadline, spans=spans)
+                          deadline=math.inf if deadline is None else deadline, spans=spans, trace=trace)
         # Submitted now, not when first read, so that the load the next request is planned for includes it.
         self.loop.submit(request)
         return Generation(self._run(request), engine=self.name, release=lambda: self._release(request))
@@ -309,13 +309,14 @@ class LlamaCppBackend:
         self.snapshots.discard(session)
 
     def cache_stats(self) -> dict[str, object]:
-        """Entries and bytes of the snapshot store, and what the engine did."""
+        """Entries and bytes of the snapshot and passage stores, and what the engine did."""
         return self.snapshots.stats() | self.passages.stats() | self.engine_stats()
 
     def engine_stats(self) -> dict[str, object]:
-        """Sequences and cells, steps run, and the tokens decoded and prefilled in them."""
+        """Sequences and cells, steps run, the tokens decoded and prefilled in
+        them, and the passages waiting to be warmed into the store."""
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
-                **self.loop.stats.counters}
+                "passage_warm_queue": self.loop.splicer.warm_size(), **self.loop.stats.counters}
 
     def profile_key(self) -> dict[str, object]:
         """Model file identity, llama.cpp build, GPU layers, context, threads,

@@ -94,6 +94,12 @@ class NativeContext:
             raise GenerationFailed(f"llama_decode failed with code {code}")
         return code
 
+    def logits(self, index: int) -> np.ndarray:
+        """A copy of the raw logits (float32, one per vocabulary token) of
+        batch entry ``index`` of the last decode."""
+        ptr = self._lc.llama_get_logits_ith(self.ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
     # -- sequences ---------------------------------------------------------------
 
     def remove(self, seq: int, p0: int = -1, p1: int = -1) -> None:

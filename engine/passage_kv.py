@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from .errors import EngineSettingsError
 from .kv_snapshots import Snapshot, SnapshotCache
 
 
@@ -89,6 +91,15 @@ class PassageStore:
     def __init__(self, identity: str, cache: SnapshotCache, *, fresh: int | None) -> None:
         self.identity, self.cache, self.fresh = identity, cache, fresh
         self.hits = self.misses = 0
+
+    @classmethod
+    def open(cls, identity: str, disk_dir: Path | None, ram_bytes: int, disk_bytes: int, *,
+             fresh: int | None) -> "PassageStore":
+        """A store of at most ``ram_bytes`` in RAM and, under ``disk_dir``,
+        ``disk_bytes`` on disk; EngineSettingsError for a negative ``fresh``."""
+        if fresh is not None and fresh < 0:
+            raise EngineSettingsError(f"splice_fresh must be 0 or more tokens, not {fresh}")
+        return cls(identity, SnapshotCache(ram_bytes, disk_dir, disk_bytes), fresh=fresh)
 
     @property
     def enabled(self) -> bool:

@@ -12,11 +12,33 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .backend import Timings
 from .errors import EngineError
 from .llama_native import Sampler
 from .passage_kv import Splice
 from .scheduler import Work
+
+
+@dataclass
+class Trace:
+    """What a measurement asks a request to record (``rag bench splice``):
+    each answer token (an end token included) and the model's raw logits
+    at each answer position (before any penalty). With ``forced``, those
+    tokens are the answer instead of the sampled ones (teacher forcing), so
+    two prompts' next-token distributions can be compared on one answer."""
+
+    forced: tuple[int, ...] = ()
+    tokens: list[int] = field(default_factory=list)
+    logits: list[np.ndarray] = field(default_factory=list)
+
+    def take(self, sampled: int, logits: np.ndarray) -> int:
+        """Record the position whose ``logits`` gave ``sampled``; the token the answer goes on with."""
+        token = self.forced[len(self.tokens)] if len(self.tokens) < len(self.forced) else sampled
+        self.tokens.append(token)
+        self.logits.append(logits)
+        return token
 
 
 @dataclass
@@ -36,6 +58,7 @@ class Request:
     spans: tuple[tuple[int, int], ...] = ()  # where retrieved passages lie in ``tokens`` (they may be spliced)
     store: str | None = None  # a passage behind the system prompt, to evaluate and keep under this key
     idle: bool = False  # warming the passage store: runs only while nothing else needs the engine
+    trace: Trace | None = None  # record answer tokens and logits (measurements only)
     started: float = field(default_factory=time.perf_counter)
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)

@@ -30,7 +30,8 @@ def engine_urls(value: str | None) -> list[str]:
 
 class EngineSettings(BaseModel):
     """The engine options. With ``engine_url`` set, a server answers
-    (``RemoteBackend``) and the local-model fields do not apply; otherwise
+    (``RemoteBackend``) and the local-model fields (passage KV reuse
+    included) do not apply; otherwise
     llama.cpp runs in this process."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
@@ -46,6 +47,9 @@ class EngineSettings(BaseModel):
     kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
     slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
     kv_cells: Optional[int] = Field(None, ge=256, description="KV cells all of them share (default: twice the context)")
+    splice_fresh: Optional[int] = Field(None, ge=0, description="tokens at a spliced passage's head evaluated again; None: splicing off")
+    passage_ram_bytes: int = Field(1 << 30, ge=0, description="stored passage KV kept in RAM, bytes")
+    passage_disk_bytes: int = Field(8 << 30, ge=0, description="stored passage KV kept on disk, bytes")
 
 
 def open_backend(
@@ -83,4 +87,6 @@ def open_backend(
         model, n_ctx=n_ctx or DEFAULT_N_CTX, n_gpu_layers=settings.gpu_layers, flash_attn=settings.flash_attn,
         kv_type=settings.kv_type, slots=settings.slots, kv_cells=settings.kv_cells, snapshot_dir=snapshot_dir,
         snapshot_ram_bytes=snapshot_ram_bytes, snapshot_disk_bytes=snapshot_disk_bytes,
+        splice_fresh=settings.splice_fresh, passage_ram_bytes=settings.passage_ram_bytes,
+        passage_disk_bytes=settings.passage_disk_bytes,
     )

@@ -209,18 +209,21 @@ class PrefillCostModel:
 
     def splice_seconds(self, tokens: int, passages: int = 1) -> float:
         """Predicted seconds to load and place ``tokens`` of ``passages``
-        stored passages: the measured rate per token (the median of recent
-        splices; a prior before any), plus the fixed cost of the evaluation
-        step each passage splits the prompt into."""
+        stored passages: the measured cost per spliced token (the median of
+        recent splices, which includes the evaluation steps each passage
+        splits the prompt into); before any, a prior rate plus the fixed
+        cost of one such step per passage."""
         if tokens <= 0:
             return 0.0
         with self._lock:
-            rate = quantile(list(self._splice_rates), 0.5) if self._splice_rates else PRIOR_SPLICE_S_PER_TOKEN
+            if self._splice_rates:
+                return tokens * quantile(list(self._splice_rates), 0.5)
             step = max(self.fit.coef[0], 0.0) if self.fit.coef else 0.0
-            return tokens * rate + passages * step
+            return tokens * PRIOR_SPLICE_S_PER_TOKEN + passages * step
 
     def observe_splice(self, tokens: int, seconds: float) -> None:
-        """Record ``seconds`` spent splicing ``tokens`` of stored passages."""
+        """Record ``seconds`` that splicing ``tokens`` of stored passages cost
+        (their load, and the prefill time they added beyond a plain one)."""
         with self._lock:
             if tokens > 0 and seconds > 0:
                 self._splice_rates.append(seconds / tokens)

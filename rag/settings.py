@@ -25,6 +25,8 @@ from .errors import RagError
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 DEFAULT_TARGET_TTFT = 2.0
+# Passage KV reuse is off by default: no R of `rag bench splice` reached 0.95 agreement (README).
+DEFAULT_SPLICE_FRESH = None
 NO_TARGET = ("none", "off", "inf")
 
 # The flag each field is set by on the command line, for error messages.
@@ -33,7 +35,9 @@ FLAGS = {
     "engine_url": "--engine-url", "engine_routing": "--engine-routing", "engine_model": "--engine-model",
     "gpu_layers": "--gpu-layers", "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
     "no_server": "--no-server",
+    "splice_fresh": "--splice-fresh",
 }
+OFF = ("none", "off")
 
 
 class Settings(BaseSettings):
@@ -67,11 +71,23 @@ class Settings(BaseSettings):
     no_server: bool = Field(False, description="rag ask, chat and search answer in process, not through the resident server")
     server_idle_s: float = Field(900.0, gt=0, description="seconds a resident server waits idle before it exits")
     runtime_dir: Optional[Path] = Field(None, description="resident servers' sockets (default: $XDG_RUNTIME_DIR/rag-budget)")
+    splice_fresh: Optional[int] = Field(
+        DEFAULT_SPLICE_FRESH, ge=0,
+        description="passage KV reuse: tokens at a spliced passage's head evaluated again; off (the default) for none")
+    passage_ram_bytes: int = Field(1 << 30, ge=0, description="bytes of stored passage KV kept in RAM")
+    passage_disk_bytes: int = Field(8 << 30, ge=0, description="bytes of stored passage KV kept on disk")
 
     @field_validator("target_ttft", mode="before")
     @classmethod
     def _target(cls, value):
         if isinstance(value, str) and value.strip().lower() in NO_TARGET:
+            return None
+        return value
+
+    @field_validator("splice_fresh", mode="before")
+    @classmethod
+    def _off(cls, value):
+        if isinstance(value, str) and value.strip().lower() in OFF:
             return None
         return value
 
@@ -115,7 +131,8 @@ class Settings(BaseSettings):
         return EngineSettings(
             engine_url=self.engine_url, engine_routing=self.engine_routing, engine_model=self.engine_model,
             engine_api_key=self.engine_api_key, gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
-            kv_cells=self.kv_cells,
+            kv_cells=self.kv_cells, splice_fresh=self.splice_fresh, passage_ram_bytes=self.passage_ram_bytes,
+            passage_disk_bytes=self.passage_disk_bytes,
         )
 
     @property

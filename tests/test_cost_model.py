@@ -132,3 +132,23 @@ def test_profile_round_trips_and_is_keyed(tmp_path):
         assert profile_id(key | changed) != profile_id(key)
     path.write_text("{not json")
     assert load_profile(tmp_path, key) is None  # unreadable: measured again, never a crash
+
+
+def test_a_spliced_request_teaches_the_splice_cost_not_the_prefill_rate(tmp_path):
+    from engine import FakeBackend
+    from engine.backend import Timings
+    from rag.qa.costs import CostKeeper
+
+    keeper = CostKeeper(lambda: FakeBackend(), tmp_path, learn=True)
+    model = keeper.model
+    before, prior = model.predict(150, 1100), model.splice_seconds(1000, 8)
+    assert prior > 0
+    # Evaluated in pieces between its passages, its prefill took 0.8 s more than a plain one.
+    t = Timings(prompt_tokens=1250, cached_tokens=1100, prefill_tokens=150, ttft_s=before + 0.9,
+                prefill_s=before + 0.8, decode_tokens=1, decode_s=0.01, total_s=before + 1.0,
+                spliced_tokens=1000, splice_s=0.01)
+    for _ in range(3):
+        keeper.observe(t, 0.0)
+    assert model.predict(150, 1100) == pytest.approx(before)  # the prefill rate is left as it was
+    assert model.splice_seconds(1000, 8) == pytest.approx(0.81, rel=0.01)
+    assert model.splice_seconds(500, 4) == pytest.approx(0.405, rel=0.01)

@@ -61,6 +61,9 @@ def test_settings_come_from_variables_and_flags_override_them(monkeypatch, tmp_p
     ("RAG_TARGET_TTFT", "nan", "RAG_TARGET_TTFT"),
     ("RAG_RETRIEVAL", "magic", "RAG_RETRIEVAL"),
     ("RAG_GPU_LAYERS", "-5", "RAG_GPU_LAYERS"),
+    ("RAG_SPLICE_FRESH", "-1", "RAG_SPLICE_FRESH"),
+    ("RAG_SPLICE_FRESH", "many", "RAG_SPLICE_FRESH"),
+    ("RAG_PASSAGE_RAM_BYTES", "-1", "RAG_PASSAGE_RAM_BYTES"),
 ])
 def test_a_bad_variable_is_named(monkeypatch, name, value, fragment):
     monkeypatch.setenv(name, value)
@@ -71,3 +74,15 @@ def test_a_bad_variable_is_named(monkeypatch, name, value, fragment):
 def test_a_bad_flag_is_named_as_the_flag():
     with pytest.raises(RagError, match="--target-ttft"):
         Settings.load(target_ttft=-2.0)
+
+
+def test_passage_kv_settings_reach_the_engine_settings(monkeypatch):
+    assert Settings.load().engine.splice_fresh is None  # off by default (README: rag bench splice)
+    monkeypatch.setenv("RAG_SPLICE_FRESH", "16")
+    monkeypatch.setenv("RAG_PASSAGE_DISK_BYTES", str(1 << 20))
+    s = Settings.load()
+    assert (s.engine.splice_fresh, s.engine.passage_disk_bytes, s.engine.passage_ram_bytes) == (16, 1 << 20, 1 << 30)
+    assert Settings.load(splice_fresh="off").engine.splice_fresh is None  # the flag overrides the variable
+    assert Settings.load(splice_fresh="0").splice_fresh == 0
+    with pytest.raises(RagError, match="--splice-fresh"):
+        Settings.load(splice_fresh="-3")

@@ -80,3 +80,39 @@ def test_cached_tokens_are_what_the_engine_holds():
     system = len(backend.tokenize(backend.render([system_message()])))
     # The prompt before its passages is what can be known cached when planning.
     assert again.budget.cached_tokens >= system - 2 > 0
+
+
+class _StoringFake(FakeBackend):
+    """The fake engine with a passage store holding ``stored`` (passage texts as shown)."""
+
+    splice_fresh = 0
+
+    def __init__(self, stored, **kw) -> None:
+        super().__init__(**kw)
+        self.stored = set(stored)
+
+    def stored_passages(self, texts):
+        return [len(self.tokenize(t)) if t in self.stored else 0 for t in texts]
+
+    def keep_passages(self, texts):
+        return 0
+
+    def precompute_passages(self, texts, progress=None):
+        return {}
+
+
+def test_a_passage_stored_whole_stays_whole_under_a_tight_budget_and_is_spliced():
+    from prompt_budget import ContextPassage, passage_body
+
+    hits = _hits(6, words=200)
+    bare = _plan(_StoringFake(()), hits, target=1.5, max_tokens=16)
+    assert bare.budget.chosen >= 1 and not any(h.text in bare.text for h in hits)  # all cut to a window
+    whole = passage_body(ContextPassage(hits[0].source, hits[0].text))
+    plan = _plan(_StoringFake([whole]), hits, target=1.5, max_tokens=16)
+    assert hits[0].text in plan.text and whole in plan.passages
+    assert [d.spliced for d in plan.budget.decisions if d.chunk_id == "c0"] == [True]
+    assert whole not in plan.to_keep  # stored already
+    # Its tokens are predicted as loaded, not evaluated: the prediction is below a full prefill's.
+    full = _plan(_StoringFake(()), hits, target=None, max_k=1, max_tokens=16)
+    one = _plan(_StoringFake([whole]), hits, target=None, max_k=1, max_tokens=16)
+    assert one.text == full.text and one.budget.predicted_ttft_s < full.budget.predicted_ttft_s

@@ -1,16 +1,49 @@
 """``rag bench ttft``: every question under every TTFT target, and how well
-the measured TTFT met the target and how well it was predicted.
+the measured TTFT met the target and how well it was predicted; with
+several passes, the questions are asked again after the engine had the
+idle time to store the passages the first pass wished for (passage KV
+reuse, when it is on), so cold and warm stores are compared.
 
 Does not: assert anything; the figures are for people to read and compare.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 from ..qa.pipeline import Pipeline
 from .questions import Question
 from .stats import quantile
+
+SETTLE_S = 600.0  # the longest wait between passes for the engine to finish warming its passage store
+
+
+def settle(pipeline: Pipeline, limit_s: float = SETTLE_S) -> float:
+    """Wait until the engine has no passage left to warm and nothing to run;
+    the seconds waited."""
+    backend, began = pipeline.backend, time.perf_counter()
+    stats = getattr(backend, "cache_stats", lambda: {})
+    load = getattr(backend, "load", None)
+    while time.perf_counter() - began < limit_s:
+        now = load() if load is not None else None
+        if not stats().get("passage_warm_queue") and (now is None or not (now.active or now.waiting)):
+            break
+        time.sleep(0.2)
+    return time.perf_counter() - began
+
+
+def _row(number: int, target: float, pass_: int, answer) -> dict[str, object]:
+    t, b = answer.timings, answer.budget
+    return {
+        "pass": pass_, "target_s": target, "question": number, "ttft_s": round(t.ttft_s, 4),
+        "predicted_ttft_s": round(b.predicted_ttft_s, 4), "planned_ttft_s": round(b.planned_ttft_s or 0, 4),
+        "feasible": b.feasible, "chosen": b.chosen, "prompt_tokens": t.prompt_tokens,
+        "cached_tokens": t.cached_tokens, "prefill_tokens": t.prefill_tokens, "prefill_s": round(t.prefill_s, 4),
+        "spliced_tokens": t.spliced_tokens, "planned_spliced": sum(1 for d in b.decisions if d.spliced),
+        "ratio": round(t.ttft_s / target, 4),
+        "pred_err": round(abs(b.predicted_ttft_s - t.ttft_s) / t.ttft_s, 4),
+    }
 
 
 def bench_ttft(
@@ -19,56 +52,56 @@ def bench_ttft(
     targets: Sequence[float],
     *,
     max_tokens: int = 16,
+    passes: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, object]:
-    """Answer every question under every TTFT target and report how well
-    the measured TTFT met the target and how well it was predicted."""
+    """Answer every question under every TTFT target (``passes`` times,
+    the engine left to settle in between) and report how well the measured
+    TTFT met the target and how well it was predicted."""
     rows: list[dict[str, object]] = []
-    total, done = len(questions) * len(targets), 0
-    for target in targets:
-        for number, q in enumerate(questions, start=1):
-            answer = pipeline.ask(q.question, target_ttft=target, max_tokens=max_tokens)
-            t, b = answer.timings, answer.budget
-            rows.append(
-                {
-                    "target_s": target, "question": number, "ttft_s": round(t.ttft_s, 4),
-                    "predicted_ttft_s": round(b.predicted_ttft_s, 4), "planned_ttft_s": round(b.planned_ttft_s or 0, 4),
-                    "feasible": b.feasible, "chosen": b.chosen, "prompt_tokens": t.prompt_tokens,
-                    "cached_tokens": t.cached_tokens, "prefill_tokens": t.prefill_tokens, "prefill_s": round(t.prefill_s, 4),
-                    "ratio": round(t.ttft_s / target, 4),
-                    "pred_err": round(abs(b.predicted_ttft_s - t.ttft_s) / t.ttft_s, 4),
-                }
-            )
-            done += 1
-            if progress:
-                progress(done, total)
-    summary = []
-    for target in targets:
-        mine = [r for r in rows if r["target_s"] == target]
-        ratios = [r["ratio"] for r in mine]
-        errors = [r["pred_err"] for r in mine]
-        summary.append(
-            {
-                "target_s": target,
-                # Infeasible: even one chunk could not be planned within the target.
-                "feasible": all(r["feasible"] for r in mine),
-                "infeasible_requests": sum(1 for r in mine if not r["feasible"]),
-                "requests": len(mine),
-                "p50_ratio": round(quantile(ratios, 0.5), 3),
-                "p95_ratio": round(quantile(ratios, 0.95), 3),
-                "over_share": round(sum(1 for x in ratios if x > 1.0) / len(ratios), 3),
-                "mean_chunks": round(sum(r["chosen"] for r in mine) / len(mine), 2),
-                "mean_prompt_tokens": round(sum(r["prompt_tokens"] for r in mine) / len(mine), 1),
-                "pred_err_p50": round(quantile(errors, 0.5), 3),
-                "pred_err_p95": round(quantile(errors, 0.95), 3),
-            }
-        )
+    total, done, settled = len(questions) * len(targets) * passes, 0, []
+    for pass_ in range(1, passes + 1):
+        if pass_ > 1:
+            settled.append(round(settle(pipeline), 1))
+        for target in targets:
+            for number, q in enumerate(questions, start=1):
+                rows.append(_row(number, target, pass_, pipeline.ask(q.question, target_ttft=target,
+                                                                     max_tokens=max_tokens)))
+                done += 1
+                if progress:
+                    progress(done, total)
+    summary = [_summary(rows, pass_, target) for pass_ in range(1, passes + 1) for target in targets]
+    backend = pipeline.backend
     return {
         "bench": "ttft",
         "config": {
-            "targets": list(targets), "questions": len(questions), "max_tokens": max_tokens,
-            "learn": pipeline.costs.learn, "engine": pipeline.backend.name, "index": str(pipeline.index_dir),
+            "targets": list(targets), "questions": len(questions), "max_tokens": max_tokens, "passes": passes,
+            "learn": pipeline.costs.learn, "engine": backend.name, "index": str(pipeline.index_dir),
+            "splice_fresh": getattr(backend, "splice_fresh", None), "settled_s": settled,
         },
         "rows": rows,
         "summary": {"targets": summary},
+    }
+
+
+def _summary(rows: Sequence[dict], pass_: int, target: float) -> dict[str, object]:
+    """The figures of one pass at one target."""
+    mine = [r for r in rows if r["target_s"] == target and r["pass"] == pass_]
+    ratios = [r["ratio"] for r in mine]
+    errors = [r["pred_err"] for r in mine]
+    return {
+        "pass": pass_,
+        "target_s": target,
+        # Infeasible: even one chunk could not be planned within the target.
+        "feasible": all(r["feasible"] for r in mine),
+        "infeasible_requests": sum(1 for r in mine if not r["feasible"]),
+        "requests": len(mine),
+        "p50_ratio": round(quantile(ratios, 0.5), 3),
+        "p95_ratio": round(quantile(ratios, 0.95), 3),
+        "over_share": round(sum(1 for x in ratios if x > 1.0) / len(ratios), 3),
+        "mean_chunks": round(sum(r["chosen"] for r in mine) / len(mine), 2),
+        "mean_prompt_tokens": round(sum(r["prompt_tokens"] for r in mine) / len(mine), 1),
+        "mean_spliced_tokens": round(sum(r["spliced_tokens"] for r in mine) / len(mine), 1),
+        "pred_err_p50": round(quantile(errors, 0.5), 3),
+        "pred_err_p95": round(quantile(errors, 0.95), 3),
     }

@@ -109,6 +109,8 @@ def doctor(
             value = "; ".join(f"{g['name']}, {g['free_bytes'] / 2**30:.1f} of {g['total_bytes'] / 2**30:.1f} GiB free"
                               for g in value) or "none found (no nvidia-smi)"
         table.add_row(key, str(value))
+    for key, value in report["passages"].items():
+        table.add_row(key if key.startswith("splic") else f"passages.{key.removeprefix('passage_')}", str(value))
     for key, value in report["index"].items():
         table.add_row(f"index.{key}", str(value))
     Console(highlight=False, soft_wrap=False).print(table)

@@ -86,12 +86,16 @@ def _engine_options(
         None, "--flash-attn/--no-flash-attn", help="Flash attention (default: $RAG_FLASH_ATTN, else on)."),
     kv_type: Optional[str] = typer.Option(
         None, "--kv-type", help="KV cache type: f16 or q8_0 (half the memory) (default: $RAG_KV_TYPE, else f16)."),
+    splice_fresh: Optional[str] = typer.Option(
+        None, "--splice-fresh",
+        help="Passage KV reuse: splice stored passages into prompts, evaluating this many tokens at each one's head "
+             "again; off for none (default: $RAG_SPLICE_FRESH, else off; see README)."),
 ) -> None:
     """Local document question answering that treats the prompt as a cost."""
     clock.invoked()
     _ENGINE_FLAGS.clear()
     _ENGINE_FLAGS.update(engine_url=engine_url, engine_routing=engine_routing, engine_model=engine_model,
-                         gpu_layers=gpu_layers, flash_attn=flash_attn, kv_type=kv_type)
+                         gpu_layers=gpu_layers, flash_attn=flash_attn, kv_type=kv_type, splice_fresh=splice_fresh)
 
 
 def settings(**flags) -> Settings:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from rich.markup import escape
 
-from .common import INDEX_OPTION, IngestBar, app, echo_json, err, command_pipeline, settings, user_errors
+from ..errors import engine_errors
+from .common import INDEX_OPTION, IngestBar, app, counting, echo_json, err, command_pipeline, settings, user_errors
 
 if TYPE_CHECKING:
     from ..ingest.run import IngestReport
@@ -30,16 +31,23 @@ def ingest(
         None, "--max-file-mb", help="Skip files larger than this many MiB (default: $RAG_MAX_FILE_MB, else 16)."),
     rebuild: bool = typer.Option(False, "--rebuild", help="Build the index anew from PATHs (repairs a damaged one)."),
     watch: bool = typer.Option(False, "--watch", help="Then keep watching PATHs and ingest again when files change; Ctrl-C stops."),
+    precompute_kv: bool = typer.Option(
+        False, "--precompute-kv", help="Then evaluate and store every chunk's passage KV (needs --splice-fresh)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (one line per ingest)."),
 ) -> None:
     """Index documents, incrementally: text, Markdown, reStructuredText, HTML,
     PDF, Word, PowerPoint, Excel, CSV, EPUB and source code."""
     options = dict(include=include, exclude=exclude, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens)
+    stored = None
     with user_errors(interrupted="interrupted; the index is as it was before this command"):
         p = command_pipeline(settings(index=index, max_file_mb=max_file_mb))
+        if precompute_kv:
+            p.passages.check()  # before the ingest: say now that it cannot be done
         with IngestBar.shown(transient=as_json) as bar:
             report = p.ingest(paths, rebuild=rebuild, progress=bar, **options)
-    print_report(report, p.index_dir, as_json)
+        if precompute_kv:
+            stored = _precompute(p, transient=as_json)
+    print_report(report, p.index_dir, as_json, stored)
     if not watch:
         if report.failed or report.nothing_indexed():
             raise typer.Exit(1)
@@ -60,11 +68,12 @@ def ingest(
     err().print("stopped watching; the index holds the last change published")
 
 
-def print_report(report: IngestReport, index_dir: Path, as_json: bool) -> None:
-    """The report of one ingest: JSON on stdout, or counts and one line per
-    file that was not indexed (or indexed in part) on stderr."""
+def print_report(report: IngestReport, index_dir: Path, as_json: bool, stored: dict | None = None) -> None:
+    """The report of one ingest (and of the passage KV it stored): JSON on
+    stdout, or counts and one line per file that was not indexed (or
+    indexed in part) on stderr."""
     if as_json:
-        echo_json({"index": str(index_dir), **report.to_dict()})
+        echo_json({"index": str(index_dir), **report.to_dict(), **({"passage_kv": stored} if stored else {})})
         return
     c = report.counts()
     rate = report.chunks_added / report.seconds if report.seconds else 0.0
@@ -90,3 +99,17 @@ def print_report(report: IngestReport, index_dir: Path, as_json: bool) -> None:
     why = report.nothing_indexed()
     if why:
         console.print(f"[bold yellow]{escape(why)}[/]", soft_wrap=True)
+    if stored:
+        console.print(
+            f"passage KV: {stored['computed']} computed, {stored['stored_before']} already stored, of "
+            f"{stored['passages']}; the store holds {stored['ram_bytes'] / 2**20:.1f} MiB in RAM and "
+            f"{stored['disk_bytes'] / 2**20:.1f} MiB on disk, {stored['bytes_per_passage'] / 2**10:.0f} KiB a passage",
+            soft_wrap=True)
+
+
+def _precompute(p, *, transient: bool) -> dict[str, int]:
+    """Every chunk's passage KV evaluated and stored, with a progress bar."""
+    with engine_errors():
+        p.warm_up()  # passages are computed behind the cached system prompt
+    with counting("storing passage KV", transient=transient) as update, engine_errors():
+        return p.passages.precompute(update)

@@ -26,6 +26,7 @@ from engine.backend import Backend, LoadAware, Message, PrefixCache, Timings
 from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
 from prompt_budget.layout import history_messages
 
+from ..errors import RagError
 from .store import Conversation, Conversations, Turn
 from .summarise import Interrupted, summarise
 
@@ -76,6 +77,8 @@ class ConversationKeeper:
         *,
         history_mode: HistoryMode = "prompted",
     ) -> None:
+        if history_mode not in ("prompted", "qa"):
+            raise RagError(f"history_mode must be 'prompted' or 'qa', not {history_mode!r}")
         self._store, self._backend, self._policy = store, backend, policy
         self.history_mode: HistoryMode = history_mode
         self._questions = 0  # in progress: background work gives way to them

@@ -100,13 +100,18 @@ class CostKeeper:
         the time to first token outside prefill, ``planned_at_s`` of which
         was spent before planning finished) and save the profile."""
         model = self.model
-        model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s),
-                      refit=self.learn)
+        if timings.spliced_tokens:
+            # A spliced prompt is evaluated in pieces between its passages: what its prefill took beyond
+            # a plain one of its new tokens is the splice's cost, not a sign that the prefill rate moved.
+            plain = model.predict(timings.prefill_tokens, timings.cached_tokens)
+            model.observe_splice(timings.spliced_tokens, timings.splice_s + max(timings.prefill_s - plain, 0.0))
+        else:
+            model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s),
+                          refit=self.learn)
         # A snapshot restore and a wait in the queue are their own costs,
         # not the engine's fixed overhead.
         model.observe_overhead(timings.ttft_s - planned_at_s - timings.prefill_s - timings.restore_s - timings.queue_s
                                - timings.splice_s)
-        model.observe_splice(timings.spliced_tokens, timings.splice_s)
         if not self.learn:
             return
         with self._lock:

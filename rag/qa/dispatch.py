@@ -10,19 +10,19 @@ Does not: retrieve, store turns or stream the answer (``pipeline``).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
-from engine.backend import Backend, Generation, PassageKV
+from engine.backend import Backend, Generation
 from engine.pool import Route
 
 from ..conversations import Conversation, ConversationKeeper, kv_key
 from ..index.store import Hit
 from .engines import EngineDesk
 from .options import AskOptions
-from .planner import PlannedPrompt, PromptPlanner, load_plan, routing_prefix
+from .passages import splicing
+from .planner import PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
 
 
 def deadline_of(received: float, target: float | None) -> float | None:
@@ -36,20 +36,13 @@ class Dispatcher:
     def __init__(self, desk: EngineDesk, keeper: ConversationKeeper, backend: Callable[[], Backend]) -> None:
         self.desk, self.keeper, self._backend = desk, keeper, backend
         self._planning = threading.Lock()
-        self._counting = threading.Lock()
-        self._unplanned = 0  # questions received and not yet submitted to an engine
+        self._unplanned = Unplanned()  # questions received and not yet submitted to an engine
 
-    @contextlib.contextmanager
-    def arriving(self) -> Iterator[None]:
-        """Counts a question from its arrival until its prompt is submitted
-        (or it fails before): the plans made meanwhile reserve room for it."""
-        with self._counting:
-            self._unplanned += 1
-        try:
-            yield
-        finally:
-            with self._counting:
-                self._unplanned -= 1
+    def arriving(self) -> Unplanned:
+        """``with dispatcher.arriving():`` counts a question from its arrival
+        until its prompt is submitted (or it fails before): the plans made
+        meanwhile reserve room for it."""
+        return self._unplanned
 
     def plan(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
              conversation: Conversation | None) -> tuple[PlannedPrompt, Route]:
@@ -58,7 +51,7 @@ class Dispatcher:
         route = self.desk.route(lambda: routing_prefix(self._backend(), question, history), deadline,
                                 kv_key(conversation.session) if conversation is not None else None)
         cost = self.desk.keeper(route.engine).model
-        behind = max(self._unplanned - 1, 0)  # other questions on their way, less this one
+        behind = max(self._unplanned.count - 1, 0)  # other questions on their way, less this one
         return PromptPlanner(route.engine).plan(
             question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
             history=history, load=load_plan(route.engine, cost, deadline, behind),
@@ -77,11 +70,10 @@ class Dispatcher:
                   session: str | None) -> Generation:
         """Submit ``prompt`` through ``route``; an engine that keeps passages
         splices those it holds and is asked to keep the rest for next time."""
-        backend = route.engine
-        splicing = isinstance(backend, PassageKV) and backend.splice_fresh is not None
+        engine = splicing(route.engine)
         generation = route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
                                     session=kv_key(session) if session is not None else None,
-                                    **({"passages": prompt.passages} if splicing else {}))
-        if splicing and prompt.to_keep:
-            backend.keep_passages(prompt.to_keep)
+                                    **({"passages": tuple(prompt.passages)} if engine else {}))
+        if engine is not None and prompt.to_keep:
+            engine.keep_passages(tuple(prompt.to_keep))
         return generation

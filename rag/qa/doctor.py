@@ -26,7 +26,7 @@ def doctor_report(pipeline) -> dict[str, object]:
             versions[dist] = None
     report: dict[str, object] = {
         "python": platform.python_version(), "versions": versions, "retrieval": pipeline.retrieval,
-        "engine": pipeline.backend.describe(),
+        "engine": pipeline.backend.describe(), "passages": pipeline.passages.describe(),
     }
     try:
         index = pipeline.index()

@@ -3,7 +3,8 @@
 ``Pipeline`` is a facade over parts that each have one job: the document
 library (``rag.ingest.library``), retrieval (``rag.retrieval``), the prompt
 planner (``planner``), the cost-model keeper (``costs``), the conversation
-keeper (``rag.conversations.keeper``) and the engine (``engine.Backend``).
+keeper (``rag.conversations.keeper``), the passage KV keeper (``passages``)
+and the engine (``engine.Backend``).
 It wires them together, loads each on first use, and answers questions as
 :class:`AnswerStream` s. The CLI and the service are thin layers over it.
 
@@ -24,7 +25,7 @@ from prompt_budget.profile import Profile
 
 from ..conversations import Conversation, ConversationKeeper, Conversations
 from ..conversations.keeper import HistoryMode
-from ..errors import IndexNotFound, RagError, engine_errors
+from ..errors import IndexNotFound, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Hit, Index
 from ..ingest.embed import Embedder
@@ -36,9 +37,12 @@ from ..settings import Settings
 from .answer import Answer, Budget, Source
 from .costs import CostKeeper
 from .dispatch import Dispatcher
+from .doctor import doctor_report
 from .engines import EngineDesk
 from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
+from .passages import PassageKeeper
+from .planner import PlannedPrompt
 from .stream import AnswerStream
 
 @dataclass(frozen=True)
@@ -78,8 +82,6 @@ class Pipeline:
         history_mode: HistoryMode = "prompted",
         **parts,
     ) -> None:
-        if history_mode not in ("prompted", "qa"):
-            raise RagError(f"history_mode must be 'prompted' or 'qa', not {history_mode!r}")
         self.settings = settings or Settings.load()
         self.index_dir = Path(index_dir)
         # Where the pipeline says what it does on its own, or what it found wrong.
@@ -90,6 +92,7 @@ class Pipeline:
         # One cost model per engine: one, or each of a pool's (see EngineDesk).
         self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
+        self.passages = PassageKeeper(lambda: self.backend, self.index)
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
                                          history_mode=history_mode)
         self.dispatcher = Dispatcher(self.desk, self.keeper, lambda: self.backend)
@@ -275,15 +278,20 @@ class Pipeline:
         (``rag.integrations.langchain``): the budget is planned for
         rag-budget's own prompt layout, so a chain's template adds its own
         few tokens."""
+        prompt = self.planned(question, options, **changes)
+        return Retrieval(prompt.hits, prompt.budget)
+
+    def planned(self, question: str, options: AskOptions | None = None, **changes) -> PlannedPrompt:
+        """The whole prompt :meth:`stream` would send for ``question`` (same
+        options, no conversation), with its passages; nothing is generated."""
         received = time.perf_counter()
         options = AskOptions.of(options, **changes)
         question = valid_text(question)
         with engine_errors():
             self.prepare()
             hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
-            prompt, _ = self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
-                                             received, None)
-        return Retrieval(prompt.hits, prompt.budget)
+            return self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
+                                        received, None)[0]
 
     def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
         session = options.session
@@ -340,8 +348,6 @@ class Pipeline:
 
     def doctor(self) -> dict[str, object]:
         """Versions, engine build and device, model, context, threads and index statistics."""
-        from .doctor import doctor_report
-
         with engine_errors():
             return doctor_report(self)
 

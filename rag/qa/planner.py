@@ -13,6 +13,7 @@ Does not: retrieve, generate or store anything.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -78,6 +79,24 @@ class PlannedPrompt:
     planned_at_s: float
     passages: tuple[str, ...] = ()  # the passages as shown, in prompt order (for an engine that splices)
     to_keep: tuple[str, ...] = ()  # passages worth storing: chosen and not stored, or left out for time
+
+
+class Unplanned:
+    """Questions received and not yet submitted to the engine (each counted
+    inside ``with unplanned:``): a plan leaves room for those behind it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "Unplanned":
+        with self._lock:
+            self.count += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self.count -= 1
 
 
 def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0) -> LoadPlan:
@@ -183,19 +202,16 @@ class PromptPlanner:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages)
         text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens)
-        new = max(n - cached, 0)
+        # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
+        spliced = [candidates[i] for i in chosen if i not in plan.trim and candidates[i].spliced]
+        held = cached + sum(c.spliced for c in spliced)
+        seconds = loaded(max(n - held, 0), held) + sum(c.splice_s for c in spliced)
         budget = Budget(
-            target_ttft=target_ttft,
-            predicted_ttft_s=request.overhead_s + loaded(new, cached),
-            candidates=len(hits),
-            chosen=len(chosen),
-            planned_ttft_s=request.overhead_s + safety * loaded(new, cached),
-            feasible=target_ttft is None or request.overhead_s + safety * loaded(new, cached) <= target_ttft,
-            safety=safety,
-            decisions=_decisions(plan, hits, candidates, chosen),
-            cached_tokens=cached,
-            load_wait_s=load.wait_s,
-            cut_for_load=cut,
+            target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
+            chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
+            feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
+            safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
+            load_wait_s=load.wait_s, cut_for_load=cut,
         )
         user = build_messages(question, shown)[-1].content
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at,
@@ -236,16 +252,19 @@ class PromptPlanner:
                     cost: Callable[[int, int], float], splice_seconds: Callable[[int], float],
                     ) -> tuple[list[ContextPassage], list[Candidate]]:
         """The passages of ``hits`` (each focused on the question when the
-        room is too small for three whole ones) and their budget candidates,
-        with what the engine holds stored of each."""
+        room is too small for three whole ones, unless the engine holds it
+        stored whole: then it costs its load, not its prefill) and their
+        budget candidates, with what the engine holds stored of each."""
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
+        stored = self._stored(passages)
         if cap is not None:
             terms = set(lexical_terms(question))
-            passages = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
+            passages = [p if kept else self._focused(p, terms, cap, n)
+                        for n, (p, kept) in enumerate(zip(passages, stored), start=1)]
             sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
-        stored = self._stored(passages)
+            stored = self._stored(passages)
         candidates = [
             Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end,
                       spliced=kept, splice_s=splice_seconds(kept) if kept else 0.0)

@@ -1,0 +1,72 @@
+"""``rag bench splice``: the fidelity and the time saved of passage KV
+reuse, for each R; runs ``rag.bench.splice`` and prints its figures.
+
+Does not: measure anything itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import RagError
+from .bench_answers import BENCH_DATA, DEFAULT_CHAT_CORPUS, bench_pipeline, questions_of
+from .common import MODEL_OPTION, bench_app, counting, echo_json, user_errors
+
+
+@bench_app.command("splice")
+def bench_splice(
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="JSON lines of {question, gold} (default: the bundled Python-docs dev set)."),
+    fresh: str = typer.Option("0,4,16,32", "--fresh", help="Comma-separated R: tokens at each spliced passage's head evaluated again."),
+    limit: int = typer.Option(0, "--limit", help="Only the first N questions (0: all)."),
+    answer_tokens: int = typer.Option(32, "--answer-tokens", min=1, help="Greedy answer tokens compared."),
+    target_ttft: float = typer.Option(2.0, "--target-ttft", help="The TTFT target the prompts are planned for."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Spliced passages against a full prefill of the same prompt, per R:
+    greedy agreement, KL of the next-token distributions, TTFT cold and warm."""
+    from ..bench.splice import bench_splice as run_bench
+
+    with user_errors():
+        try:
+            values = [int(x) for x in fresh.split(",") if x.strip()]
+        except ValueError:
+            values = []
+        if not values or min(values) < 0:
+            raise RagError(f"--fresh {fresh!r}: expected whole numbers of tokens, 0 or more, e.g. 0,4,16,32")
+        if limit < 0 or target_ttft <= 0:
+            raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
+        qs = questions_of(questions or BENCH_DATA / "python_docs_dev.jsonl")
+        qs = qs[:limit] if limit else qs
+        pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)  # leaves no stored passage behind
+        with counting("questions") as update:
+            result = run_bench(pipeline, qs, fresh=values, answer_tokens=answer_tokens, target_ttft=target_ttft,
+                               progress=update)
+    echo_json(result) if as_json else print_splice(result)
+
+
+def print_splice(result: dict) -> None:
+    """The per-R table of a ``rag bench splice`` object, and the default R it implies."""
+    summary, config = result["summary"], result["config"]
+    table = Table(title=f"rag bench splice ({config['questions']} questions, {config['answer_tokens']} answer tokens, "
+                        f"KV {config['kv_type']})", title_justify="left")
+    for c in ("R", "agreement", "prefix agreement", "KL nats", "TTFT cold p50 s", "TTFT warm p50 s",
+              "spliced tok", "passages found"):
+        table.add_column(c, justify="right")
+    for row in summary["per_r"]:
+        table.add_row(str(row["fresh"]), f"{row['agreement']:.3f}", f"{row['prefix_agreement']:.3f}", f"{row['kl']:.4f}",
+                      f"{row['ttft_cold_p50_s']:.3f}", f"{row['ttft_warm_p50_s']:.3f}", f"{row['spliced_tokens']:.0f}",
+                      f"{row['passages_found'] * 100:.0f}%")
+    console = Console(highlight=False)
+    console.print(table)
+    default = summary["default_r"]
+    console.print(f"default R: {default} (agreement {summary['agreement_at_default']:.3f})" if default is not None
+                  else "default R: none reaches agreement 0.95: splicing stays off by default", soft_wrap=True)

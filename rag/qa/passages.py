@@ -1,0 +1,71 @@
+"""The engine's passage KV store as the pipeline uses it: whether an engine
+splices prompts (``splicing``; the dispatcher submits prompts with their
+passages), filling the store with every chunk
+of the index (``rag ingest --precompute-kv``), and what ``rag doctor`` shows.
+
+A chunk's passage is stored as every prompt shows it
+(:func:`prompt_budget.layout.passage_body` of its source, text and page),
+so the keys of a precomputed chunk and of the same chunk in a prompt match.
+
+Does not: store, splice or evaluate anything (the engine does), or choose
+passages (``planner``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from engine.backend import Backend, PassageKV, PrefixCache
+from prompt_budget import ContextPassage, passage_body
+
+from ..errors import RagError
+
+
+def splicing(backend: Backend) -> PassageKV | None:
+    """``backend`` if it splices stored passages into prompts now, else None."""
+    return backend if isinstance(backend, PassageKV) and backend.splice_fresh is not None else None
+
+
+class PassageKeeper:
+    """The pipeline's side of passage KV reuse, over a backend and an index
+    loaded on first use."""
+
+    def __init__(self, backend: Callable[[], Backend], index: Callable[[], object]) -> None:
+        self._backend, self._index = backend, index
+
+    def precompute(self, progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Evaluate and store the passage of every chunk of the index not
+        stored yet, calling ``progress(done, total)``; the passages computed,
+        those already stored and the bytes the store holds (RAM and disk).
+        RagError when the engine does not splice (a server, or splicing off)."""
+        backend = self.check()
+        texts = [passage_body(ContextPassage(source, text, page)) for source, text, page in self._index().passages()]
+        report = backend.precompute_passages(texts, progress)
+        return report | {"passages": len(texts), "bytes_per_passage": _per_passage(report)}
+
+    def check(self) -> PassageKV:
+        """The engine, if it splices stored passages; else a RagError that says why not."""
+        backend = self._backend()
+        if not isinstance(backend, PassageKV):
+            raise RagError(f"{backend.name} keeps no passage KV (only the in-process llama.cpp engine does); "
+                           "drop --precompute-kv or --engine-url")
+        if backend.splice_fresh is None:
+            raise RagError("passage KV reuse is off: set --splice-fresh N (or RAG_SPLICE_FRESH) to precompute passages")
+        return backend
+
+    def describe(self) -> dict[str, object]:
+        """For ``rag doctor``: whether the engine can splice stored passages,
+        whether it does, its R and what its store holds."""
+        backend = self._backend()
+        if not isinstance(backend, PassageKV):
+            return {"splicing": "unsupported (this engine keeps no passage KV)"}
+        stats = backend.cache_stats() if isinstance(backend, PrefixCache) else {}
+        return {"splicing": "on" if backend.splice_fresh is not None else "off", "splice_fresh": backend.splice_fresh,
+                **{k: v for k, v in stats.items() if k.startswith("passage_")}}
+
+
+def _per_passage(report: dict[str, int]) -> int:
+    """Bytes one stored passage takes, on average (disk if kept there, else RAM)."""
+    entries = report.get("entries", 0)
+    held = report.get("disk_bytes", 0) or report.get("ram_bytes", 0)
+    return round(held / entries) if entries else 0

@@ -1,0 +1,224 @@
+"""Passage KV reuse on the real model: stored passages spliced into new
+prompts (engine.passage_kv, engine.splicing), the pipeline's side of it
+(rag.qa.passages), `rag ingest --precompute-kv`, and the measurement hooks
+of `rag bench splice` (teacher forcing)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engine.kv_snapshots import SnapshotCache
+from engine.passage_kv import find_spans
+from engine.requests import Trace
+from prompt_budget import ContextPassage, build_messages, system_message
+from prompt_budget.layout import PastTurn, passage_body
+from rag.conversations.keeper import stable_prefix
+from tests.conftest import assert_clean_error
+
+PASSAGES = [
+    ContextPassage("library/collections.rst.txt",
+                   "A Counter is a dict subclass for counting hashable objects. Elements are stored as dictionary "
+                   "keys and their counts are stored as dictionary values."),
+    ContextPassage("library/gzip.rst.txt",
+                   "This module provides a simple interface to compress and decompress files just like the GNU "
+                   "programs gzip and gunzip would:"),
+    ContextPassage("guide/code.md", "Call it so:\n\n   >>> gzip.open('f.gz', 'rt')\n   <_io.TextIOWrapper>", page=3),
+    ContextPassage("notes/unicode.txt", "Größe – naïve café (déjà vu) «quoted» 数据"),
+]
+QUESTION = "How do I count how many times each item occurs in a list?"
+
+
+@pytest.fixture(scope="module")
+def splicing(tmp_path_factory):
+    """An engine of its own that splices stored passages (R = 0), with its
+    system prompt cached; each test sets R and the store it needs."""
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    b = LlamaCppBackend(n_ctx=1024, slots=2, splice_fresh=0, snapshot_dir=tmp_path_factory.mktemp("kv"))
+    b.prefill(stable_prefix(b, [system_message()]), session="system", pin=True)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def store(splicing, tmp_path):
+    """A fresh, empty passage store (RAM and disk) for one test, at R = 0."""
+    splicing.passages.cache = SnapshotCache(1 << 30, tmp_path / "passages", 1 << 30)
+    splicing.passages.fresh = 0
+    return splicing.passages
+
+
+def bodies(passages=PASSAGES) -> list[str]:
+    return [passage_body(p) for p in passages]
+
+
+def answer(b, prompt, passages=(), max_tokens=12):
+    b.forget_prompts()  # nothing of the prompt held by an idle sequence: a cold start
+    text, timings = b.generate(prompt, max_tokens=max_tokens, passages=passages).result()
+    assert timings.cached_tokens + timings.prefill_tokens == timings.prompt_tokens
+    return text, timings
+
+
+def test_a_passage_inside_a_rendered_prompt_has_exactly_its_stored_tokens(backend):
+    # Canonical tokenization: whatever stands before and after a passage (its number, the blank
+    # line, the question, a conversation's turns), its tokens are those of its body alone.
+    cases = [(build_messages(QUESTION, PASSAGES), PASSAGES),
+             (build_messages("Why?", PASSAGES[::-1], summary="We spoke of gzip.", turns=[PastTurn("Hi", "Hello.")]),
+              PASSAGES[::-1])]
+    for messages, shown in cases:
+        tokens = backend.tokenize(backend.render(messages))
+        spans = find_spans(tokens, [backend.tokenize(b) for b in bodies(shown)])
+        assert None not in spans
+        for (start, end), body in zip(spans, bodies(shown)):
+            assert tokens[start:end] == backend.tokenize(body)
+            assert backend._llm.detokenize(tokens[start - 1:start]).endswith(b"]")  # right after its number
+
+
+def test_spliced_tokens_count_as_cached_and_R_equal_to_the_passage_gives_the_full_answer(splicing, store):
+    prompt = splicing.render(build_messages(QUESTION, PASSAGES[:2]))
+    full, full_t = answer(splicing, prompt)
+    report = splicing.precompute_passages(bodies(PASSAGES[:2]))
+    assert report["computed"] == 2 and report["ram_bytes"] > 0 and report["disk_bytes"] > 0
+    assert all(n > 0 for n in splicing.stored_passages(bodies(PASSAGES[:2])))
+
+    _, spliced = answer(splicing, prompt, bodies(PASSAGES[:2]))
+    assert spliced.spliced_tokens == sum(len(splicing.tokenize(b)) for b in bodies(PASSAGES[:2]))
+    assert spliced.prefill_tokens == full_t.prefill_tokens - spliced.spliced_tokens
+
+    store.fresh = max(len(splicing.tokenize(b)) for b in bodies(PASSAGES[:2]))  # every token evaluated again
+    same, t = answer(splicing, prompt, bodies(PASSAGES[:2]))
+    assert t.spliced_tokens == 0 and same == full
+
+
+def test_a_passage_spliced_where_it_was_computed_answers_as_a_full_prefill(splicing, store):
+    # Right behind the system prompt the stored cells are those a full prefill computes (no shift,
+    # nothing else to attend to), so loading, placing and sharing them must change nothing.
+    system = list(splicing.loop.system)
+    body = bodies()[0]
+    tail = splicing.tokenize(f"\n\nQuestion: {QUESTION}<|im_end|>\n<|im_start|>assistant\n")
+    tokens = system + splicing.tokenize(body) + tail
+    full, _ = answer(splicing, tokens)
+    splicing.precompute_passages([body])
+    spliced, t = answer(splicing, tokens, [body])
+    assert t.spliced_tokens == len(splicing.tokenize(body)) and spliced == full
+
+
+def test_the_store_keeps_to_its_byte_caps_least_recently_used_first(splicing, store, tmp_path):
+    boxes = [ContextPassage(f"box{i}.md", f"The {w} box holds {i + 3} apples and one pear.")
+             for i, w in enumerate(["red", "blue", "green", "black"])]
+    texts = bodies(boxes)
+    assert len({len(splicing.tokenize(t)) for t in texts}) == 1  # all the same size
+    keys = [store.key(splicing.loop.system, splicing.tokenize(t)) for t in texts]
+    splicing.precompute_passages(texts[:1])
+    one = len(store.get(keys[0])) + 4 * len(splicing.tokenize(texts[0]))  # what one entry takes in RAM
+    # Room for two passages in RAM and three on disk.
+    store.cache = SnapshotCache(int(2.5 * one), tmp_path / "capped", int(3.5 * one))
+    splicing.precompute_passages(texts[:3])
+    assert store.cache.keys() == keys[1:3] and store.cache.disk_keys() == keys[:3]
+    assert splicing.stored_passages(texts[:1])[0] > 0  # on disk still
+    splicing.precompute_passages(texts[3:])
+    stats = store.cache.stats()
+    assert stats["ram_bytes"] <= 2.5 * one and stats["disk_bytes"] <= 3.5 * one
+    assert store.cache.disk_keys() == keys[1:] and splicing.stored_passages(texts[:1]) == [0]
+    assert report_again(splicing, texts[:1]) == 1  # evicted: computed again
+
+
+def report_again(b, texts) -> int:
+    return b.precompute_passages(texts)["computed"]
+
+
+def test_a_changed_passage_is_never_served_from_its_old_kv(splicing, store):
+    old = ContextPassage("notes.md", "The kiln fires at 1200 degrees for nine hours.")
+    new = ContextPassage("notes.md", "The kiln fires at 1250 degrees for nine hours.")
+    splicing.precompute_passages([passage_body(old)])
+    assert splicing.stored_passages([passage_body(new)]) == [0]
+    assert store.key(splicing.loop.system, splicing.tokenize(passage_body(old))) != \
+        store.key(splicing.loop.system, splicing.tokenize(passage_body(new)))
+    prompt = splicing.render(build_messages("How hot?", [new]))
+    _, t = answer(splicing, prompt, [passage_body(new)])
+    assert t.spliced_tokens == 0
+
+
+def test_a_damaged_stored_file_is_dropped_and_computed_again_never_loaded(splicing, store, tmp_path):
+    body = bodies()[1]
+    prompt = splicing.render(build_messages("What does gzip do?", [PASSAGES[1]]))
+    full, _ = answer(splicing, prompt)
+    splicing.precompute_passages([body])
+    (path,) = (tmp_path / "passages").glob("*.kv")
+    raw = bytearray(path.read_bytes())
+    raw[-100] ^= 0xFF  # one byte of the state
+    path.write_bytes(bytes(raw))
+    store.cache = SnapshotCache(1 << 30, tmp_path / "passages", 1 << 30)  # as after a restart: disk only
+    assert splicing.stored_passages([body])[0] > 0  # its header is intact: it looks stored
+    text, t = answer(splicing, prompt, [body])
+    assert t.spliced_tokens == 0 and text == full  # the damaged state was not used
+    assert not path.exists() and splicing.stored_passages([body]) == [0]
+    assert report_again(splicing, [body]) == 1
+
+
+def test_teacher_forcing_returns_the_forced_answer_and_its_logits(splicing, store):
+    prompt = splicing.render(build_messages(QUESTION, PASSAGES[:1]))
+    greedy = Trace()
+    splicing.forget_prompts()
+    splicing.generate(prompt, max_tokens=6, trace=greedy).result()
+    assert len(greedy.tokens) == len(greedy.logits) >= 1
+    assert int(np.argmax(greedy.logits[0])) == greedy.tokens[0]  # the first token: no penalty yet
+    forced_tokens = tuple(splicing.tokenize(" The answer is"))
+    forced = Trace(forced=forced_tokens)
+    splicing.forget_prompts()
+    splicing.generate(prompt, max_tokens=len(forced_tokens), trace=forced).result()
+    assert tuple(forced.tokens) == forced_tokens and len(forced.logits) == len(forced_tokens)
+    assert np.allclose(forced.logits[0], greedy.logits[0], atol=1e-2)
+
+
+def test_splicing_answers_in_conversations_with_session_snapshots(splicing, store, embedder, corpus, tmp_path):
+    from rag import Pipeline
+
+    p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=splicing, conversations=tmp_path / "c.sqlite",
+                      learn=False)
+    p.ingest([corpus])
+    p.warm_up()
+    report = p.passages.precompute()
+    assert report["computed"] == report["passages"] > 0 and report["bytes_per_passage"] > 0
+    first = p.ask("What does prefill fill?", session="s", no_target=True, max_tokens=8)
+    second = p.ask("And what limits decode?", session="s", no_target=True, max_tokens=8)
+    for a in (first, second):
+        t = a.timings
+        assert a.answer and t.cached_tokens + t.prefill_tokens == t.prompt_tokens
+    assert first.timings.spliced_tokens > 0
+    assert any(d.spliced for d in first.budget.decisions)
+    assert second.timings.cached_tokens > first.timings.cached_tokens  # the first turn's snapshot is reused
+    assert p.passages.describe()["splicing"] == "on"
+
+
+def test_an_engine_without_passage_kv_says_so(pipeline_factory, embedder, tmp_path):
+    from engine.fake import FakeBackend
+    from rag import Pipeline
+    from rag.errors import RagError
+
+    p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=FakeBackend())
+    assert p.passages.describe()["splicing"].startswith("unsupported")
+    with pytest.raises(RagError, match="keeps no passage KV"):
+        p.passages.check()
+    # The session engine does not splice (off by default): it says so too.
+    off = pipeline_factory(tmp_path / "index")
+    assert off.passages.describe()["splicing"] == "off"
+    with pytest.raises(RagError, match="--splice-fresh"):
+        off.passages.check()
+
+
+def test_ingest_precompute_kv_reports_the_bytes(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    refused = run("ingest", corpus, "--index", index, "--precompute-kv")
+    assert_clean_error(refused, "passage KV reuse is off", "--splice-fresh")
+    assert not index.exists()  # refused before anything was ingested
+    result = run("--splice-fresh", "4", "ingest", corpus, "--index", index, "--precompute-kv", "--json")
+    assert result.exit_code == 0, result.output
+    kv = json.loads(result.stdout)["passage_kv"]
+    assert kv["computed"] == kv["passages"] > 0 and kv["bytes_per_passage"] > 0 and kv["disk_bytes"] > 0
+    again = run("--splice-fresh", "4", "ingest", corpus, "--index", index, "--precompute-kv")
+    assert again.exit_code == 0, again.output
+    assert f"0 computed, {kv['passages']} already stored" in again.stderr and "KiB a passage" in again.stderr
