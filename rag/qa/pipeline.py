@@ -272,12 +272,10 @@ class Pipeline:
         return AnswerStream(self._answer(valid_text(question), options, received))
 
     def budgeted(self, question: str, options: AskOptions | None = None, **changes) -> Retrieval:
-        """The chunks :meth:`stream` would put into the prompt for
-        ``question`` (same options), in prompt order, with the budget that
-        chose them; nothing is generated. For other frameworks' chains
-        (``rag.integrations.langchain``): the budget is planned for
-        rag-budget's own prompt layout, so a chain's template adds its own
-        few tokens."""
+        """The chunks :meth:`stream` would put into the prompt for ``question``
+        (same options), in prompt order, with the budget that chose them, for
+        other frameworks' chains (``rag.integrations.langchain``; the budget
+        is planned for rag-budget's own layout); nothing is generated."""
         prompt = self.planned(question, options, **changes)
         return Retrieval(prompt.hits, prompt.budget)
 
