@@ -259,6 +259,18 @@ def test_bench_peer_runs_langchain_beside_rag_budget(run, corpus, tmp_path):
     assert d["config"]["vector_agreement_min_cos"] > 0.999
 
 
+def test_bench_peer_asks_again_with_the_passage_store_warm_when_splicing(run, corpus, tmp_path):
+    pytest.importorskip("langchain_community", reason="the bench extra is not installed")
+    result = run("--splice-fresh", "0", "bench", "peer", "--corpus", corpus, "--include", "*",
+                 "--questions", _questions_file(tmp_path), "--limit", "1", "--k", "1", "--max-tokens", "2",
+                 "--index", tmp_path / "index", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert [s["name"] for s in d["summary"]["systems"]] == ["rag-budget", "langchain k=1", "rag-budget, store warm"]
+    assert d["config"]["splice_fresh"] == 0 and d["config"]["settled_s"] is not None
+    assert d["summary"]["warm_ttft_ratio_vs_langchain_k1"] > 0
+
+
 def test_engine_options_that_cannot_work_together_are_not_a_missing_model(run, corpus, tmp_path):
     index = tmp_path / "index"
     run("ingest", corpus, "--index", index)
