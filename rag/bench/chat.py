@@ -116,16 +116,7 @@ def bench_chat(
         started = time.perf_counter()
         ours = pipeline.ask(question, session=ids[s], max_tokens=max_tokens, target_ttft=target_ttft)
         wall = time.perf_counter() - started
-        tm = ours.timings
-        rows.append({
-            "system": "ours", "session": s, "turn": t, "prompt_tokens": tm.prompt_tokens,
-            "cached_tokens": tm.cached_tokens, "prefill_tokens": tm.prefill_tokens,
-            "restored_tokens": tm.restored_tokens, "restore_s": round(tm.restore_s, 4),
-            "snapshot_s": round(tm.snapshot_s, 4), "ttft_s": round(tm.ttft_s, 4),
-            "predicted_ttft_s": round(ours.budget.predicted_ttft_s, 4), "chunks": ours.budget.chosen,
-            "turns_shown": ours.turns_shown, "decode_tokens": tm.decode_tokens, "wall_s": round(wall, 4),
-            "background_wait_s": round(waited, 4), "target_s": ours.budget.target_ttft,
-        })
+        rows.append(_our_row(s, t, ours, wall, waited))
         if not naive:
             if progress:
                 progress(done, len(schedule))
@@ -156,6 +147,20 @@ def bench_chat(
         },
         "rows": rows,
         "summary": summary,
+    }
+
+
+def _our_row(session: int, turn: int, ours, wall: float, waited: float) -> dict[str, object]:
+    """rag-budget's row for one turn: its tokens, times and what the budget chose."""
+    tm = ours.timings
+    return {
+        "system": "ours", "session": session, "turn": turn, "prompt_tokens": tm.prompt_tokens,
+        "cached_tokens": tm.cached_tokens, "prefill_tokens": tm.prefill_tokens,
+        "restored_tokens": tm.restored_tokens, "restore_s": round(tm.restore_s, 4),
+        "snapshot_s": round(tm.snapshot_s, 4), "ttft_s": round(tm.ttft_s, 4),
+        "predicted_ttft_s": round(ours.budget.predicted_ttft_s, 4), "chunks": ours.budget.chosen,
+        "turns_shown": ours.turns_shown, "decode_tokens": tm.decode_tokens, "wall_s": round(wall, 4),
+        "background_wait_s": round(waited, 4), "target_s": ours.budget.target_ttft,
     }
 
 
