@@ -77,17 +77,12 @@ class Settings(BaseSettings):
     passage_ram_bytes: int = Field(1 << 30, ge=0, description="bytes of stored passage KV kept in RAM")
     passage_disk_bytes: int = Field(8 << 30, ge=0, description="bytes of stored passage KV kept on disk")
 
-    @field_validator("target_ttft", mode="before")
+    @field_validator("target_ttft", "splice_fresh", mode="before")
     @classmethod
-    def _target(cls, value):
-        if isinstance(value, str) and value.strip().lower() in NO_TARGET:
-            return None
-        return value
-
-    @field_validator("splice_fresh", mode="before")
-    @classmethod
-    def _off(cls, value):
-        if isinstance(value, str) and value.strip().lower() in OFF:
+    def _none_words(cls, value, info):
+        # "none"/"off" (and "inf" for a target) switch the setting off.
+        words = NO_TARGET if info.field_name == "target_ttft" else OFF
+        if isinstance(value, str) and value.strip().lower() in words:
             return None
         return value
 

@@ -36,6 +36,7 @@ from prompt_budget.cost import quantile
 from prompt_budget.layout import SYSTEM_PROMPT
 
 from ..errors import RagError
+from ..qa.passages import splicing
 from ..index.store import embedded_text
 from .questions import Question
 from .ttft import settle
@@ -172,7 +173,7 @@ def bench_peer(
     for k in ks:
         peer.answer(WARM_UP_QUESTION, k)
     rows: list[dict[str, object]] = []
-    warm = getattr(pipeline.backend, "splice_fresh", None) is not None
+    warm = splicing(pipeline.backend) is not None
     total, done = len(questions) * (len(systems) + warm), 0
     for number, q in enumerate(questions, 1):
         for name in systems:
