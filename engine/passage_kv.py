@@ -142,16 +142,20 @@ class PassageStore:
 
     def splices(self, system: Sequence[int], prompt: Sequence[int], spans: Sequence[tuple[int, int]],
                 after: int) -> list[Splice]:
-        """The stored passages among ``spans`` of ``prompt`` that lie wholly
-        at or after position ``after`` (what precedes is cached already), in
-        order; nothing when splicing is off."""
+        """The stored passages among ``spans`` of ``prompt`` that end after
+        position ``after`` (what precedes is cached already), in order;
+        nothing when splicing is off. A passage whose head is cached already
+        is spliced from where the cache ends."""
         if self.fresh is None or not system:
             return []
         found = []
         for start, end in spans:
-            if start < after or end - start <= self.fresh:
+            # A cached prefix often runs into the first passage (the previous prompt began with
+            # the same "[1] (source" tokens): those cells are exact, the rest comes from the store.
+            fresh = max(self.fresh, after - start)
+            if end - start <= fresh:
                 continue
             key = self.key(system, prompt[start:end])
             if self.holds(key):
-                found.append(Splice(start, end, key, self.fresh))
+                found.append(Splice(start, end, key, fresh))
         return found

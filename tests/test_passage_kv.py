@@ -106,6 +106,22 @@ def test_a_passage_spliced_where_it_was_computed_answers_as_a_full_prefill(splic
     assert t.spliced_tokens == len(splicing.tokenize(body)) and spliced == full
 
 
+def test_a_passage_whose_head_an_idle_sequence_holds_is_spliced_from_there(splicing, store):
+    # The previous prompt began with the same "[1] (source)" tokens: the prefix cache holds the
+    # passage's head, and the rest of it must still come from the store, not be evaluated.
+    body = bodies()[0]
+    kin = ContextPassage(PASSAGES[0].source, "An OrderedDict remembers the order its keys were inserted in.")
+    splicing.precompute_passages([body])
+    splicing.forget_prompts()
+    splicing.generate(splicing.render(build_messages(QUESTION, [kin])), max_tokens=2).result()
+    tokens = splicing.tokenize(splicing.render(build_messages(QUESTION, PASSAGES[:1])))
+    ((start, end),) = find_spans(tokens, [splicing.tokenize(body)])
+    t = splicing.generate(tokens, max_tokens=2, passages=[body]).result()[1]
+    head = t.cached_tokens - t.spliced_tokens - start  # of the passage, found in the prefix cache
+    assert 0 < head < end - start and t.spliced_tokens == end - start - head
+    assert t.cached_tokens + t.prefill_tokens == t.prompt_tokens
+
+
 def test_the_store_keeps_to_its_byte_caps_least_recently_used_first(splicing, store, tmp_path):
     boxes = [ContextPassage(f"box{i}.md", f"The {w} box holds {i + 3} apples and one pear.")
              for i, w in enumerate(["red", "blue", "green", "black"])]
