@@ -58,6 +58,7 @@ class Timings:
     snapshot_s: float = 0.0  # spent saving the state after the answer (after total_s)
     queue_s: float = 0.0  # spent waiting for the engine behind other requests (inside ttft_s)
     spliced_tokens: int = 0  # of cached_tokens, those of stored passages placed into the prompt
+    spliced_passages: int = 0  # the stored passages they came from (each splits the prompt's evaluation)
     splice_s: float = 0.0  # spent loading and placing them (inside ttft_s)
     failovers: int = 0  # engines of a pool that failed this request before one answered it
 

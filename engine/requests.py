@@ -101,6 +101,7 @@ class Active:
     first_token_at: float | None = None
     splices: list[Splice] = field(default_factory=list)  # stored passages still ahead in the prompt
     spliced: int = 0
+    spliced_passages: int = 0
     splice_s: float = 0.0
 
     def work(self) -> Work:
@@ -127,5 +128,5 @@ def timings_of(a: Active, snapshot_s: float) -> Timings:
         ttft_s=ttft, prefill_s=a.prefill_s, decode_tokens=len(a.generated), decode_s=a.decode_s,
         total_s=end - req.started - snapshot_s, restored_tokens=a.restored, restore_s=a.restore_s,
         snapshot_s=snapshot_s, queue_s=max(ttft - a.prefill_s - a.restore_s - a.splice_s, 0.0),
-        spliced_tokens=a.spliced, splice_s=a.splice_s,
+        spliced_tokens=a.spliced, spliced_passages=a.spliced_passages, splice_s=a.splice_s,
     )

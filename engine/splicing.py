@@ -92,6 +92,7 @@ class Splicer:
         if placed:
             a.next = a.n_past = splice.end
             a.spliced += splice.spliced
+            a.spliced_passages += 1
             a.splice_s += time.perf_counter() - started
 
     def keep(self, a: Active, system: Sequence[int]) -> None:

@@ -164,6 +164,8 @@ class PrefillCostModel:
         ratio_window: int = 64,
         overheads: Iterable[float] = (),
         prior_tokens_per_s: float = PRIOR_TOKENS_PER_S,
+        splice_loads: Iterable[float] = (),
+        splice_pieces: Iterable[float] = (),
     ) -> None:
         # Calibration samples stay as anchors, so the fit still spans short
         # and long prompts when recent requests all have similar lengths.
@@ -171,7 +173,11 @@ class PrefillCostModel:
         self._samples: deque[PrefillSample] = deque(samples, maxlen=window)
         self._ratios: deque[float] = deque(ratios, maxlen=ratio_window)
         self._overheads: deque[float] = deque(overheads, maxlen=ratio_window)
-        self._splice_rates: deque[float] = deque(maxlen=ratio_window)  # seconds per spliced token
+        # A spliced prompt costs the load of its stored cells (seconds per token) and, for each
+        # stored passage, one more evaluation call: llama.cpp takes a sequence's tokens only right
+        # after its last cell, so the prompt is evaluated in pieces between its passages.
+        self._splice_loads: deque[float] = deque(splice_loads, maxlen=ratio_window)
+        self._splice_pieces: deque[float] = deque(splice_pieces, maxlen=ratio_window)
         self.fit = fit or prior_fit(prior_tokens_per_s)
         self._lock = threading.RLock()
         self._corrections: dict[int, float] = {}
@@ -207,26 +213,43 @@ class PrefillCostModel:
             if seconds >= 0:
                 self._overheads.append(seconds)
 
+    @property
+    def splice_loads(self) -> tuple[float, ...]:
+        """Recent measured seconds per spliced token (load and placement), oldest first."""
+        with self._lock:
+            return tuple(self._splice_loads)
+
+    @property
+    def splice_pieces(self) -> tuple[float, ...]:
+        """Recent measured seconds each spliced passage added to its prompt's evaluation, oldest first."""
+        with self._lock:
+            return tuple(self._splice_pieces)
+
     def splice_seconds(self, tokens: int, passages: int = 1) -> float:
-        """Predicted seconds to load and place ``tokens`` of ``passages``
-        stored passages: the measured cost per spliced token (the median of
-        recent splices, which includes the evaluation steps each passage
-        splits the prompt into); before any, a prior rate plus the fixed
-        cost of one such step per passage."""
-        if tokens <= 0:
+        """Predicted seconds that ``tokens`` of ``passages`` stored passages
+        add to a prompt in place of their prefill: loading and placing the
+        tokens, and one more evaluation call per passage (the medians of
+        recent splices; before any, a prior load rate and the fitted
+        fixed cost of one evaluation call)."""
+        if tokens <= 0 or passages <= 0:
             return 0.0
         with self._lock:
-            if self._splice_rates:
-                return tokens * quantile(list(self._splice_rates), 0.5)
-            step = max(self.fit.coef[0], 0.0) if self.fit.coef else 0.0
-            return tokens * PRIOR_SPLICE_S_PER_TOKEN + passages * step
+            load = quantile(list(self._splice_loads), 0.5) if self._splice_loads else PRIOR_SPLICE_S_PER_TOKEN
+            if self._splice_pieces:
+                piece = quantile(list(self._splice_pieces), 0.5)
+            else:
+                piece = max(self.fit.coef[0], 0.0) if self.fit.coef else 0.0
+            return tokens * load + passages * piece
 
-    def observe_splice(self, tokens: int, seconds: float) -> None:
-        """Record ``seconds`` that splicing ``tokens`` of stored passages cost
-        (their load, and the prefill time they added beyond a plain one)."""
+    def observe_splice(self, tokens: int, passages: int, load_s: float, extra_s: float) -> None:
+        """Record a spliced prompt: ``load_s`` spent loading and placing
+        ``tokens`` of ``passages`` stored passages, and ``extra_s`` its
+        evaluation took beyond a plain prefill of its new tokens."""
         with self._lock:
-            if tokens > 0 and seconds > 0:
-                self._splice_rates.append(seconds / tokens)
+            if tokens > 0 and load_s >= 0:
+                self._splice_loads.append(load_s / tokens)
+            if passages > 0:
+                self._splice_pieces.append(max(extra_s, 0.0) / passages)
 
     @property
     def calibrated(self) -> bool:

@@ -43,13 +43,16 @@ class Profile:
     samples: list[PrefillSample] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
     overheads: list[float] = field(default_factory=list)
+    splice_loads: list[float] = field(default_factory=list)
+    splice_pieces: list[float] = field(default_factory=list)
     table: list[dict[str, float]] = field(default_factory=list)
     quick: bool = False
 
     def cost_model(self) -> PrefillCostModel:
         """A live cost model starting from this profile."""
         return PrefillCostModel(
-            self.fit, self.samples, anchors=self.anchors, ratios=self.ratios, overheads=self.overheads
+            self.fit, self.samples, anchors=self.anchors, ratios=self.ratios, overheads=self.overheads,
+            splice_loads=self.splice_loads, splice_pieces=self.splice_pieces,
         )
 
     def absorb(self, model: PrefillCostModel) -> None:
@@ -58,6 +61,8 @@ class Profile:
         self.samples = list(model.samples)
         self.ratios = list(model.ratios)
         self.overheads = list(model.overheads)
+        self.splice_loads = list(model.splice_loads)
+        self.splice_pieces = list(model.splice_pieces)
 
     def to_json(self) -> str:
         """The profile as a JSON document with a format version."""
@@ -80,6 +85,8 @@ class Profile:
                 "samples": sample_list(self.samples),
                 "ratios": self.ratios,
                 "overheads": self.overheads,
+                "splice_loads": self.splice_loads,
+                "splice_pieces": self.splice_pieces,
                 "table": self.table,
                 "quick": self.quick,
             },
@@ -119,6 +126,8 @@ class Profile:
                 samples=samples_of(raw.get("samples", [])),
                 ratios=[float(x) for x in raw.get("ratios", [])],
                 overheads=[float(x) for x in raw.get("overheads", [])],
+                splice_loads=[finite(x) for x in raw.get("splice_loads", [])],
+                splice_pieces=[finite(x) for x in raw.get("splice_pieces", [])],
                 table=list(raw.get("table", [])),
                 quick=bool(raw.get("quick", False)),
             )

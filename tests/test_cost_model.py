@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from prompt_budget.cost import PrefillCostModel, PrefillSample, best_fit, fit_samples, quantile
+from prompt_budget.cost import PrefillCostModel, PrefillSample, best_fit, fit_samples, prior_fit, quantile
 from prompt_budget.profile import Profile, load_profile, profile_id, save_profile
 
 A, B, C = 0.015, 1 / 210, 2.5e-7  # seconds, s/token, s/token² (about 158 tok/s at 4k tokens)
@@ -146,9 +146,20 @@ def test_a_spliced_request_teaches_the_splice_cost_not_the_prefill_rate(tmp_path
     # Evaluated in pieces between its passages, its prefill took 0.8 s more than a plain one.
     t = Timings(prompt_tokens=1250, cached_tokens=1100, prefill_tokens=150, ttft_s=before + 0.9,
                 prefill_s=before + 0.8, decode_tokens=1, decode_s=0.01, total_s=before + 1.0,
-                spliced_tokens=1000, splice_s=0.01)
+                spliced_tokens=1000, spliced_passages=8, splice_s=0.01)
     for _ in range(3):
         keeper.observe(t, 0.0)
     assert model.predict(150, 1100) == pytest.approx(before)  # the prefill rate is left as it was
     assert model.splice_seconds(1000, 8) == pytest.approx(0.81, rel=0.01)
     assert model.splice_seconds(500, 4) == pytest.approx(0.405, rel=0.01)
+    # The pieces cost per passage, the load per token: two long passages cost less than eight.
+    assert model.splice_seconds(1000, 2) == pytest.approx(0.21, rel=0.01)
+
+
+def test_what_splices_taught_survives_a_saved_profile():
+    profile = Profile(key={"model": "m.gguf"}, fit=prior_fit(200.0))
+    model = profile.cost_model()
+    model.observe_splice(1000, 8, 0.02, 0.4)
+    profile.absorb(model)
+    again = Profile.from_json(profile.to_json()).cost_model()
+    assert again.splice_seconds(500, 4) == pytest.approx(model.splice_seconds(500, 4)) == pytest.approx(0.21)

@@ -104,7 +104,8 @@ class CostKeeper:
             # A spliced prompt is evaluated in pieces between its passages: what its prefill took beyond
             # a plain one of its new tokens is the splice's cost, not a sign that the prefill rate moved.
             plain = model.predict(timings.prefill_tokens, timings.cached_tokens)
-            model.observe_splice(timings.spliced_tokens, timings.splice_s + max(timings.prefill_s - plain, 0.0))
+            model.observe_splice(timings.spliced_tokens, timings.spliced_passages, timings.splice_s,
+                                 timings.prefill_s - plain)
         else:
             model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s),
                           refit=self.learn)
