@@ -107,7 +107,7 @@ class EngineLoop:
         shared = len(self.system)
         waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1)) for w in waiting]
         return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
-                    self.ctx.n_batch, steps)
+                    self.ctx.n_batch, steps, self.stats.background_left_s(time.perf_counter()))
 
     def held_prompts(self) -> list[np.ndarray]:
         """What the idle sequences hold (a cached prefix for the next prompt)."""
@@ -242,6 +242,7 @@ class EngineLoop:
                 entries.append(Entry(a.req.tokens[i], a.n_past + i - a.next, a.seq, done and i == a.next + n - 1))
                 owners.append((a, True))
         started = time.perf_counter()
+        self.stats.begin(all(a.req.background for a, _ in owners), started)
         if self.ctx.decode(entries) == 1:
             self._no_room(step)
             return

@@ -109,6 +109,7 @@ class Load:
     idle_budget: int = 512
     n_batch: int = 512
     decode_steps: tuple[tuple[int, float], ...] = ()  # (batch size, seconds), measured
+    busy_s: float = 0.0  # left of a step of background work running now: a step is never interrupted
 
     def decode_s(self, batch: int, seconds_per_token: float) -> float:
         """Seconds of a decode step with ``batch`` sequences: the nearest size
@@ -145,7 +146,7 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
     per_token = cost(256, 0) / 256
     active = {w.key: w for w in load.active}
     queue = [*load.waiting, Work(_NEW, deadline, math.inf, 1, 1)]
-    elapsed = 0.0
+    elapsed = load.busy_s
     for _ in range(max_steps):
         for w in admission_order(queue)[:max(load.slots - len(active), 0)]:
             active[w.key] = w
@@ -202,9 +203,27 @@ class StepStats:
     def __init__(self) -> None:
         self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
         self._step_s: dict[int, float] = {}
+        self._background_s: float | None = None  # a step of background work only, on average
+        self._started: float | None = None  # when the background step running now began
+
+    def begin(self, background: bool, now: float) -> None:
+        """A step starts at ``now``; ``background`` if it holds only work that gives way to requests."""
+        self._started = now if background else None
+
+    def background_left_s(self, now: float) -> float:
+        """Seconds the background step running at ``now`` should still
+        take (0 when none runs): what a new request waits before its own."""
+        started, typical = self._started, self._background_s
+        if started is None or typical is None:
+            return 0.0
+        return max(typical - (now - started), 0.0)
 
     def count(self, decoded: int, prefilled: int, seconds: float) -> None:
         """One step of ``decoded`` answer tokens and ``prefilled`` prompt tokens."""
+        if self._started is not None:
+            before = self._background_s
+            self._background_s = seconds if before is None else 0.8 * before + 0.2 * seconds
+            self._started = None
         c = self.counters
         c["steps"] += 1
         c["prefill_tokens"] += prefilled

@@ -71,6 +71,27 @@ def test_the_wait_a_request_meets_runs_the_scheduler_forward():
     assert Load().decode_s(3, 0.005) == pytest.approx(0.015) and Load(decode_steps=measured).decode_s(2, 1) == 0.06
 
 
+def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupted():
+    from engine.scheduler import StepStats
+
+    def cost(n, cached):
+        return 0.005 * n
+
+    stats = StepStats()
+    assert stats.background_left_s(10.0) == 0.0  # nothing measured, nothing running
+    stats.begin(True, 10.0)
+    stats.count(0, 64, 0.25)  # one warming step took 0.25 s
+    stats.begin(False, 11.0)
+    assert stats.background_left_s(11.1) == 0.0  # a request's own step is in the simulation already
+    stats.count(1, 0, 0.05)
+    stats.begin(True, 12.0)
+    assert stats.background_left_s(12.1) == pytest.approx(0.15)
+    assert stats.background_left_s(12.4) == 0.0
+    # The wait starts with what is left of it, then runs the scheduler forward as before.
+    warming = (work(4, to_prefill=50, background=True),)
+    assert expected_wait(Load(warming, (), slots=6, busy_s=0.15), 5.0, cost) == Wait(pytest.approx(0.15), 0)
+
+
 def test_idle_sequences_are_a_cache_given_up_least_recently_used_first():
     table = SlotTable(3)
     a, _ = table.take()
