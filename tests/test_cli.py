@@ -324,3 +324,14 @@ def test_bench_serve_runs_the_scheduler_and_one_at_a_time_side_by_side(run, corp
     assert all(keys <= set(r) for r in runs) and all(r["errors"] == 0 for r in runs)
     assert all(r["mean_decode_batch"] >= 1 for r in runs if r["served"])
     assert d["summary"]["bound"]["requests_per_window"] > 0
+
+
+def test_bench_serve_can_warm_the_passage_store_before_its_runs(run, corpus, tmp_path):
+    args = ["bench", "serve", "--corpus", corpus, "--include", "*", "--index", tmp_path / "index", "--clients", "2",
+            "--requests", "2", "--max-tokens", "4", "--slots", "2", "--system", "scheduler", "--warm-store", "--json"]
+    result = run("--splice-fresh", "0", *args)
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["config"]["store_warmed_s"]["scheduler"] > 0 and d["summary"]["runs"][0]["errors"] == 0
+    off = json.loads(run(*args).stdout)  # splicing off: nothing to warm, said so
+    assert off["config"]["store_warmed_s"] == {"scheduler": None}

@@ -42,6 +42,22 @@ def physical_bound(pipeline, question: str, target_ttft: float) -> dict[str, flo
             "requests_per_window": round(rate * target_ttft / new, 2)}
 
 
+def warm_store(pipeline, questions: Sequence[str], target_ttft: float) -> float | None:
+    """With passage KV reuse on, answer each question once, one at a time,
+    and wait until the engine has stored the passages they used or wished
+    for: the seconds that took (None when the engine does not splice)."""
+    from ..qa.passages import splicing
+    from .ttft import settle
+
+    if splicing(pipeline.backend) is None:
+        return None
+    began = time.perf_counter()
+    for question in questions:
+        pipeline.ask(question, target_ttft=target_ttft, max_tokens=1)
+    settle(pipeline)
+    return round(time.perf_counter() - began, 1)
+
+
 def ask_streamed(http: httpx.Client, body: dict) -> dict[str, object]:
     """One streamed ``/v1/ask``: status, client-side TTFT and the final answer (or what went wrong)."""
     sent = time.perf_counter()
@@ -135,12 +151,14 @@ def bench_serve(
     max_tokens: int = 32,
     bound: dict[str, float] | None = None,
     progress: Callable[[str], None] | None = None,
+    store_warmed_s: dict[str, float | None] | None = None,
 ) -> dict[str, object]:
     """For each client count and each ``(name, url, engine counters)`` in
     ``systems``, ``requests`` requests in all: client-side TTFT percentiles,
     goodput (answers within 1.2 x target per second), served, degraded (cut
     for load), refused and failed shares, decode tokens per second, and the
-    mean batch size of the engine's decode steps."""
+    mean batch size of the engine's decode steps. ``store_warmed_s``: the
+    seconds each system spent storing passages before the runs, if it did."""
     runs: list[dict[str, object]] = []
     rows: list[dict[str, object]] = []
     body = {"max_tokens": max_tokens, "target_ttft_s": target_ttft, "stream": True}
@@ -156,7 +174,8 @@ def bench_serve(
     return {
         "bench": "serve",
         "config": {"clients": list(clients), "requests": requests, "target_ttft_s": target_ttft,
-                   "max_tokens": max_tokens, "systems": [name for name, _, _ in systems]},
+                   "max_tokens": max_tokens, "systems": [name for name, _, _ in systems],
+                   "store_warmed_s": store_warmed_s or {}},
         "rows": rows,
         "summary": {"runs": runs, "bound": bound},
     }

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -239,6 +239,7 @@ def bench_serve(
     turns: int = typer.Option(10, "--turns", help="With --engines: turns of each conversation."),
     sessions: int = typer.Option(3, "--sessions", help="With --engines: conversations, interleaved."),
     policies: str = typer.Option("affinity,round_robin,least_loaded", "--policies", help="With --engines: routing policies."),
+    warm_store: bool = typer.Option(False, "--warm-store", help="With passage KV reuse on: answer the questions once and let each engine store their passages before the runs."),
 ) -> None:
     """Concurrent clients against real servers on 127.0.0.1: the deadline
     scheduler over several sequences, and one request at a time as before,
@@ -249,6 +250,7 @@ def bench_serve(
     from ..bench.chat import load_conversations
     from ..bench.serve import bench_serve as run_bench
     from ..bench.serve import physical_bound
+    from ..bench.serve import warm_store as store_passages
 
     if engines is not None:
         from .bench_pool import run_pool_bench
@@ -266,11 +268,17 @@ def bench_serve(
         if max(levels) > 64 or not 1 <= requests <= 10_000 or target_ttft <= 0:
             raise RagError("--clients: at most 64; --requests: 1 to 10000; --target-ttft: positive seconds")
         questions = [q for c in load_conversations(BENCH_DATA / "python_docs_chat.json") for q in c]
+        warmed: dict[str, float | None] = {}
+
+        def prepared(name: str, p: Pipeline) -> None:
+            if warm_store:
+                warmed[name] = store_passages(p, questions[:requests], target_ttft)
+
         with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp, \
-                _systems(corpus, include, index, model, slots, Path(tmp), only) as (systems, pipeline):
+                _systems(corpus, include, index, model, slots, Path(tmp), only, prepared) as (systems, pipeline):
             result = run_bench(systems, questions, clients=levels, requests=requests, target_ttft=target_ttft,
                                max_tokens=max_tokens, bound=physical_bound(pipeline, questions[0], target_ttft),
-                               progress=lambda line: err().print(f"[dim]{line}[/]"))
+                               progress=lambda line: err().print(f"[dim]{line}[/]"), store_warmed_s=warmed)
     if as_json:
         echo_json(result)
         return
@@ -279,7 +287,7 @@ def bench_serve(
 
 @contextlib.contextmanager
 def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], slots: int, tmp: Path,
-             only: Sequence[str] = ()):
+             only: Sequence[str] = (), prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None):
     """Two servers over one index (or those named in ``only``): the deadline
     scheduler on ``slots`` sequences, and one sequence with the queue
     admission of before."""
@@ -292,6 +300,7 @@ def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Opt
     for name, n, admission in setups:
         p = bench_pipeline(corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite", kv_dir=False)
         p.prepare()
+        prepared(name, p)
         server = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0, admission=admission)))
         pipelines[name] = (p, server)
     try:
