@@ -28,7 +28,7 @@ from .kv_snapshots import Snapshot, SnapshotCache
 from .llama_native import Entry, NativeContext, Sampler
 from .passage_kv import PassageStore
 from .placement import SYSTEM_SEQ, Placement
-from .requests import Active, Request, timings_of
+from .requests import Active, Request, share_step, timings_of
 from .scheduler import Load, Step, StepStats, admission_order, plan_step
 from .slots import SlotTable
 from .splicing import Splicer
@@ -53,8 +53,8 @@ class EngineLoop:
         self.placement = Placement(ctx, self.slots, snapshots, kv_cells)
         self.system: list[int] = []  # the tokens sequence 0 holds
         self.stats = StepStats()
-        # What other threads may read without racing the loop: works, waiting works, free slots, idle prompts.
-        self._published: tuple = ([], [], slots, [])
+        # What other threads may read without racing the loop: works, waiting works, warming requests, idle prompts.
+        self._published: tuple = ([], [], 0, [])
         self._stop, self._keys = False, 0
         self._forget: list[threading.Event] = []  # asked to drop idle sequences' prompts
         self._thread = threading.Thread(target=self._run, name="rag-engine", daemon=True)
@@ -108,6 +108,10 @@ class EngineLoop:
         waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1)) for w in waiting]
         return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
                     self.ctx.n_batch, steps, self.stats.background_left_s(time.perf_counter()))
+
+    def warming(self) -> int:
+        """Requests warming the passage store, running or waiting."""
+        return self._published[2]
 
     def held_prompts(self) -> list[np.ndarray]:
         """What the idle sequences hold (a cached prefix for the next prompt)."""
@@ -184,9 +188,12 @@ class EngineLoop:
                 self._waiting.append(request)
 
     def _publish(self) -> None:
+        # Warming gives way to any request at the next step: the load a new request meets leaves it out
+        # (what is left of its step in flight aside), and only its count is published.
+        warming = sum(a.req.idle for a in self._active.values()) + sum(r.idle for r in self._waiting)
         with self._cv:
-            self._published = ([a.work() for a in self._active.values()], [r.work() for r in self._waiting],
-                               self.slots.free, self.slots.held())
+            self._published = ([a.work() for a in self._active.values() if not a.req.idle],
+                               [r.work() for r in self._waiting if not r.idle], warming, self.slots.held())
 
     def _drop_cancelled(self) -> None:
         for request in [r for r in self._waiting if r.cancelled.is_set()]:
@@ -248,7 +255,8 @@ class EngineLoop:
             return
         self.busy_budget, self.idle_budget = self._budgets
         samples = [(a, self._sample(a, i)) for i, (e, (a, _)) in enumerate(zip(entries, owners)) if e.logits]
-        self._account(step, owners, time.perf_counter() - started)
+        seconds = share_step(owners, time.perf_counter() - started)
+        self.stats.count(len(step.decode), sum(n for _, n in step.prefill), seconds)
         for key in step.decode:
             self._active[key].n_past += 1
         for key, n in step.prefill:
@@ -264,16 +272,6 @@ class EngineLoop:
         """The next token of ``a`` from batch entry ``index`` (a traced request records it)."""
         token = a.sampler.sample(self.ctx, index)
         return token if a.req.trace is None else a.req.trace.take(token, self.ctx.logits(index))
-
-    def _account(self, step: Step, owners: list, seconds: float) -> None:
-        """Share a step's ``seconds`` among its tokens, and count it."""
-        share = seconds / len(owners)
-        for a, prompt in owners:
-            if prompt:
-                a.prefill_s += share
-            else:
-                a.decode_s += share
-        self.stats.count(len(step.decode), sum(n for _, n in step.prefill), seconds)
 
     def _no_room(self, step: Step) -> None:
         """The batch did not fit the KV cache: take less prompt next time, or

@@ -316,7 +316,7 @@ class LlamaCppBackend:
         """Sequences and cells, steps run, the tokens decoded and prefilled in
         them, and the passages waiting to be warmed into the store."""
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
-                "passage_warm_queue": self.loop.splicer.warm_size(), **self.loop.stats.counters}
+                "passage_warm_queue": self.loop.splicer.warm_size() + self.loop.warming(), **self.loop.stats.counters}
 
     def profile_key(self) -> dict[str, object]:
         """Model file identity, llama.cpp build, GPU layers, context, threads,

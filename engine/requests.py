@@ -11,6 +11,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -130,3 +131,15 @@ def timings_of(a: Active, snapshot_s: float) -> Timings:
         snapshot_s=snapshot_s, queue_s=max(ttft - a.prefill_s - a.restore_s - a.splice_s, 0.0),
         spliced_tokens=a.spliced, spliced_passages=a.spliced_passages, splice_s=a.splice_s,
     )
+
+
+def share_step(owners: Sequence[tuple[Active, bool]], seconds: float) -> float:
+    """Share a step's ``seconds`` among its tokens, one ``(request, is a
+    prompt token)`` each, as prefill or decode time; returns ``seconds``."""
+    share = seconds / len(owners)
+    for a, prompt in owners:
+        if prompt:
+            a.prefill_s += share
+        else:
+            a.decode_s += share
+    return seconds

@@ -122,6 +122,26 @@ def test_a_passage_whose_head_an_idle_sequence_holds_is_spliced_from_there(splic
     assert t.cached_tokens + t.prefill_tokens == t.prompt_tokens
 
 
+def test_warming_the_store_is_not_load_a_new_request_waits_behind(splicing, store):
+    # Warming gives way to any request at the next step, so the load a plan sees leaves it out
+    # (else eight clients and one warming passage look like nine and the ninth is refused).
+    import time
+
+    texts = [passage_body(ContextPassage(f"w{i}.md", f"Shelf {i} holds {i * 7} jars of plum jam and a lamp.")) for i in range(12)]
+    assert splicing.keep_passages(texts) == 12
+    seen = False
+    deadline = time.monotonic() + 30
+    while not seen and time.monotonic() < deadline:
+        if splicing.loop.warming():
+            load = splicing.load()
+            assert not load.active and not load.waiting
+            seen = True
+    assert seen and splicing.cache_stats()["passage_warm_queue"] > 0
+    while splicing.cache_stats()["passage_warm_queue"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert splicing.stored_passages(texts) == [len(splicing.tokenize(t)) for t in texts]
+
+
 def test_the_store_keeps_to_its_byte_caps_least_recently_used_first(splicing, store, tmp_path):
     boxes = [ContextPassage(f"box{i}.md", f"The {w} box holds {i + 3} apples and one pear.")
              for i, w in enumerate(["red", "blue", "green", "black"])]
