@@ -29,9 +29,9 @@ def test_kl_divergence_of_softmax_distributions():
     assert math.isfinite(kl_divergence(np.array([1e4, 0.0]), np.array([0.0, 1e4])))
 
 
-def _row(fresh, agree, ttft=0.5):
+def _row(fresh, agree, ttft=0.5, spliced=100):
     return {"fresh": fresh, "agreement": agree, "prefix_agreement": agree, "kl": 0.01, "ttft_cold_s": 1.0,
-            "ttft_warm_s": ttft, "spliced_tokens": 100, "passages": 3, "passages_found": 3, "timings_hold": True}
+            "ttft_warm_s": ttft, "spliced_tokens": spliced, "passages": 3, "passages_found": 3, "timings_hold": True}
 
 
 def test_the_default_R_is_the_smallest_whose_agreement_reaches_095():
@@ -42,3 +42,6 @@ def test_the_default_R_is_the_smallest_whose_agreement_reaches_095():
     low = splice_summary([_row(0, 0.5), _row(4, 0.9)], [0, 4])
     assert low["default_r"] is None and low["agreement_at_default"] is None
     assert low["per_r"][0]["ttft_warm_p50_s"] == 0.5 and low["per_r"][0]["ttft_cold_p50_s"] == 1.0
+    # An R past every passage's length splices nothing (so it agrees fully); one that saves no time is no default either.
+    empty = splice_summary([_row(0, 0.3), _row(128, 1.0, ttft=1.0, spliced=0), _row(64, 0.97, ttft=1.1)], [0, 64, 128])
+    assert empty["default_r"] is None

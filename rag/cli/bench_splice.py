@@ -69,4 +69,5 @@ def print_splice(result: dict) -> None:
     console.print(table)
     default = summary["default_r"]
     console.print(f"default R: {default} (agreement {summary['agreement_at_default']:.3f})" if default is not None
-                  else "default R: none reaches agreement 0.95: splicing stays off by default", soft_wrap=True)
+                  else "default R: none reaches agreement 0.95 while it still splices and saves time: "
+                       "splicing stays off by default", soft_wrap=True)
