@@ -129,6 +129,32 @@ def test_under_load_a_plan_takes_fewer_passages_and_says_how_many_fewer():
     assert burst.budget.predicted_ttft_s <= idle.budget.predicted_ttft_s
 
 
+class _StoringFake(FakeBackend):
+    """Holds every passage stored: for the planner's arithmetic, not the engine's."""
+
+    splice_fresh = 0
+
+    def stored_passages(self, texts):
+        return [len(self.tokenize(t)) for t in texts]
+
+    def keep_passages(self, texts):
+        return 0
+
+    def precompute_passages(self, texts, progress=None):
+        return {}
+
+
+def test_under_load_each_stored_passage_costs_a_step_of_the_busy_engine():
+    # Every stored passage spliced in ends an evaluation step, and a step of a busy engine also
+    # decodes the others: cheap when idle, a whole such step each under load.
+    planner = PromptPlanner(_StoringFake(n_ctx=4096))
+    kwargs = dict(target_ttft=1.0, cost=_cost(), elapsed=lambda: 0.0)
+    idle = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), **kwargs)
+    assert idle.budget.chosen == 8 and all(d.spliced for d in idle.budget.decisions if d.chosen)
+    busy = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), load=LoadPlan(step_s=0.2), **kwargs)
+    assert 0 < busy.budget.chosen < idle.budget.chosen and busy.budget.planned_ttft_s <= 1.0
+
+
 def test_only_a_question_that_cannot_make_its_target_even_alone_is_refused():
     planner = PromptPlanner(FakeBackend(n_ctx=4096))
     kwargs = dict(target_ttft=2.0, cost=_cost(), elapsed=lambda: 0.0)

@@ -53,12 +53,15 @@ KEEP_AT_MOST = 8  # passages one question asks the engine to store
 @dataclass(frozen=True)
 class LoadPlan:
     """What the engine's load adds to a request's time to first token:
-    seconds before its prompt starts being evaluated, and how much slower
-    its prefill runs for the others' decode steps interleaved with it."""
+    seconds before its prompt starts being evaluated, how much slower its
+    prefill runs for the others' decode steps interleaved with it, and the
+    seconds of one such decode step (each stored passage spliced in ends a
+    step of its own, so under load it costs one more of them)."""
 
     wait_s: float = 0.0
     slowdown: float = 1.0
     behind: int = 0  # requests that arrived before this plan and are planned after it
+    step_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
         return LoadPlan()
     load = backend.load()
     wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.predict)
-    return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0))
+    step = load.decode_s(wait.generating, cost.predict(load.busy_budget, 0) / max(load.busy_budget, 1))
+    return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0), step)
 
 
 def routing_prefix(backend: Backend, question: str, history: History) -> list[int]:
@@ -192,7 +196,8 @@ class PromptPlanner:
         if options.refuse_late and target_ttft is not None and bare > target_ttft:
             raise Overloaded(f"the engine is busy: even without passages the answer would start in {bare:.1f} s, "
                              f"past the {target_ttft:g} s target", bare - target_ttft)
-        passages, candidates = self._candidates(question, hits, request, loaded, cost.splice_seconds)
+        passages, candidates = self._candidates(question, hits, request, loaded,
+                                                lambda kept: cost.splice_seconds(kept) + load.step_s)
         try:
             plan = plan_budget(candidates, request, loaded)
             cut = 0
