@@ -57,6 +57,7 @@ class Request:
     deadline: float = math.inf
     background: bool = False
     spans: tuple[tuple[int, int], ...] = ()  # where retrieved passages lie in ``tokens`` (they may be spliced)
+    stored: int = 0  # of ``tokens``, those its stored passages will supply (not evaluated)
     store: str | None = None  # a passage behind the system prompt, to evaluate and keep under this key
     idle: bool = False  # warming the passage store: runs only while nothing else needs the engine
     trace: Trace | None = None  # record answer tokens and logits (measurements only)
@@ -70,8 +71,9 @@ class Request:
         return self.max_tokens == 0
 
     def work(self) -> Work:
-        """As the scheduler sees it while it waits for a sequence."""
-        return Work(self.key, self.deadline, self.started, len(self.tokens), self.max_tokens, False, self.background)
+        """As the scheduler sees it while it waits for a sequence (stored passages are not evaluated)."""
+        return Work(self.key, self.deadline, self.started, len(self.tokens) - self.stored, self.max_tokens, False,
+                    self.background)
 
     def fail(self, error: EngineError) -> None:
         """End it with ``error`` before it held a sequence."""

@@ -53,6 +53,12 @@ class Splicer:
             a.splices = self.store.splices(system, a.req.tokens, a.req.spans, a.next)
             self.catch_up(a, len(system))
 
+    def stored(self, request: Request, system: Sequence[int]) -> int:
+        """Prompt tokens of ``request`` that its stored passages would supply now."""
+        if not self.enabled or not request.spans:
+            return 0
+        return sum(sp.spliced for sp in self.store.splices(system, request.tokens, request.spans, len(system)))
+
     @staticmethod
     def capped(step: Step, active: dict[int, Active], busy_budget: int) -> Step:
         """``step`` with each prompt's tokens stopped at its next splice point,

@@ -142,6 +142,21 @@ def test_warming_the_store_is_not_load_a_new_request_waits_behind(splicing, stor
     assert splicing.stored_passages(texts) == [len(splicing.tokenize(t)) for t in texts]
 
 
+def test_a_waiting_request_counts_only_the_tokens_it_will_evaluate(splicing, store):
+    # The load others plan for must not charge a queued request for passages it will splice.
+    from engine.requests import Request
+
+    body = bodies()[1]
+    tokens = splicing.tokenize(splicing.render(build_messages(QUESTION, PASSAGES[1:2])))
+    spans = tuple(find_spans(tokens, [splicing.tokenize(body)]))
+    request = Request(0, tokens, 8, spans=spans)
+    assert splicing.loop.splicer.stored(request, splicing.loop.system) == 0  # not stored yet
+    splicing.precompute_passages([body])
+    request.stored = splicing.loop.splicer.stored(request, splicing.loop.system)
+    assert request.stored == len(splicing.tokenize(body))
+    assert request.work().to_prefill == len(tokens) - request.stored
+
+
 def test_the_store_keeps_to_its_byte_caps_least_recently_used_first(splicing, store, tmp_path):
     boxes = [ContextPassage(f"box{i}.md", f"The {w} box holds {i + 3} apples and one pear.")
              for i, w in enumerate(["red", "blue", "green", "black"])]
