@@ -64,7 +64,7 @@ class EngineLoop:
 
     def submit(self, request: Request) -> Request:
         """Queue ``request``; its events arrive on ``request.events``."""
-        request.stored = self.splicer.stored(request, self.system)  # so the load others see counts it right
+        request.stored, request.pieces = self.splicer.stored(request, self.system)  # as the load others see counts it
         with self._cv:
             self._keys += 1
             request.key = self._keys

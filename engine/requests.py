@@ -58,6 +58,7 @@ class Request:
     background: bool = False
     spans: tuple[tuple[int, int], ...] = ()  # where retrieved passages lie in ``tokens`` (they may be spliced)
     stored: int = 0  # of ``tokens``, those its stored passages will supply (not evaluated)
+    pieces: int = 0  # those stored passages: each ends an evaluation step
     store: str | None = None  # a passage behind the system prompt, to evaluate and keep under this key
     idle: bool = False  # warming the passage store: runs only while nothing else needs the engine
     trace: Trace | None = None  # record answer tokens and logits (measurements only)
@@ -73,7 +74,7 @@ class Request:
     def work(self) -> Work:
         """As the scheduler sees it while it waits for a sequence (stored passages are not evaluated)."""
         return Work(self.key, self.deadline, self.started, len(self.tokens) - self.stored, self.max_tokens, False,
-                    self.background)
+                    self.background, self.pieces)
 
     def fail(self, error: EngineError) -> None:
         """End it with ``error`` before it held a sequence."""
@@ -111,7 +112,8 @@ class Active:
         """As the scheduler sees it: the prompt tokens it still evaluates (spliced ones are not)."""
         ahead = len(self.req.tokens) - self.next - sum(sp.spliced for sp in self.splices)
         return Work(self.req.key, self.req.deadline, self.req.started, ahead,
-                    self.req.max_tokens - len(self.generated), self.pending is not None, self.req.background)
+                    self.req.max_tokens - len(self.generated), self.pending is not None, self.req.background,
+                    len(self.splices))
 
     def until_splice(self) -> int | None:
         """Prompt tokens to evaluate before the next stored passage goes in (None: none ahead)."""

@@ -32,7 +32,8 @@ class Work:
     """What the scheduler sees of one request: its key, deadline (seconds
     on the engine's clock; ``math.inf`` for none), arrival, prompt tokens
     still to evaluate, answer tokens still to generate, and whether it is
-    generating now or is background work."""
+    generating now or is background work; ``pieces``: stored passages it
+    still splices in, each of which ends a step of its own."""
 
     key: int
     deadline: float
@@ -41,6 +42,7 @@ class Work:
     to_decode: int = 0
     generating: bool = False
     background: bool = False
+    pieces: int = 0
 
     def priority(self) -> tuple[int, float, float]:
         """Sort key: foreground first, then earliest deadline, then arrival."""
@@ -151,8 +153,8 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
         for w in admission_order(queue)[:max(load.slots - len(active), 0)]:
             active[w.key] = w
             queue.remove(w)
-        step = plan_step(list(active.values()), busy_budget=load.busy_budget, idle_budget=load.idle_budget,
-                         n_batch=load.n_batch)
+        step = _in_pieces(plan_step(list(active.values()), busy_budget=load.busy_budget,
+                                    idle_budget=load.idle_budget, n_batch=load.n_batch), active)
         keys = [key for key, _ in step.prefill]
         if _NEW in keys:
             # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
@@ -168,6 +170,16 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
     return Wait(elapsed, 0)
 
 
+def _in_pieces(step: Step, active: dict[int, Work]) -> Step:
+    """``step`` as the engine runs it: a prompt with stored passages ahead
+    stops at the next one (taken here as an even share of what is left)."""
+    def cap(key: int, n: int) -> int:
+        w = active[key]
+        return min(n, math.ceil(w.to_prefill / (w.pieces + 1))) if w.pieces else n
+
+    return Step(step.decode, tuple((key, cap(key, n)) for key, n in step.prefill))
+
+
 def _advance(active: dict[int, Work], step: Step, repeat: int) -> None:
     """``active`` after ``repeat`` runs of ``step``: decoders a token nearer
     their end, prompts evaluated, finished requests gone (their sequences free)."""
@@ -178,7 +190,7 @@ def _advance(active: dict[int, Work], step: Step, repeat: int) -> None:
         w = active[key]
         left = w.to_prefill - n
         # The step that evaluates a prompt's last token also samples its first answer token.
-        active[key] = replace(w, to_prefill=left, generating=left == 0,
+        active[key] = replace(w, to_prefill=left, generating=left == 0, pieces=max(w.pieces - 1, 0),
                               to_decode=w.to_decode - (1 if left == 0 else 0))
     for key in [k for k, w in active.items() if w.to_decode <= 0 and w.to_prefill <= 0]:
         del active[key]

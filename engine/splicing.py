@@ -53,11 +53,12 @@ class Splicer:
             a.splices = self.store.splices(system, a.req.tokens, a.req.spans, a.next)
             self.catch_up(a, len(system))
 
-    def stored(self, request: Request, system: Sequence[int]) -> int:
-        """Prompt tokens of ``request`` that its stored passages would supply now."""
+    def stored(self, request: Request, system: Sequence[int]) -> tuple[int, int]:
+        """Prompt tokens of ``request`` that its stored passages would supply now, and how many passages."""
         if not self.enabled or not request.spans:
-            return 0
-        return sum(sp.spliced for sp in self.store.splices(system, request.tokens, request.spans, len(system)))
+            return 0, 0
+        found = self.store.splices(system, request.tokens, request.spans, len(system))
+        return sum(sp.spliced for sp in found), len(found)
 
     @staticmethod
     def capped(step: Step, active: dict[int, Active], busy_budget: int) -> Step:

@@ -150,11 +150,11 @@ def test_a_waiting_request_counts_only_the_tokens_it_will_evaluate(splicing, sto
     tokens = splicing.tokenize(splicing.render(build_messages(QUESTION, PASSAGES[1:2])))
     spans = tuple(find_spans(tokens, [splicing.tokenize(body)]))
     request = Request(0, tokens, 8, spans=spans)
-    assert splicing.loop.splicer.stored(request, splicing.loop.system) == 0  # not stored yet
+    assert splicing.loop.splicer.stored(request, splicing.loop.system) == (0, 0)  # not stored yet
     splicing.precompute_passages([body])
-    request.stored = splicing.loop.splicer.stored(request, splicing.loop.system)
-    assert request.stored == len(splicing.tokenize(body))
-    assert request.work().to_prefill == len(tokens) - request.stored
+    request.stored, request.pieces = splicing.loop.splicer.stored(request, splicing.loop.system)
+    assert request.stored == len(splicing.tokenize(body)) and request.pieces == 1
+    assert request.work().to_prefill == len(tokens) - request.stored and request.work().pieces == 1
 
 
 def test_the_store_keeps_to_its_byte_caps_least_recently_used_first(splicing, store, tmp_path):

@@ -18,8 +18,9 @@ from rag.qa.options import AskOptions
 from rag.qa.planner import LoadPlan, PromptPlanner
 
 
-def work(key, deadline=math.inf, arrival=0.0, to_prefill=0, to_decode=8, generating=False, background=False):
-    return Work(key, deadline, arrival, to_prefill, to_decode, generating, background)
+def work(key, deadline=math.inf, arrival=0.0, to_prefill=0, to_decode=8, generating=False, background=False,
+         pieces=0):
+    return Work(key, deadline, arrival, to_prefill, to_decode, generating, background, pieces)
 
 
 def test_every_generating_request_decodes_and_prompts_go_earliest_deadline_first():
@@ -90,6 +91,20 @@ def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupte
     # The wait starts with what is left of it, then runs the scheduler forward as before.
     warming = (work(4, to_prefill=50, background=True),)
     assert expected_wait(Load(warming, (), slots=6, busy_s=0.15), 5.0, cost) == Wait(pytest.approx(0.15), 0)
+
+
+def test_a_prompt_with_stored_passages_ahead_takes_a_step_for_each():
+    def cost(n, cached):
+        return 0.01 + 0.005 * n
+
+    def load(pieces):
+        # No free sequence: the new request waits until request 2 has its one answer token.
+        return Load((work(1, generating=True, to_decode=50), work(2, deadline=1.0, to_prefill=40, to_decode=1,
+                                                                  pieces=pieces)), (), slots=2, decode_steps=((1, 0.03),))
+
+    # Evaluated whole, its 40 tokens take one step; with 8 stored passages to splice in, nine.
+    assert expected_wait(load(0), 5.0, cost).seconds == pytest.approx(cost(40, 0) + 0.03)
+    assert expected_wait(load(8), 5.0, cost).seconds == pytest.approx(8 * (cost(5, 0) + 0.03) + cost(0, 0) + 0.03)
 
 
 def test_idle_sequences_are_a_cache_given_up_least_recently_used_first():

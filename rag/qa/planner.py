@@ -110,7 +110,9 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
         return LoadPlan()
     load = backend.load()
     wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.predict)
-    step = load.decode_s(wait.generating, cost.predict(load.busy_budget, 0) / max(load.busy_budget, 1))
+    # Those still prefilling now decode beside most of its pieces: count every request ahead.
+    others = max(wait.generating, sum(1 for w in (*load.active, *load.waiting) if not w.background))
+    step = load.decode_s(others, cost.predict(load.busy_budget, 0) / max(load.busy_budget, 1))
     return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0), step)
 
 
