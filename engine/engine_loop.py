@@ -53,8 +53,8 @@ class EngineLoop:
         self.placement = Placement(ctx, self.slots, snapshots, kv_cells)
         self.system: list[int] = []  # the tokens sequence 0 holds
         self.stats = StepStats()
-        # What other threads may read without racing the loop: works, waiting works, warming requests, idle prompts.
-        self._published: tuple = ([], [], 0, [])
+        # Read by other threads without racing the loop: works, waiting works, free slots, idle prompts, warming.
+        self._published: tuple = ([], [], slots, [], 0)
         self._stop, self._keys = False, 0
         self._forget: list[threading.Event] = []  # asked to drop idle sequences' prompts
         self._thread = threading.Thread(target=self._run, name="rag-engine", daemon=True)
@@ -102,7 +102,7 @@ class EngineLoop:
         sequence, what waits for one (less the shared system prefix each
         will find cached), the step budgets and the measured decode steps."""
         with self._cv:
-            active, waiting, _, _ = self._published
+            active, waiting = self._published[:2]
             waiting = [*waiting, *(r.work() for r in self._inbox)]
             steps = self.stats.decode_steps()
         shared = len(self.system)
@@ -112,7 +112,7 @@ class EngineLoop:
 
     def warming(self) -> int:
         """Requests warming the passage store, running or waiting."""
-        return self._published[2]
+        return self._published[4]
 
     def held_prompts(self) -> list[np.ndarray]:
         """What the idle sequences hold (a cached prefix for the next prompt)."""
@@ -194,7 +194,8 @@ class EngineLoop:
         warming = sum(a.req.idle for a in self._active.values()) + sum(r.idle for r in self._waiting)
         with self._cv:
             self._published = ([a.work() for a in self._active.values() if not a.req.idle],
-                               [r.work() for r in self._waiting if not r.idle], warming, self.slots.held())
+                               [r.work() for r in self._waiting if not r.idle], self.slots.free, self.slots.held(),
+                               warming)
 
     def _drop_cancelled(self) -> None:
         for request in [r for r in self._waiting if r.cancelled.is_set()]:
