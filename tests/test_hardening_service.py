@@ -213,3 +213,8 @@ def test_arguments_that_are_not_utf8_and_absurd_options_are_one_line_errors(run,
     assert_clean_error(run("ask", "abc \udcff", "--index", index), "not valid text")
     assert_clean_error(run("search", "abc", "-k", "1000000000000", "--index", index), "k must be")
     assert_clean_error(run("ask", "abc", "--target-ttft", "nan", "--index", index), "--target-ttft")
+    assert_clean_error(run("ask", "abc", "--target-ttft", "soon", "--index", index), "--target-ttft")
+    # As RAG_TARGET_TTFT=none does, the flag's "none" plans with no target.
+    answer = run("ask", "abc", "--target-ttft", "none", "--max-tokens", "2", "--index", index, "--json")
+    assert answer.exit_code == 0, answer.output
+    assert json.loads(answer.stdout)["budget"]["target_ttft_s"] is None

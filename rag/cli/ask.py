@@ -81,7 +81,7 @@ def search(
 def ask(
     question: str = typer.Argument(..., help="The question to answer from your documents."),
     index: Optional[Path] = INDEX_OPTION,
-    target_ttft: Optional[float] = TARGET_OPTION,
+    target_ttft: Optional[str] = TARGET_OPTION,
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in the answer."),
     session: Optional[str] = typer.Option(
         None, "--session", help="Continue (or start) the conversation with this id; its history goes into the prompt."
@@ -198,7 +198,7 @@ CHAT_COMMANDS = "/sources /stats /reset /quit"
 def chat(
     session: Optional[str] = typer.Option(None, "--session", help="Conversation id to continue (default: a new one)."),
     index: Optional[Path] = INDEX_OPTION,
-    target_ttft: Optional[float] = TARGET_OPTION,
+    target_ttft: Optional[str] = TARGET_OPTION,
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in each answer."),
     model: Optional[Path] = MODEL_OPTION,
     no_server: bool = NO_SERVER_OPTION,

@@ -56,8 +56,8 @@ RETRIEVAL_OPTION = typer.Option(
 )
 MODEL_OPTION = typer.Option(None, "--model", help="GGUF model file (default: $RAG_MODEL, else bundled SmolLM2-135M-Instruct).")
 TARGET_OPTION = typer.Option(
-    None, "--target-ttft", help="Seconds to first token to plan for (default: $RAG_TARGET_TTFT, else 2.0)."
-)
+    None, "--target-ttft",
+    help="Seconds to first token to plan for, or 'none' for no target (default: $RAG_TARGET_TTFT, else 2.0).")
 SOURCE_OPTION = typer.Option(
     [], "--source", help="Only documents whose source matches this glob (repeatable), e.g. 'reports/**/*.pdf'.")
 TYPE_OPTION = typer.Option([], "--type", help="Only documents of this file type (repeatable), e.g. pdf or docx.")
