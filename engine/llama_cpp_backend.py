@@ -314,7 +314,7 @@ class LlamaCppBackend:
 
     def engine_stats(self) -> dict[str, object]:
         """Sequences and cells, steps run, the tokens decoded and prefilled in
-        them, and the passages waiting to be warmed into the store."""
+        them, and the passages waiting for or being warmed into the store."""
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
                 "passage_warm_queue": self.loop.splicer.warm_size() + self.loop.warming(), **self.loop.stats.counters}
 

@@ -207,6 +207,14 @@ def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float]) -> float
     return 1.0 + load.decode_s(wait.generating, busy / load.busy_budget) / busy
 
 
+def step_beside(load: Load, wait: Wait, cost: Callable[[int, int], float]) -> float:
+    """Seconds of one decode step of the requests that decode beside a new
+    request's prefill: those generating when it starts, or every foreground
+    request ahead if more (those still prefilling decode beside most of it)."""
+    others = max(wait.generating, sum(1 for w in (*load.active, *load.waiting) if not w.background))
+    return load.decode_s(others, cost(load.busy_budget, 0) / max(load.busy_budget, 1))
+
+
 class StepStats:
     """What the loop's steps did: counts for reports, and the seconds a
     decode-only step of each batch size takes (a moving average, which

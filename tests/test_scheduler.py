@@ -8,7 +8,7 @@ import math
 import pytest
 
 from engine import FakeBackend
-from engine.scheduler import Load, Wait, Work, admission_order, expected_wait, plan_step, slowdown
+from engine.scheduler import Load, Wait, Work, admission_order, expected_wait, plan_step, slowdown, step_beside
 from engine.slots import SlotTable
 from prompt_budget import PrefillCostModel
 from prompt_budget.cost import PrefillSample, fit_samples
@@ -69,6 +69,10 @@ def test_the_wait_a_request_meets_runs_the_scheduler_forward():
     assert expected_wait(Load(slots=0), 5.0, cost).seconds == math.inf
     assert slowdown(Load(decode_steps=((4, 0.032),)), Wait(0.0, 4), cost) == pytest.approx(1.1)
     assert slowdown(Load(), Wait(0.0, 0), cost) == 1.0
+    # Under a new prefill decode those generating now, or every foreground request ahead if more.
+    ahead = (work(1, generating=True), work(2, to_prefill=9), work(3, to_prefill=9, background=True))
+    assert step_beside(Load(ahead, (), decode_steps=((2, 0.04),)), Wait(0.0, 1), cost) == 0.04
+    assert step_beside(Load(), Wait(0.0, 0), cost) == 0.0
     assert Load().decode_s(3, 0.005) == pytest.approx(0.015) and Load(decode_steps=measured).decode_s(2, 1) == 0.06
 
 

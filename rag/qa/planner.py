@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.backend import Backend, LoadAware, PassageKV, PrefixCache
-from engine.scheduler import expected_wait, slowdown
+from engine.scheduler import expected_wait, slowdown, step_beside
 from prompt_budget import (
     BudgetRequest,
     PastTurn,
@@ -110,10 +110,8 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
         return LoadPlan()
     load = backend.load()
     wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.predict)
-    # Those still prefilling now decode beside most of its pieces: count every request ahead.
-    others = max(wait.generating, sum(1 for w in (*load.active, *load.waiting) if not w.background))
-    step = load.decode_s(others, cost.predict(load.busy_budget, 0) / max(load.busy_budget, 1))
-    return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0), step)
+    return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0),
+                    step_beside(load, wait, cost.predict))
 
 
 def routing_prefix(backend: Backend, question: str, history: History) -> list[int]:
