@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from engine.backend import Timings
-from rag.cli.seen import Seen, process_age
+from rag.cli.seen import STARTUP_WAIT_S, Seen, process_age, run_start
 from rag.errors import RagError
 from rag.qa.answer import Answer, Budget, BudgetDecision, Source
 from rag.resident.address import Address, private_folder, server_settings, settings_key
@@ -90,3 +92,26 @@ def test_what_the_command_line_saw():
     assert seen.to_dict() == {"ttft_s": 0.5, "total_s": 1.25, "via": "server", "server_pid": 42}
     age = process_age()
     assert age is not None and age > 0  # Linux: read from /proc/self/stat
+
+
+def test_the_clock_starts_at_the_process_unless_it_ran_another_command_first():
+    # Forked 0.2 s before rag's first line, 0.15 s of it CPU: the interpreter starting.
+    assert run_start(10.2, (100.0, 0.15), (110.0, 0.5)) == pytest.approx(99.8)
+    # Forked 1041 s before: the shell ran `pip install` in this process first.
+    assert run_start(1041.0, (1040.0, 0.1), (1041.5, 0.3)) == 1040.0
+    assert run_start(None, (5.0, 0.1), (6.0, 0.2)) == 5.0
+    # Some waiting for a busy CPU is still start-up.
+    assert run_start(STARTUP_WAIT_S, (0.1, 0.05), (0.1, 0.1)) == pytest.approx(0.1 - STARTUP_WAIT_S)
+
+
+def test_a_shell_line_before_rag_is_not_counted_as_waiting_for_it():
+    """``bash -c "sleep 3 && rag ..."``: the last command runs in the shell's
+    own process, forked 3 s before rag began; the clock starts with rag."""
+    probe = ("import time; import rag; from rag.cli.seen import clock; clock.process_started(); "
+             "print(time.perf_counter() - clock.started, time.perf_counter() - rag.CODE_STARTED[0])")
+    line = f"sleep 3 && exec {sys.executable} -c '{probe}'"
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True).stdout.split()
+    waited, since_code = float(out[0]), float(out[1])
+    assert waited < 3.0 and waited == pytest.approx(since_code, abs=0.01)
+    alone = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert float(alone[0]) > float(alone[1])  # its own process: the interpreter's start-up counts too
