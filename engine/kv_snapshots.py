@@ -15,17 +15,25 @@ bytes do not match is dropped, never handed to the engine. They are written atom
 restart of the process; the engine must check that a snapshot belongs to it
 (the directory is per model and context, see the backend).
 
+Disk writes happen on a writer thread of the cache's own: ``put`` returns as
+soon as the snapshot is in RAM, so the engine's loop (which saves a state
+after each answer, tens of MB) never waits for the disk. A snapshot waiting
+to be written is found like one on disk, and the writes still pending when
+the process exits are finished first.
+
 Does not: talk to an engine (the backend saves and restores the bytes).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
 import struct
 import threading
+import weakref
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -86,6 +94,11 @@ class SnapshotCache:
         self._pinned: set[str] = set()
         self._disk: OrderedDict[str, _DiskEntry] = OrderedDict()
         self._lock = threading.RLock()
+        self._written = threading.Condition(self._lock)  # a pending write finished
+        self._pending: OrderedDict[str, tuple[int, Snapshot]] = OrderedDict()  # key -> (serial, snapshot) to write
+        self._latest: dict[str, int] = {}  # key -> serial of its newest put (a write older than it is stale)
+        self._serial, self._in_flight = 0, 0
+        self._writer: threading.Thread | None = None
         self.evictions = 0
         self.disk_evictions = 0
         if self.disk_dir is not None:
@@ -101,7 +114,8 @@ class SnapshotCache:
 
     @property
     def disk_bytes(self) -> int:
-        """Bytes held on disk."""
+        """Bytes held on disk, once the writes pending now have landed."""
+        self.flush()
         with self._lock:
             return sum(e.nbytes for e in self._disk.values())
 
@@ -111,16 +125,26 @@ class SnapshotCache:
             return list(self._ram)
 
     def disk_keys(self) -> list[str]:
-        """Keys held on disk, least recently used first."""
+        """Keys held on disk, least recently used first, once the writes
+        pending now have landed."""
+        self.flush()
         with self._lock:
             return list(self._disk)
 
+    def flush(self, timeout: float | None = 60.0) -> bool:
+        """Wait until every disk write asked for so far has landed (or
+        ``timeout`` seconds passed); whether none is left pending."""
+        with self._written:
+            return self._written.wait_for(lambda: not self._pending and not self._in_flight, timeout)
+
     def stats(self) -> dict[str, int]:
-        """Entries and bytes in RAM and on disk, and evictions so far."""
+        """Entries and bytes in RAM and on disk (written so far; the writes
+        still pending are counted apart), and evictions so far."""
         with self._lock:
             return {
                 "ram_entries": len(self._ram), "ram_bytes": self.ram_bytes, "ram_max_bytes": self.max_bytes,
-                "disk_entries": len(self._disk), "disk_bytes": self.disk_bytes,
+                "disk_entries": len(self._disk), "disk_bytes": sum(e.nbytes for e in self._disk.values()),
+                "disk_pending": len(self._pending) + self._in_flight,
                 "evictions": self.evictions, "disk_evictions": self.disk_evictions,
             }
 
@@ -129,7 +153,7 @@ class SnapshotCache:
     def holds(self, key: str) -> bool:
         """Whether ``key`` is held in RAM or on disk (nothing is read)."""
         with self._lock:
-            return key in self._ram or key in self._disk
+            return key in self._ram or key in self._disk or key in self._pending
 
     def best(self, tokens: Sequence[int] | np.ndarray) -> tuple[str | None, int]:
         """The key of the snapshot sharing the longest prefix with
@@ -145,6 +169,10 @@ class SnapshotCache:
                 n = common_prefix(entry.tokens, wanted)
                 if n > best_n:
                     best_key, best_n = key, n
+            for key, (_, snap) in self._pending.items():
+                n = common_prefix(snap.tokens, wanted)
+                if n > best_n:
+                    best_key, best_n = key, n
         return best_key, best_n
 
     def get(self, key: str) -> Snapshot | None:
@@ -157,6 +185,9 @@ class SnapshotCache:
                 if key in self._disk:
                     self._disk.move_to_end(key)
                 return snap
+            pending = self._pending.get(key)
+            if pending is not None:  # too large for RAM, and not written yet
+                return pending[1]
             entry = self._disk.get(key)
             if entry is None:
                 return None
@@ -175,22 +206,33 @@ class SnapshotCache:
     def put(self, key: str, snapshot: Snapshot, *, pin: bool = False) -> None:
         """Keep ``snapshot`` under ``key`` (replacing what was there), as the
         most recently used; written to disk too when there is a disk
-        directory. A snapshot larger than the RAM cap is kept on disk only."""
+        directory (by the writer thread: this returns without waiting for
+        the disk). A snapshot larger than the RAM cap is kept on disk only."""
         with self._lock:
             self._ram.pop(key, None)
+            self._pending.pop(key, None)
             if pin:
                 self._pinned.add(key)
             if snapshot.nbytes <= self.max_bytes or pin:
                 self._ram[key] = snapshot
                 self._evict_ram()
+            if key in self._latest or (self.disk_dir is not None and snapshot.nbytes <= self.disk_max_bytes):
+                self._serial += 1
+                self._latest[key] = self._serial  # a write of it in flight now is stale
             if self.disk_dir is not None and snapshot.nbytes <= self.disk_max_bytes:
-                self._write_disk(key, snapshot)
+                self._pending[key] = (self._serial, snapshot)
+                self._start_writer()
+                self._written.notify_all()
 
     def discard(self, key: str) -> None:
         """Forget the snapshot under ``key`` in RAM and on disk."""
         with self._lock:
             self._ram.pop(key, None)
             self._pinned.discard(key)
+            self._pending.pop(key, None)
+            if key in self._latest:
+                self._serial += 1
+                self._latest[key] = self._serial  # a write of it in flight now is stale
             self._drop_disk(key)
 
     def _evict_ram(self) -> None:
@@ -209,7 +251,44 @@ class SnapshotCache:
         assert self.disk_dir is not None
         return self.disk_dir / (hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] + ".kv")
 
-    def _write_disk(self, key: str, snapshot: Snapshot) -> None:
+    def _start_writer(self) -> None:
+        if self._writer is None:
+            self._writer = threading.Thread(target=_write_pending, args=(weakref.ref(self),),
+                                            name="rag-kv-writer", daemon=True)
+            self._writer.start()
+            atexit.register(_flush_at_exit, weakref.ref(self))
+
+    def _next_write(self, wait_s: float) -> tuple[str, int, Snapshot] | None:
+        """The oldest pending write, now in flight (None: none came in ``wait_s``)."""
+        with self._written:
+            if not self._written.wait_for(lambda: self._pending, wait_s):
+                return None
+            key, (serial, snapshot) = self._pending.popitem(last=False)
+            self._in_flight += 1
+            return key, serial, snapshot
+
+    def _write_one(self, key: str, serial: int, snapshot: Snapshot) -> None:
+        """Write one snapshot, then count it on disk unless it was replaced
+        or discarded meanwhile (a discarded one's file is removed)."""
+        try:
+            written = self._write_file(key, snapshot)
+            with self._written:
+                if written is not None and self._latest.get(key) == serial:
+                    self._disk.pop(key, None)
+                    self._disk[key] = written
+                    self._evict_disk()
+                elif written is not None and key not in self._pending and key not in self._ram:
+                    _unlink(written.path)  # discarded while it was written
+        finally:
+            with self._written:
+                self._in_flight -= 1
+                if self._latest.get(key) == serial:
+                    del self._latest[key]
+                self._written.notify_all()
+
+    def _write_file(self, key: str, snapshot: Snapshot) -> _DiskEntry | None:
+        """Write ``snapshot``'s file atomically; its entry, or None when the
+        disk refused (a full or read-only disk loses a cache entry, nothing else)."""
         path = self._file(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -221,11 +300,9 @@ class SnapshotCache:
                 fh.write(snapshot.tokens.astype("<i4").tobytes())
                 fh.write(snapshot.data)
             os.replace(tmp, path)
+            return _DiskEntry(path, snapshot.tokens.copy(), path.stat().st_size)
         except OSError:
-            return  # a full or read-only disk loses a cache entry, nothing else
-        self._disk.pop(key, None)
-        self._disk[key] = _DiskEntry(path, snapshot.tokens.copy(), path.stat().st_size)
-        self._evict_disk()
+            return None
 
     def _evict_disk(self) -> None:
         total = sum(e.nbytes for e in self._disk.values())
@@ -260,6 +337,32 @@ class SnapshotCache:
         for _, key, entry in sorted(found, key=lambda f: f[0]):
             self._disk[key] = entry
         self._evict_disk()
+
+
+def _write_pending(ref: "weakref.ref[SnapshotCache]") -> None:
+    """The writer thread: write pending snapshots, oldest first, for as long
+    as the cache lives (it holds the cache weakly, so a dropped cache ends it)."""
+    while True:
+        cache = ref()
+        if cache is None:
+            return
+        job = cache._next_write(1.0)
+        if job is not None:
+            cache._write_one(*job)
+        del cache
+
+
+def _flush_at_exit(ref: "weakref.ref[SnapshotCache]") -> None:
+    cache = ref()
+    if cache is not None:
+        cache.flush(timeout=30.0)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 MAX_HEADER_BYTES = 1 << 16

@@ -366,10 +366,13 @@ class LlamaCppBackend:
         }
 
     def close(self) -> None:
-        """Stop the engine and free the llama.cpp context and model."""
+        """Stop the engine (its snapshots and stored passages written to disk
+        first) and free the llama.cpp context and model."""
         if self._llm is None:
             return
         self.loop.stop()
+        self.snapshots.flush()
+        self.passages.cache.flush()
         self._ctx.close()
         llm, self._llm = self._llm, None
         llm.close()

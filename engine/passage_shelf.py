@@ -60,6 +60,7 @@ class PassageShelf:
                 computed += 1
             if progress is not None:
                 progress(done, len(items))
+        self.store.cache.flush()  # the report counts what landed on disk
         stats = self.store.cache.stats()
         return {"computed": computed, "stored_before": kept, "disk_bytes": stats["disk_bytes"],
                 "ram_bytes": stats["ram_bytes"], "entries": max(stats["disk_entries"], stats["ram_entries"])}

@@ -127,6 +127,7 @@ def test_damaged_kv_snapshots_are_dropped_with_a_line_in_the_log(tmp_path, caplo
 
     good = SnapshotCache(1 << 20, tmp_path, 1 << 20)
     good.put("fine", Snapshot(np.arange(4, dtype=np.int32), b"state"))
+    assert good.flush()
 
     def write(name: str, header: object, tail: bytes = b"") -> Path:
         raw = json.dumps(header).encode()

@@ -72,6 +72,7 @@ def test_disk_copy_survives_a_new_cache_and_respects_its_cap(tmp_path):
 def test_damaged_disk_files_are_ignored(tmp_path):
     cache = SnapshotCache(disk_dir=tmp_path)
     cache.put("a", snap([1, 2], 50))
+    assert cache.flush()
     (path,) = tmp_path.glob("*.kv")
     path.write_bytes(path.read_bytes()[:20])  # truncated by a crash
     (tmp_path / "junk.kv").write_bytes(b"not a snapshot")
