@@ -158,3 +158,63 @@ def test_old_turns_are_folded_into_a_summary_after_the_answer(chat_pipeline):
     nxt = p.ask("How long should bread rise?", session="fold", max_tokens=8)
     stable = stable_prefix(p.backend, [system_message(conversation.summary)])
     assert nxt.timings.cached_tokens >= len(stable) - 1
+
+
+def test_snapshots_are_written_to_disk_off_the_engine_loop(tmp_path, monkeypatch):
+    """The loop saves a session's state in RAM and goes on; a thread of the
+    cache's own writes the file, so no stream waits for the disk."""
+    import threading
+
+    from engine.kv_snapshots import SnapshotCache
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    writers: list[str] = []
+    write_file = SnapshotCache._write_file
+
+    def spy(self, key, snapshot):
+        writers.append(threading.current_thread().name)
+        return write_file(self, key, snapshot)
+
+    monkeypatch.setattr(SnapshotCache, "_write_file", spy)
+    backend = LlamaCppBackend(n_ctx=1024, snapshot_dir=tmp_path)
+    try:
+        prompt = backend.render(build_messages("What does prefill read?", PASSAGES))
+        run(backend, prompt, session="session:writer")
+        assert backend.snapshots.flush() and backend.snapshots.holds("session:writer")
+        assert "session:writer" in backend.snapshots.disk_keys()
+        assert writers and "rag-engine" not in writers and set(writers) == {"rag-kv-writer"}
+    finally:
+        backend.close()
+
+
+def test_a_fold_is_stored_only_once_the_layout_it_leads_to_is_cached(chat_pipeline, monkeypatch):
+    """Questions keep the old, cached layout while a fold's new prefix
+    (summary and kept turns) is prefilled: the fold is stored only then, so
+    the first question that sees it finds its prefix in the KV cache."""
+    from dataclasses import replace
+
+    from prompt_budget.layout import history_messages
+
+    p = chat_pipeline(history=HistoryPolicy(recent_tokens=200, keep_tokens=0, summary_tokens=48))
+    store = p.conversations
+    at_fold: list[tuple[int, int, str]] = []
+    fold = type(store).fold
+
+    def spy(self, session, *, through, summary, **kwargs):
+        current = self.load(session)
+        kept = p.keeper.history(replace(current, summary=summary,
+                                        turns=tuple(t for t in current.turns if t.number > through)))
+        prefix = stable_prefix(p.backend, [system_message(summary), *history_messages(kept.turns)])
+        at_fold.append((p.backend.cached_prefix(prefix), len(prefix), current.summary))
+        return fold(self, session, through=through, summary=summary, **kwargs)
+
+    monkeypatch.setattr(type(store), "fold", spy)
+    p.ask("What does prefill do?", session="early", max_tokens=24)
+    p.ask("What limits decode speed?", session="early", max_tokens=24)
+    p.wait_idle()
+    assert at_fold, p.background_log
+    cached, length, summary_then = at_fold[0]
+    assert summary_then == ""  # until this moment questions saw the old layout: no summary yet
+    assert cached >= length - 1, (cached, length)
+    logged = [e["kind"] for e in p.background_log if e["session"] == "early"]
+    assert logged.index("prefill") < logged.index("summary")  # prefilled, then stored

@@ -156,6 +156,9 @@ def print_cost_line(answer: Answer, seen: Seen) -> None:
         f"TTFT {t.ttft_s:.2f} s ({target}, predicted {b.predicted_ttft_s:.2f} s; seen {shown}), "
         f"{t.decode_tokens} tokens in {t.total_s:.2f} s[/]"
     )
+    if b.turns_left_out:
+        err().print(f"[yellow]{b.turns_left_out} earlier turn(s) of this conversation were left out of the prompt: "
+                    "the context could not hold them beside the passages while their summary is being written[/]")
 
 
 def print_explain(answer: Answer, console: Console) -> None:

@@ -4,9 +4,11 @@ background.
 
 A fold runs on one worker thread after an answer is out. It gives way to
 questions: the summariser stops when a question is in
-progress, and the fold is tried again after the next answer. After a fold,
-the new stable prefix (system prompt, summary, kept turns) is prefilled so
-the next question finds it cached.
+progress, and the fold is tried again after the next answer. A fold never
+puts its prefill in front of a question: the new stable prefix (system
+prompt, new summary, kept turns) is prefilled first, as background work,
+and only then is the fold stored, so until that moment questions keep the
+old layout, which is still cached.
 
 Does not: decide what goes into a prompt (the planner does) or store rows
 (``store`` does).
@@ -19,10 +21,11 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Literal, Sequence
 
 from engine.backend import Backend, LoadAware, Message, PrefixCache, Timings
+from engine.errors import EngineError
 from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
 from prompt_budget.layout import history_messages
 
@@ -37,6 +40,11 @@ BACKGROUND_LOG_SIZE = 256  # entries kept: a long-running server must not grow w
 def kv_key(session: str) -> str:
     """The engine's snapshot key of a conversation."""
     return f"session:{session}"
+
+
+def folded_key(session: str) -> str:
+    """The snapshot key of a conversation's next layout, prefilled before its fold is stored."""
+    return f"session:{session}#folded"
 
 
 def stable_prefix(backend: Backend, messages: Sequence[Message]) -> list[int]:
@@ -179,12 +187,13 @@ class ConversationKeeper:
         backend = self._backend()
         if isinstance(backend, PrefixCache):
             backend.forget(kv_key(session))
+            backend.forget(folded_key(session))
 
     # -- background ----------------------------------------------------------
 
     def _fold(self, session: str) -> None:
-        """Fold the oldest turns of ``session`` into its summary, then
-        prefill the new stable prefix so the next question finds it cached."""
+        """Fold the oldest turns of ``session`` into its summary: summarise
+        them, prefill the layout the fold leads to, then store the fold."""
         store, backend, policy = self._store(), self._backend(), self._policy()
         conversation = store.load(session)
         n = turns_to_fold([self.turn_tokens(t) for t in conversation.turns], policy)
@@ -201,22 +210,36 @@ class ConversationKeeper:
             return
         seconds = time.perf_counter() - started
         tokens = len(backend.tokenize(summary))
+        through = conversation.turns[n - 1].number
+        self._prefill_folded(session, summary, through)
         folded = store.fold(
-            session, through=conversation.turns[n - 1].number, summary=summary,
+            session, through=through, summary=summary,
             expected_version=conversation.summary_version, method=method, tokens=tokens, seconds=seconds,
         )
         self.log.append({"session": session, "kind": "summary", "method": method, "turns": n,
                          "tokens": tokens, "seconds": seconds, "stored": folded})
-        if not folded or self._busy() or not isinstance(backend, PrefixCache):
+
+    def _prefill_folded(self, session: str, summary: str, through: int) -> None:
+        """Prefill the stable prefix ``session`` will have once the turns up
+        to ``through`` are folded into ``summary`` (background work, behind
+        every question), so the first question that sees the fold finds its
+        new prefix cached. Questions meanwhile still see the old layout."""
+        backend = self._backend()
+        if not isinstance(backend, PrefixCache) or self._busy():
             return
-        # The summary changed right after the system prompt: the kept turns
-        # must be prefilled again once. Do it now, not in the next question.
-        after = self.history(store.load(session))
-        prefix = stable_prefix(backend, [system_message(after.summary), *history_messages(after.turns)])
-        if len(prefix) < backend.n_ctx // 2:
-            t = backend.prefill(prefix, session=kv_key(session))
-            self.log.append({"session": session, "kind": "prefill", "tokens": t.prefill_tokens,
-                             "seconds": t.total_s + t.snapshot_s})
+        current = self.load(session)
+        kept = self.history(replace(current, summary=summary,
+                                    turns=tuple(t for t in current.turns if t.number > through)))
+        prefix = stable_prefix(backend, [system_message(kept.summary), *history_messages(kept.turns)])
+        if len(prefix) >= backend.n_ctx // 2:
+            return
+        try:
+            t = backend.prefill(prefix, session=folded_key(session))
+        except EngineError as exc:  # the fold is stored all the same; the next question prefills it
+            self.log.append({"session": session, "kind": "prefill", "error": str(exc)})
+            return
+        self.log.append({"session": session, "kind": "prefill", "tokens": t.prefill_tokens,
+                         "seconds": t.total_s + t.snapshot_s})
 
     def busy(self) -> bool:
         """Whether a fold is still running or waiting to run."""

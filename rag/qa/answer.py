@@ -107,6 +107,7 @@ class Budget:
     cached_tokens: int = 0  # prompt tokens expected in the KV cache when planned
     load_wait_s: float = 0.0  # expected wait behind other requests, planned for
     cut_for_load: int = 0  # passages fewer than an idle engine would have taken
+    turns_left_out: int = 0  # recent turns the context could not hold beside passages (the summary is behind)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -120,6 +121,7 @@ class Budget:
             "cached_tokens": self.cached_tokens,
             "load_wait_s": self.load_wait_s,
             "cut_for_load": self.cut_for_load,
+            "turns_left_out": self.turns_left_out,
             "decisions": [d.to_dict() for d in self.decisions],
         }
 

@@ -216,7 +216,7 @@ class PromptPlanner:
             chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
             feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
             safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
-            load_wait_s=load.wait_s, cut_for_load=cut,
+            load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
         )
         user = build_messages(question, shown)[-1].content
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at,
