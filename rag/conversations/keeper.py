@@ -109,6 +109,12 @@ class ConversationKeeper:
             with self._questions_lock:
                 self._questions -= 1
 
+    def answering(self) -> bool:
+        """Whether a question is being answered now (from reading its
+        history to storing its answer)."""
+        with self._questions_lock:
+            return self._questions > 0
+
     def _busy(self) -> bool:
         """Whether background work should give way now: a question is in
         progress and the engine cannot put it first by itself."""

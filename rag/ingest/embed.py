@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -35,6 +36,38 @@ class Embedder(Protocol):
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under the model's tokenizer, special tokens excluded."""
         ...
+
+
+class GivingWay:
+    """An :class:`Embedder` for ingest beside questions: it embeds a few
+    texts at a time and, before each group, waits while ``busy()`` (a
+    question is being answered), so an upload does not take the CPU a
+    prompt's prefill needs. It waits at most ``max_wait_s`` per group, so a
+    steady stream of questions slows an ingest down but never stops it."""
+
+    GROUP = 8  # texts per group: about a quarter of a second of CPU here
+
+    def __init__(self, embedder: Embedder, busy: Callable[[], bool], max_wait_s: float = 5.0) -> None:
+        self.inner, self.busy, self.max_wait_s = embedder, busy, max_wait_s
+        self.name, self.dim, self.max_tokens = embedder.name, embedder.dim, embedder.max_tokens
+        self.waited_s = 0.0  # seconds spent giving way so far
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One float32 unit vector per text, as rows, in order."""
+        if not texts:
+            return self.inner.embed(texts)
+        parts = []
+        for start in range(0, len(texts), self.GROUP):
+            began = time.monotonic()
+            while self.busy() and time.monotonic() - began < self.max_wait_s:
+                time.sleep(0.02)
+            self.waited_s += time.monotonic() - began
+            parts.append(self.inner.embed(texts[start:start + self.GROUP]))
+        return np.concatenate(parts)
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` under the model's tokenizer, special tokens excluded."""
+        return self.inner.count_tokens(text)
 
 
 def default_embedder_dir() -> Path:

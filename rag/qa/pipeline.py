@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Generator, Sequence
 
 from engine.backend import Backend, Timings
-from prompt_budget import PrefillCostModel
+from prompt_budget import PrefillCostModel, build_messages
 from prompt_budget.profile import Profile
 
 from ..conversations import Conversation, ConversationKeeper, Conversations
@@ -28,7 +28,7 @@ from ..conversations.keeper import HistoryMode
 from ..errors import IndexNotFound, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Hit, Index
-from ..ingest.embed import Embedder
+from ..ingest.embed import Embedder, GivingWay
 from ..ingest.content import DocumentFile
 from ..ingest.library import DocumentLibrary, document_id
 from ..ingest.run import IngestProgress, IngestReport
@@ -88,7 +88,9 @@ class Pipeline:
         self.notice = notice or (lambda message: None)
         self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
-        self.library = DocumentLibrary(self.index_dir, lambda: self.embedder, self.parts.index_changed)
+        # Ingest gives way to this pipeline's questions (an upload beside a served question).
+        self.library = DocumentLibrary(self.index_dir, lambda: GivingWay(self.embedder, self.keeper.answering),
+                                       self.parts.index_changed)
         # One cost model per engine: one, or each of a pool's (see EngineDesk).
         self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
@@ -189,6 +191,21 @@ class Pipeline:
                 index.lexical()
             if not self.desk.warmed:
                 self.warm_up()
+                self._rehearse(index)
+
+    def _rehearse(self, index: Index | None) -> None:
+        """Go once through what a question does (embed a query, search,
+        generate a token), so the first real question does not pay for
+        first-use costs: the embedding model's first run, the index's pages,
+        the engine's first batch."""
+        self.embedder.embed(["warming up"])
+        if index is not None:
+            index.search(self.embedder.embed(["warming up"])[0], k=1)
+        backend = self.backend
+        with backend.generate(backend.tokenize(backend.render(build_messages("Hi", []))), max_tokens=1,
+                              background=True) as generation:
+            for _ in generation:
+                pass
 
     def warm_up(self) -> Timings | None:
         """Prefill the system prompt now and keep its KV state pinned, so

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -18,7 +18,7 @@ from . import content, openai, routes, sessions
 from .errors import error, failure
 from .gate import Gate
 from .settings import ServiceSettings
-from .state import ServiceState
+from .state import ServiceState, warmed
 from .watching import FolderWatcher
 from .web import add_page
 
@@ -32,6 +32,7 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
+        state.warmup.start()  # the server listens meanwhile: /healthz says "warming"
         # Watched folders are kept indexed while the service runs.
         watcher = FolderWatcher(pipeline, settings.watch) if settings.watch else None
         app.state.watcher = watcher
@@ -52,10 +53,11 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     _add_error_handlers(app)
     app.add_middleware(Gate, state=state)  # keys, rate and body limits, before any body is read
     app.include_router(routes.public)
-    app.include_router(routes.router)
-    app.include_router(openai.router)
-    app.include_router(content.router)
-    app.include_router(sessions.router)
+    ready = [Depends(warmed)]  # nothing is answered (or timed) before the warm-up ends
+    app.include_router(routes.router, dependencies=ready)
+    app.include_router(openai.router, dependencies=ready)
+    app.include_router(content.router, dependencies=ready)
+    app.include_router(sessions.router, dependencies=ready)
     add_page(app)  # "/" and /static/: the page, which needs no key (its API calls do)
     return app
 
@@ -85,10 +87,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def serve(pipeline: Pipeline, settings: ServiceSettings) -> None:
-    """Run the service until interrupted, with everything loaded before the
-    first request (not during it)."""
+    """Run the service until interrupted; everything is loaded before the
+    first request is answered (not during it)."""
     import uvicorn
 
     settings.check()
-    pipeline.prepare(need_index=False)  # the first documents may come by upload
+    # The app warms up once it listens (see ``warmup``): /healthz says "warming" until then.
     uvicorn.run(create_app(pipeline, settings), host=settings.host, port=settings.port, log_level="info")

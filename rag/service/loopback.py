@@ -13,9 +13,11 @@ from fastapi import FastAPI
 
 class LoopbackServer:
     """``app`` served by uvicorn on 127.0.0.1, on a free port, in a thread;
-    ``url`` is where, ``stop()`` ends it."""
+    ``url`` is where, ``stop()`` ends it. With ``ready`` (the default), the
+    server is handed over once the service has warmed up, as a client
+    waiting for ``/healthz`` to say "ok" would find it."""
 
-    def __init__(self, app: FastAPI, start_timeout_s: float = 60) -> None:
+    def __init__(self, app: FastAPI, start_timeout_s: float = 60, *, ready: bool = True) -> None:
         import uvicorn
 
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
@@ -27,6 +29,9 @@ class LoopbackServer:
                 raise RuntimeError("uvicorn did not start on 127.0.0.1")
             time.sleep(0.05)
         self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        service = getattr(app.state, "service", None)
+        if ready and service is not None:
+            service.warmup.wait()
 
     def stop(self) -> None:
         """Shut the server down and wait for it."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, File, Request, UploadFile
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
@@ -29,13 +29,19 @@ router = APIRouter()  # behind the API keys
 
 @public.get("/healthz")
 async def healthz(state: ServiceState = Depends(service)) -> dict:
-    """Liveness: the service answers, with its queue depth (and, over a
-    pool of engines, each engine's health)."""
-    found = {"status": "ok", "queue_depth": state.answering.queue.depth}
+    """Liveness and readiness: "warming" (503) until the service has warmed
+    up, "ok" once it answers, "error" (503, with why) if it could not warm
+    up; with its queue depth (and, over a pool of engines, each engine's health)."""
+    warmup = state.warmup
+    found: dict[str, object] = {"status": warmup.status, "queue_depth": state.answering.queue.depth}
+    if warmup.error is not None:
+        found["error"] = str(warmup.error)
+    if warmup.seconds is not None:
+        found["warm_up_s"] = round(warmup.seconds, 3)
     backend = state.pipeline.parts.loaded_backend
-    if isinstance(backend, Routing):
+    if isinstance(backend, Routing) and warmup.status == "ok":
         found["engines"] = backend.health()
-    return found
+    return found if warmup.status == "ok" else JSONResponse(found, status_code=503)
 
 
 @public.get("/metrics")

@@ -16,6 +16,7 @@ from .answering import Answering
 from .metrics import Metrics
 from .ratelimit import RateLimiter
 from .settings import ServiceSettings
+from .warmup import WarmUp
 
 
 @dataclass
@@ -28,6 +29,7 @@ class ServiceState:
     answering: Answering
     limiter: RateLimiter
     auth_failures: RateLimiter  # wrong API keys, per client address
+    warmup: WarmUp
     ingesting: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ingest at a time; queries go on
 
     @classmethod
@@ -35,9 +37,16 @@ class ServiceState:
         """The parts of a new service over ``pipeline``."""
         metrics = Metrics()
         return cls(pipeline, settings, metrics, Answering(pipeline, settings, metrics),
-                   RateLimiter(settings.rate_limit_per_minute), RateLimiter(settings.auth_failures_per_minute))
+                   RateLimiter(settings.rate_limit_per_minute), RateLimiter(settings.auth_failures_per_minute),
+                   WarmUp(pipeline))
 
 
 def service(request: Request) -> ServiceState:
     """The state of the app serving ``request`` (a FastAPI dependency)."""
     return request.app.state.service
+
+
+async def warmed(request: Request) -> None:
+    """Wait until the service has warmed up (a FastAPI dependency of every
+    route that needs the pipeline)."""
+    await request.app.state.service.warmup.ready()
