@@ -326,6 +326,19 @@ def test_bench_serve_runs_the_scheduler_and_one_at_a_time_side_by_side(run, corp
     assert d["summary"]["bound"]["requests_per_window"] > 0
 
 
+def test_bench_serve_starts_a_server_cold_and_uploads_beside_its_first_run(run, corpus, tmp_path):
+    upload = tmp_path / "owls.md"
+    upload.write_text("# Owls\n\nOwls hunt at night and sleep by day.\n", encoding="utf-8")
+    result = run("bench", "serve", "--corpus", corpus, "--include", "*", "--index", tmp_path / "index",
+                 "--clients", "2", "--requests", "2", "--max-tokens", "4", "--slots", "2", "--system", "scheduler",
+                 "--fresh", "--upload", upload, "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    (only,) = d["summary"]["runs"]
+    assert d["config"]["fresh_ready_s"]["scheduler"] > 0 and d["config"]["upload"] == "owls.md"
+    assert only["upload_status"] == 200 and only["served"] == 2 and only["errors"] == 0
+
+
 def test_bench_serve_can_warm_the_passage_store_before_its_runs(run, corpus, tmp_path):
     args = ["bench", "serve", "--corpus", corpus, "--include", "*", "--index", tmp_path / "index", "--clients", "2",
             "--requests", "2", "--max-tokens", "4", "--slots", "2", "--system", "scheduler", "--warm-store", "--json"]

@@ -152,22 +152,31 @@ def bench_serve(
     bound: dict[str, float] | None = None,
     progress: Callable[[str], None] | None = None,
     store_warmed_s: dict[str, float | None] | None = None,
+    upload: tuple[str, bytes] | None = None,
+    ready_s: dict[str, float] | None = None,
 ) -> dict[str, object]:
     """For each client count and each ``(name, url, engine counters)`` in
     ``systems``, ``requests`` requests in all: client-side TTFT percentiles,
     goodput (answers within 1.2 x target per second), served, degraded (cut
     for load), refused and failed shares, decode tokens per second, and the
     mean batch size of the engine's decode steps. ``store_warmed_s``: the
-    seconds each system spent storing passages before the runs, if it did."""
+    seconds each system spent storing passages before the runs, if it did.
+    ``upload``: a ``(name, bytes)`` document posted to each server as its
+    first run starts, ingested while that run's questions are answered.
+    ``ready_s``: each freshly started server's seconds until /healthz said ok."""
     runs: list[dict[str, object]] = []
     rows: list[dict[str, object]] = []
     body = {"max_tokens": max_tokens, "target_ttft_s": target_ttft, "stream": True}
     for n in clients:
         for name, url, counters in systems:
             before = counters() if counters else None
+            uploading = _Upload(url, upload) if upload is not None and n == clients[0] else None
             results, wall = _run(url, questions, n, requests, body)
             after = counters() if counters else None
-            runs.append(_summary(results, wall, n, name, target_ttft, before, after))
+            run = _summary(results, wall, n, name, target_ttft, before, after)
+            if uploading is not None:
+                run |= uploading.result()
+            runs.append(run)
             rows.extend(r | {"clients": n, "system": name} for r in results)
             if progress:
                 progress(f"{n} clients, {name}: done")
@@ -175,10 +184,48 @@ def bench_serve(
         "bench": "serve",
         "config": {"clients": list(clients), "requests": requests, "target_ttft_s": target_ttft,
                    "max_tokens": max_tokens, "systems": [name for name, _, _ in systems],
-                   "store_warmed_s": store_warmed_s or {}},
+                   "store_warmed_s": store_warmed_s or {}, "upload": upload[0] if upload else None,
+                   "fresh_ready_s": ready_s or {}},
         "rows": rows,
         "summary": {"runs": runs, "bound": bound},
     }
+
+
+class _Upload:
+    """A document posted to a server on a thread of its own, beside a run."""
+
+    def __init__(self, url: str, document: tuple[str, bytes]) -> None:
+        self._found: dict[str, object] = {}
+        self._thread = threading.Thread(target=self._post, args=(url, document))
+        self._thread.start()
+
+    def _post(self, url: str, document: tuple[str, bytes]) -> None:
+        began = time.perf_counter()
+        try:
+            r = httpx.post(f"{url}/v1/documents", files={"file": document}, timeout=900)
+            self._found = {"upload_status": r.status_code}
+        except httpx.HTTPError as exc:
+            self._found = {"upload_status": None, "upload_error": str(exc)}
+        self._found["upload_s"] = round(time.perf_counter() - began, 2)
+
+    def result(self) -> dict[str, object]:
+        """The upload's HTTP status and seconds, once it has ended."""
+        self._thread.join()
+        return self._found
+
+
+def wait_ready(url: str, started: float, timeout_s: float = 900) -> float:
+    """Seconds from ``started`` (a perf_counter instant) until ``url``'s
+    /healthz says ok, polled as a client would."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                return time.perf_counter() - started
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} was not ready after {timeout_s:g} s")
 
 
 def _summary(results: list[dict], wall: float, clients: int, name: str, target_ttft: float,

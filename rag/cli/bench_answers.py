@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
@@ -240,6 +241,8 @@ def bench_serve(
     sessions: int = typer.Option(3, "--sessions", help="With --engines: conversations, interleaved."),
     policies: str = typer.Option("affinity,round_robin,least_loaded", "--policies", help="With --engines: routing policies."),
     warm_store: bool = typer.Option(False, "--warm-store", help="With passage KV reuse on: answer the questions once and let each engine store their passages before the runs."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start each server cold (nothing prepared) and send the first run as soon as /healthz says ok."),
+    upload: Optional[Path] = typer.Option(None, "--upload", help="A document to upload to each server while its first run is answered."),
 ) -> None:
     """Concurrent clients against real servers on 127.0.0.1: the deadline
     scheduler over several sequences, and one request at a time as before,
@@ -250,6 +253,7 @@ def bench_serve(
     from ..bench.chat import load_conversations
     from ..bench.serve import bench_serve as run_bench
     from ..bench.serve import physical_bound
+    from ..bench.serve import wait_ready
     from ..bench.serve import warm_store as store_passages
 
     if engines is not None:
@@ -269,16 +273,21 @@ def bench_serve(
             raise RagError("--clients: at most 64; --requests: 1 to 10000; --target-ttft: positive seconds")
         questions = [q for c in load_conversations(BENCH_DATA / "python_docs_chat.json") for q in c]
         warmed: dict[str, float | None] = {}
+        document = (upload.name, read_upload(upload)) if upload is not None else None
 
         def prepared(name: str, p: Pipeline) -> None:
             if warm_store:
                 warmed[name] = store_passages(p, questions[:requests], target_ttft)
 
         with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp, \
-                _systems(corpus, include, index, model, slots, Path(tmp), only, prepared) as (systems, pipeline):
+                _systems(corpus, include, index, model, slots, Path(tmp), only, prepared, fresh) as (systems, pipeline):
+            ready = {name: wait_ready(url, started) for name, url, _, started in systems}
+            systems = [(name, url, counters) for name, url, counters, _ in systems]
+            # A fresh server's first run must meet it as it starts, not after the bound is measured on it.
+            bound = None if fresh else physical_bound(pipeline, questions[0], target_ttft)
             result = run_bench(systems, questions, clients=levels, requests=requests, target_ttft=target_ttft,
-                               max_tokens=max_tokens, bound=physical_bound(pipeline, questions[0], target_ttft),
-                               progress=lambda line: err().print(f"[dim]{line}[/]"), store_warmed_s=warmed)
+                               max_tokens=max_tokens, bound=bound, progress=lambda line: err().print(f"[dim]{line}[/]"),
+                               store_warmed_s=warmed, upload=document, ready_s=ready if fresh else None)
     if as_json:
         echo_json(result)
         return
@@ -287,10 +296,12 @@ def bench_serve(
 
 @contextlib.contextmanager
 def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], slots: int, tmp: Path,
-             only: Sequence[str] = (), prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None):
+             only: Sequence[str] = (), prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None,
+             fresh: bool = False):
     """Two servers over one index (or those named in ``only``): the deadline
     scheduler on ``slots`` sequences, and one sequence with the queue
-    admission of before."""
+    admission of before; each with the perf_counter instant it started.
+    ``fresh``: nothing is prepared before a server starts (it warms itself up)."""
     from ..service import LoopbackServer, ServiceSettings, create_app
 
     setups = [s for s in (("scheduler", slots, "deadline"), ("one at a time", 1, "queue")) if not only or s[0] in only]
@@ -299,18 +310,35 @@ def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Opt
     pipelines = {}
     for name, n, admission in setups:
         p = bench_pipeline(corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite", kv_dir=False)
-        p.prepare()
-        prepared(name, p)
-        server = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0, admission=admission)))
-        pipelines[name] = (p, server)
+        if not fresh:
+            p.prepare()
+            prepared(name, p)
+        started = time.perf_counter()
+        server = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0, admission=admission)),
+                                ready=not fresh)
+        pipelines[name] = (p, server, started)
     try:
-        yield ([(name, server.url, p.backend.engine_stats if hasattr(p.backend, "engine_stats") else None)
-                for name, (p, server) in pipelines.items()], next(iter(pipelines.values()))[0])
+        yield ([(name, server.url, _counters(p), started) for name, (p, server, started) in pipelines.items()],
+               next(iter(pipelines.values()))[0])
     finally:
-        for p, server in pipelines.values():
+        for p, server, _ in pipelines.values():
             server.stop()
             p.close()
             p.backend.close()
+
+
+def _counters(p: "Pipeline") -> Callable[[], dict | None]:
+    """The engine's step counters, where it keeps them (None elsewhere),
+    read when called: a fresh server loads its engine itself."""
+    return lambda: getattr(p.backend, "engine_stats", lambda: None)()
+
+
+def read_upload(path: Path) -> bytes:
+    """The bytes of the document ``--upload`` names (a clear error if unreadable)."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise RagError(f"--upload {path}: {exc.strerror or exc}") from None
 
 
 def _print_serve(result: dict, requests: int, target_ttft: float) -> None:
@@ -326,7 +354,14 @@ def _print_serve(result: dict, requests: int, target_ttft: float) -> None:
                       f"{r['tok_s']:.1f}", f"{r['mean_decode_batch'] or 0:.2f}", f"{r['mean_chunks'] or 0:.1f}")
     console = Console(highlight=False)
     console.print(table)
+    for name, seconds in result["config"]["fresh_ready_s"].items():
+        console.print(f"{name}: started cold, /healthz said ok after {seconds:.1f} s")
+    for r in result["summary"]["runs"]:
+        if "upload_s" in r:
+            console.print(f"{r['system']}: upload of {result['config']['upload']} answered "
+                          f"{r['upload_status']} in {r['upload_s']:.1f} s during the run")
     bound = result["summary"]["bound"]
-    console.print(f"physical bound: {bound['prefill_tok_s']:g} prefill tok/s x {target_ttft:g} s / "
-                  f"{bound['bare_new_tokens']} new tokens of a question without passages = "
-                  f"{bound['requests_per_window']:g} requests per {target_ttft:g} s window")
+    if bound:
+        console.print(f"physical bound: {bound['prefill_tok_s']:g} prefill tok/s x {target_ttft:g} s / "
+                      f"{bound['bare_new_tokens']} new tokens of a question without passages = "
+                      f"{bound['requests_per_window']:g} requests per {target_ttft:g} s window")
