@@ -58,7 +58,7 @@ def print_answers(result: dict) -> None:
     table = Table(title=f"rag bench answers ({config['questions']} questions, target {config['target_ttft_s']:g} s, "
                         f"{config['max_tokens']} answer tokens, {Path(config['model']).name})", title_justify="left")
     for c in ("system", "right", "accuracy [95% CI]", "median TTFT s [95% CI]", "F1", "mean chunks",
-              "prompt recall", "invented citations"):
+              "prompt recall", "invented citations (ours: removed)"):
         table.add_column(c, justify="right")
     for row in result["summary"]["systems"]:
         lo, hi = row["accuracy_ci95"]
