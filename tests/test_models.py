@@ -27,3 +27,16 @@ def test_gemma_comes_from_its_package_or_says_which_to_install():
 def test_a_path_that_is_no_model_is_refused(tmp_path):
     with pytest.raises(ModelFileError, match="no such model file"):
         model_file(tmp_path / "gemma3-270m.gguf")
+
+
+def test_gemma_without_a_template_gets_gemma3s_own():
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from engine.llama_internals import FALLBACK_TEMPLATES
+
+    render = Jinja2ChatFormatter(template=FALLBACK_TEMPLATES["gemma3"], eos_token="<eos>", bos_token="<bos>")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Why?"}]
+    assert render(messages=messages).prompt == (
+        "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n"
+        "<start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n")
