@@ -35,7 +35,7 @@ from .kv_snapshots import SnapshotCache, common_prefix
 from .llama_internals import chat_formatter, model_pointer, vocab_pointer
 from .llama_native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
-from .models import check_gguf, default_model_path, model_identity, read_metadata
+from .models import default_model_path, model_file, model_identity, read_metadata
 from .passage_kv import PassageStore, find_spans
 from .passage_shelf import PassageShelf
 from .scheduler import Load
@@ -105,7 +105,7 @@ class LlamaCppBackend:
         import llama_cpp
 
         self._llama_cpp = llama_cpp
-        self.model_path = check_gguf(Path(model_path)) if model_path else default_model_path()
+        self.model_path = model_file(model_path) if model_path else default_model_path()
         self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
         self.n_gpu_layers = n_gpu_layers if n_gpu_layers is not None else (-1 if self.gpu_offload else 0)
         self.n_threads = n_threads or physical_cores()

@@ -53,14 +53,35 @@ def token_text(llm, token: int) -> str:
     return "" if token == -1 else llm._model.token_get_text(token)
 
 
+# Gemma 3's chat template (Google's, less its image and tool parts): the
+# packaged gemma3-270m GGUF (converted from the base google/gemma-3-270m)
+# carries none. Gemma has no system role: the system text opens the first
+# user turn, so it is still the prompt's stable prefix.
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "<start_of_turn>{{ role }}\n{{ ((first_user_prefix if loop.first else '') + message['content']) | trim }}"
+    "{{ '<end_of_turn>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
+)
+FALLBACK_TEMPLATES = {"gemma3": GEMMA3_TEMPLATE}  # by general.architecture, for GGUFs without a template
+
+
 def chat_formatter(llm, model_path):
-    """llama-cpp-python's Jinja2 formatter for the model's own chat template;
-    ModelFileError if the model has none."""
+    """llama-cpp-python's Jinja2 formatter for the model's own chat template
+    (for a model without one, its architecture's from
+    :data:`FALLBACK_TEMPLATES`); ModelFileError if there is none."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     from .errors import ModelFileError
 
-    template = llm.metadata.get("tokenizer.chat_template")
+    template = llm.metadata.get("tokenizer.chat_template") or FALLBACK_TEMPLATES.get(
+        llm.metadata.get("general.architecture", ""))
     if not template:
         raise ModelFileError(f"{model_path}: the model has no chat template in its metadata")
     return Jinja2ChatFormatter(template=template, eos_token=token_text(llm, llm.token_eos()),

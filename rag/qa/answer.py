@@ -145,6 +145,7 @@ class Answer:
     turn: int | None = None  # its number in that conversation
     turns_shown: int = 0  # earlier turns replayed in its prompt
     engine: dict[str, object] | None = None  # with a pool of engines: which answered, and why (Route.report)
+    ungrounded: tuple[str, ...] = ()  # citations removed: passages or files its prompt did not show
 
     def to_dict(self) -> dict[str, object]:
         """The ``rag ask --json`` object of DESIGN.md."""
@@ -157,6 +158,7 @@ class Answer:
             "turn": self.turn,
             "turns_shown": self.turns_shown,
             "engine": self.engine,
+            "ungrounded_citations": list(self.ungrounded),
         }
 
     @classmethod
@@ -166,7 +168,8 @@ class Answer:
         ``Answer.from_dict(a.to_dict()) == a``."""
         return cls(answer=d["answer"], sources=tuple(Source.from_dict(x) for x in d["sources"]),
                    budget=Budget.from_dict(d["budget"]), timings=Timings(**known(Timings, d["timings"])),
-                   session=d.get("session"), turn=d.get("turn"), turns_shown=d.get("turns_shown", 0))
+                   session=d.get("session"), turn=d.get("turn"), turns_shown=d.get("turns_shown", 0),
+                   ungrounded=tuple(d.get("ungrounded_citations", ())))
 
 
 def known(cls, d: dict) -> dict:

@@ -70,7 +70,11 @@ class AskOptions(BaseModel):
     wait for the engine behind others; the budget plans for it.
     ``refuse_late``: refuse (Overloaded) a question that cannot meet its
     target under the engine's load even with no passages, instead of
-    answering it late.
+    answering it late. ``passage_order``: the chosen passages by
+    ``source`` and position (overlapping retrievals share prefixes), or by
+    relevance, the best first (``relevance_first``) or nearest the question
+    (``relevance_last``). ``stop``: end the answer where it starts writing
+    prompt text (``rag.qa.citations.STOP_SEQUENCES``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -88,6 +92,8 @@ class AskOptions(BaseModel):
     explain: bool = False
     expected_wait_s: float = Field(0.0, ge=0)
     refuse_late: bool = False
+    passage_order: Literal["source", "relevance_first", "relevance_last"] = "source"
+    stop: bool = True
 
     @field_validator("target_ttft", "relevance_floor", "expected_wait_s")
     @classmethod

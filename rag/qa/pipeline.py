@@ -35,6 +35,7 @@ from ..ingest.run import IngestProgress, IngestReport
 from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import Answer, Budget, Source
+from .citations import STOP_SEQUENCES, GroundedText, Grounding
 from .costs import CostKeeper
 from .dispatch import Dispatcher
 from .doctor import doctor_report
@@ -320,10 +321,21 @@ class Pipeline:
                     hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
                     prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
                                                                        conversation)
+                # Citations the prompt did not show are removed as the text streams (see citations).
+                guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits), prompt.text),
+                                     STOP_SEQUENCES if options.stop else ())
                 with generation:
                     for piece in generation:
-                        pieces.append(piece)
-                        yield piece
+                        if guard.stopped:
+                            continue  # past a stop sequence: drained unseen, so the engine reports its timings
+                        shown = guard.feed(piece)
+                        if shown:
+                            pieces.append(shown)
+                            yield shown
+                    rest = guard.finish()
+                    if rest:
+                        pieces.append(rest)
+                        yield rest
                 timings = generation.timings_since(received)
                 self.desk.keeper(route.answered_by).observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
@@ -334,7 +346,8 @@ class Pipeline:
                 number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
                                               timings)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
-                      session=session, turn=number, turns_shown=prompt.turns_shown, engine=route.report())
+                      session=session, turn=number, turns_shown=prompt.turns_shown, engine=route.report(),
+                      ungrounded=tuple(guard.removed))
 
     # -- conversations -----------------------------------------------------------
 

@@ -206,7 +206,7 @@ class PromptPlanner:
         except ContextTooSmall as exc:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages)
-        text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens)
+        text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens, options.passage_order)
         # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
         spliced = [candidates[i] for i in chosen if i not in plan.trim and candidates[i].spliced]
         held = cached + sum(c.spliced for c in spliced)
@@ -292,14 +292,21 @@ class PromptPlanner:
             picked.append((i, p))
         return picked
 
-    def _fitted(self, picked: list[tuple[int, ContextPassage]], hits: Sequence[Hit], render, max_tokens: int):
+    def _fitted(self, picked: list[tuple[int, ContextPassage]], hits: Sequence[Hit], render, max_tokens: int,
+                passage_order: str = "source"):
         """The prompt text, its passages in prompt order, their indices in
-        ``hits`` and its token count. Token counts of separately tokenized
+        ``hits`` and its token count (``passage_order`` as in
+        :class:`AskOptions`). Token counts of separately tokenized
         parts can differ slightly from the whole: the real prompt is checked
         and the least relevant passages dropped until it fits."""
         n_ctx = self.backend.n_ctx
         while True:
-            order = canonical_order([(hits[i].source, hits[i].position) for i, _ in picked])
+            if passage_order == "relevance_first":
+                order = list(range(len(picked)))  # picked is best first
+            elif passage_order == "relevance_last":
+                order = list(range(len(picked)))[::-1]
+            else:
+                order = canonical_order([(hits[i].source, hits[i].position) for i, _ in picked])
             shown = [picked[j][1] for j in order]
             text = render(shown)
             n = self._tokens(text)

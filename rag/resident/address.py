@@ -46,13 +46,20 @@ NOT_IN_KEY = ("server_idle_s", "runtime_dir")
 SOCKET_PATH_MAX = 107  # bytes in sockaddr_un.sun_path, less its final NUL
 
 
+def _model(model: Path | None) -> Path | None:
+    """A model file made absolute; a packaged model's name as it is."""
+    from engine.models import PACKAGED_MODELS
+
+    return None if model is None else model if str(model) in PACKAGED_MODELS else model.resolve()
+
+
 def server_settings(settings: Settings) -> Settings:
     """``settings`` as the resident server runs them, the same from any
     shell: every folder absolute and explicit, the model file absolute, and
     the values each request carries at their defaults."""
     resolved = {
         "index": settings.index.resolve() if settings.index else None,
-        "model": settings.model.resolve() if settings.model else None,
+        "model": _model(settings.model),
         "data_dir": settings.data_folder.resolve(),
         "cache_dir": settings.cache_folder.resolve(),
         "conversations": settings.conversations_path.resolve(),

@@ -1,0 +1,141 @@
+"""``rag bench answers``: are the answers right? rag-budget at its TTFT
+target, rag-budget with no target, and the classic LangChain RAG (k=4, the
+peer of ``rag bench peer``) on the same model answer the same questions,
+taking turns; each answer is scored against the question's key facts
+(``grading``). Per system: accuracy and median TTFT, each with a bootstrap
+95 % interval over questions, token F1 against the reference answer, and
+the citations an answer made to passages or files its prompt did not show.
+
+Does not: grade with a model, or tune anything; the figures are for people.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from ..qa.citations import Grounding
+from ..qa.pipeline import Pipeline
+from .grading import GoldQuestion, facts_found, token_f1
+from .peer import WARM_UP_QUESTION, LangChainRag
+from .stats import bootstrap_interval, mean, percentile
+
+OURS = "rag-budget"
+OURS_FREE = "rag-budget, no target"
+PEER_K = 4
+
+
+def _ours(pipeline: Pipeline, question: str, max_tokens: int, target: float | None, **options) -> dict[str, object]:
+    extra = {"target_ttft": target} if target is not None else {"no_target": True}
+    answer = pipeline.ask(question, max_tokens=max_tokens, **extra, **options)
+    return {"ttft_s": answer.timings.ttft_s, "prompt_tokens": answer.timings.prompt_tokens,
+            "sources": [s.source for s in answer.sources], "answer": answer.answer,
+            "invented": len(answer.ungrounded)}
+
+
+def _theirs(peer: LangChainRag, question: str) -> dict[str, object]:
+    result = peer.answer(question, PEER_K)
+    # Its prompt numbers nothing: every [n] it writes is invented; files are checked as ours are.
+    check = Grounding(0, tuple(result["sources"]))
+    result["invented"] = len(check.clean(str(result["answer"]))[1])
+    return result
+
+
+def bench_answers(
+    pipeline: Pipeline,
+    questions: Sequence[GoldQuestion],
+    *,
+    target_ttft: float,
+    max_tokens: int = 64,
+    peer: bool = True,
+    options: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    notice: Callable[[str], None] | None = None,
+) -> dict[str, object]:
+    """Answer every question with each system, taking turns; score each
+    answer; per system accuracy and median TTFT with bootstrap 95 %
+    intervals, mean token F1, mean passages, prompt recall and invented
+    citations; then ours at the target against the others."""
+    options = options or {}
+    pipeline.cost_model  # calibrated, if needed, before anything is timed
+    pipeline.warm_up()
+    systems = [OURS, OURS_FREE] + ([f"langchain k={PEER_K}"] if peer else [])
+    theirs = LangChainRag(pipeline, max_tokens=max_tokens, progress=notice) if peer else None
+    # One untimed question each, not one of the set: model pages and the system prefix warm for all.
+    _ours(pipeline, WARM_UP_QUESTION, max_tokens, target_ttft, **options)
+    if theirs is not None:
+        theirs.answer(WARM_UP_QUESTION, PEER_K)
+    rows: list[dict[str, object]] = []
+    total, done = len(questions) * len(systems), 0
+    for number, q in enumerate(questions, 1):
+        for name in systems:
+            if name == OURS:
+                result = _ours(pipeline, q.question, max_tokens, target_ttft, **options)
+            elif name == OURS_FREE:
+                result = _ours(pipeline, q.question, max_tokens, None, **options)
+            else:
+                result = _theirs(theirs, q.question)
+            rows.append(_row(name, number, q, result))
+            done += 1
+            if progress:
+                progress(done, total)
+    summary_rows = [_summary_row(name, [r for r in rows if r["system"] == name]) for name in systems]
+    return {
+        "bench": "answers",
+        "config": {
+            "questions": len(questions), "max_tokens": max_tokens, "target_ttft_s": target_ttft,
+            "peer_k": PEER_K if peer else None, "retrieval": pipeline.retrieval, "index": str(pipeline.index_dir),
+            "model": str(pipeline.backend.describe().get("model_path", pipeline.backend.name)),
+            "options": options, "interval": "bootstrap 95 % over questions, 2,000 resamples, seed 0",
+        },
+        "rows": rows,
+        "summary": {"systems": summary_rows, **_versus(rows, systems)},
+    }
+
+
+def _row(system: str, number: int, q: GoldQuestion, result: dict[str, object]) -> dict[str, object]:
+    """One answer's row: right or not, which facts, F1, time, prompt."""
+    answer = str(result["answer"]).strip()
+    found = facts_found(answer, q.facts)
+    return {
+        "system": system, "question": number, "right": all(found), "facts_found": sum(found),
+        "facts": len(found), "f1": round(token_f1(answer, q.reference), 4) if q.reference else None,
+        "ttft_s": round(float(result["ttft_s"]), 4), "prompt_tokens": result["prompt_tokens"],
+        "chunks": len(result["sources"]), "prompt_has_gold": any(s in q.gold for s in result["sources"]),
+        "invented_citations": int(result["invented"]), "answer": answer[:400],
+    }
+
+
+def _summary_row(name: str, mine: Sequence[dict[str, object]]) -> dict[str, object]:
+    """A system's accuracy and median TTFT with their intervals, and its means."""
+    right = [1.0 if r["right"] else 0.0 for r in mine]
+    ttfts = [float(r["ttft_s"]) for r in mine]
+    f1s = [r["f1"] for r in mine if r["f1"] is not None]
+    return {
+        "name": name, "questions": len(mine), "right": int(sum(right)),
+        "accuracy": round(mean(right), 3), "accuracy_ci95": bootstrap_interval(right, mean),
+        "median_ttft_s": percentile(ttfts, 0.5), "median_ttft_ci95": bootstrap_interval(ttfts, lambda v: percentile(v, 0.5)),
+        "mean_f1": round(mean(f1s), 3) if f1s else None,
+        "mean_chunks": round(mean(r["chunks"] for r in mine), 2),
+        "prompt_recall": round(mean(1.0 if r["prompt_has_gold"] else 0.0 for r in mine), 3),
+        "invented_citations": sum(int(r["invented_citations"]) for r in mine),
+    }
+
+
+def _versus(rows: Sequence[dict[str, object]], systems: Sequence[str]) -> dict[str, object]:
+    """Ours at the target against each other system, question by question:
+    answers right that the other got wrong and the reverse, and the ratio
+    of their median TTFT to ours."""
+    by = {(r["system"], r["question"]): r for r in rows}
+    numbers = sorted({r["question"] for r in rows})
+    out: dict[str, object] = {}
+    ours_ttft = percentile([float(by[(OURS, n)]["ttft_s"]) for n in numbers], 0.5)
+    for other in systems[1:]:
+        key = other.replace("rag-budget, ", "").replace(" ", "_").replace("=", "")
+        out[f"vs_{key}"] = {
+            "only_ours_right": sum(1 for n in numbers if by[(OURS, n)]["right"] and not by[(other, n)]["right"]),
+            "only_theirs_right": sum(1 for n in numbers if by[(other, n)]["right"] and not by[(OURS, n)]["right"]),
+            "ttft_ratio": round(percentile([float(by[(other, n)]["ttft_s"]) for n in numbers], 0.5) / ours_ttft, 2)
+            if ours_ttft else None,
+        }
+    return out
+

@@ -1,0 +1,160 @@
+"""Grounded citations: an answer cites only what its prompt showed.
+
+A small model invents citations ("[4] (preload-cache.md)" with three
+passages shown), or runs on into prompt text ("Question: ..."). After
+generation, and piece by piece while streaming, :class:`GroundedText`
+removes every passage number that was not in the prompt and every file name
+that appears nowhere in it, and stops the answer at a stop sequence (text
+that only a prompt has). Streamed text and the final answer are the same
+text: the final answer is what was streamed.
+
+A citation is ``[n]``, ``[n, m]`` or ``[n-m]``; its numbers are kept if
+the prompt numbered that many passages, the rest removed (``[1, 5]`` with
+three passages -> ``[1]``; ``[5]`` -> nothing). A file name is a word with
+a document extension (``notes.md``, ``library/os.rst.txt``); it is kept if
+the prompt's sources or passage text name it, else removed, with the
+parentheses around it.
+
+Does not: judge whether a cited passage supports the sentence, or change
+what was generated (the engine's tokens and timings stay as they were).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+# Text that starts a part of the prompt: an answer that reaches it has
+# stopped answering and begun writing a prompt. Chosen on `rag bench answers`
+# (see README, "Answer accuracy").
+STOP_SEQUENCES = ("\nQuestion:", "\nContext:", "<|im_start|>", "<|im_end|>", "<end_of_turn>")
+
+_CITATION = re.compile(r"([ \t]*)\[\s*(\d+(?:\s*(?:,|-|–)\s*\d+)*)\s*\]")
+_EXTENSIONS = ("md", "markdown", "txt", "rst", "pdf", "csv", "tsv", "docx", "pptx", "xlsx", "html", "htm",
+               "json", "epub", "odt", "rtf", "xml", "yaml", "yml", "ipynb")
+_FILE = re.compile(r"([ \t]*)(\(?[\w./-]*\w\.(?:" + "|".join(_EXTENSIONS) + r")\b\)?)", re.IGNORECASE)
+_HELD_BRACKET = 24  # an open "[" further back than this is not a citation still being written
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """What a prompt showed: ``passages`` numbered 1..n, the ``sources``
+    they came from and the prompt's ``text``."""
+
+    passages: int
+    sources: tuple[str, ...] = ()
+    text: str = ""
+    _names: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = {s.lower() for s in self.sources} | {s.rsplit("/", 1)[-1].lower() for s in self.sources}
+        object.__setattr__(self, "_names", frozenset(names))
+
+    def clean(self, text: str) -> tuple[str, list[str]]:
+        """``text`` less the citations this prompt did not show, and those
+        removed, in order.
+
+        ``Grounding(2, ("a.md",)).clean("See [3] (b.md) and [1].") -> ("See and [1].", ["[3]", "(b.md)"])``
+        """
+        removed: list[str] = []
+        text = _CITATION.sub(lambda m: self._numbers(m, removed), text)
+        text = _FILE.sub(lambda m: self._file(m, removed), text)
+        return text, removed
+
+    def _numbers(self, match: re.Match, removed: list[str]) -> str:
+        space, inside = match.group(1), match.group(2)
+        numbers = [int(n) for n in re.findall(r"\d+", inside)]
+        if all(1 <= n <= self.passages for n in numbers):
+            return match.group(0)
+        removed.append(match.group(0)[len(space):])
+        kept = [str(n) for n in numbers if 1 <= n <= self.passages]
+        if kept and not ("-" in inside or "–" in inside):
+            return f"{space}[{', '.join(kept)}]"
+        return ""  # with the space before it: "See [4]." -> "See."
+
+    def _file(self, match: re.Match, removed: list[str]) -> str:
+        space, whole = match.group(1), match.group(2)
+        name = whole.strip("()").lower()
+        if name in self._names or name.rsplit("/", 1)[-1] in self._names or name in self.text.lower():
+            return match.group(0)
+        removed.append(whole)
+        # Only the parentheses that enclose the name go with it.
+        if whole.startswith("(") and not whole.endswith(")"):
+            return space + "("
+        if whole.endswith(")") and not whole.startswith("("):
+            return ")"
+        return ""
+
+
+class GroundedText:
+    """Streaming filter: :meth:`feed` each generated piece and show what it
+    returns; :meth:`finish` returns the rest. Text that could still become
+    a citation, a file name or a stop sequence is held back until it is
+    known; :attr:`stopped` turns true at a stop sequence (stop generating
+    then), :attr:`removed` lists the citations removed."""
+
+    def __init__(self, grounding: Grounding, stops: Sequence[str] = STOP_SEQUENCES) -> None:
+        self.grounding = grounding
+        self.stops = tuple(s for s in stops if s)
+        self.removed: list[str] = []
+        self.stopped = False
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """The text that can be shown now, ``piece`` included as far as it is known."""
+        if self.stopped:
+            return ""
+        self._held += piece
+        cut = self._stop_at(self._held)
+        if cut is not None:
+            self._held = self._held[:cut]
+            self.stopped = True
+            return self.finish()
+        safe = self._safe_end(self._held)
+        out, self._held = self._held[:safe], self._held[safe:]
+        return self._clean(out)
+
+    def finish(self) -> str:
+        """The text still held, cleaned: call once generation ended."""
+        out, self._held = self._held, ""
+        return self._clean(out)
+
+    def _clean(self, text: str) -> str:
+        text, removed = self.grounding.clean(text)
+        self.removed += removed
+        return text
+
+    def _stop_at(self, text: str) -> int | None:
+        found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        return min(found) if found else None
+
+    def _safe_end(self, text: str) -> int:
+        """How much of ``text`` is settled: not the last word (it may be a
+        file name still being written), not an open ``[`` and not the start
+        of a stop sequence."""
+        # The last word until whitespace follows it, and the spaces before
+        # it: a citation is removed with the spaces before it.
+        word = re.search(r"\S*$", text).start()
+        bracket = text.rfind("[", 0, word + 1)
+        if bracket >= 0 and "]" not in text[bracket:word] and len(text) - bracket <= _HELD_BRACKET:
+            word = bracket  # inside a citation still being written, or just closed
+        end = len(text[:word].rstrip(" \t"))
+        for stop in self.stops:  # a tail that may begin a stop sequence
+            for n in range(min(len(stop) - 1, len(text)), 0, -1):
+                if text.endswith(stop[:n]):
+                    end = min(end, len(text) - n)
+                    break
+        return max(end, 0)
+
+
+def grounded(pieces: Iterable[str], grounding: Grounding) -> tuple[str, list[str]]:
+    """The whole text of ``pieces`` as a stream would show it, and the citations removed."""
+    guard = GroundedText(grounding)
+    out = []
+    for piece in pieces:
+        out.append(guard.feed(piece))
+        if guard.stopped:
+            break
+    out.append(guard.finish())
+    return "".join(out), guard.removed

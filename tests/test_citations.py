@@ -1,0 +1,62 @@
+"""Grounded citations: an answer never cites a passage number or a file its
+prompt did not show, whether it is read streamed or whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.qa.citations import Grounding, GroundedText, grounded
+
+SHOWN = Grounding(2, ("library/os.rst.txt", "notes.md"), "Context: run setup.py first")
+INVENTED = "Use os.getcwd() [1, 5] (os.rst.txt), see [4] (preload-cache.md) and setup.py [2-7]. Done [2]."
+CLEAN = "Use os.getcwd() [1] (os.rst.txt), see and setup.py. Done [2]."
+
+
+def test_invented_numbers_and_files_are_removed_and_listed():
+    text, removed = SHOWN.clean(INVENTED)
+    assert text == CLEAN
+    assert removed == ["[1, 5]", "[4]", "[2-7]", "(preload-cache.md)"]
+
+
+def test_what_the_prompt_showed_is_kept():
+    text = "It is 42 [1] [2] [1, 2] (notes.md) and library/os.rst.txt, like setup.py."
+    assert SHOWN.clean(text) == (text, [])
+
+
+def test_with_no_passages_every_number_goes():
+    assert Grounding(0).clean("I do not know [1].") == ("I do not know.", ["[1]"])
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, len(INVENTED)])
+def test_a_stream_shows_the_same_text_however_it_is_cut(size):
+    pieces = [INVENTED[i:i + size] for i in range(0, len(INVENTED), size)]
+    guard = GroundedText(SHOWN)
+    shown = "".join(guard.feed(p) for p in pieces) + guard.finish()
+    assert shown == CLEAN
+    # Nothing invented is ever shown, not even for a moment.
+    assert "5]" not in shown and "[4" not in shown and "preload" not in shown
+
+
+def test_an_answer_stops_where_prompt_text_begins():
+    text, _ = grounded(["It is 70.", "\nQuest", "ion: what else", "?"], SHOWN)
+    assert text == "It is 70."
+    guard = GroundedText(SHOWN)
+    assert guard.feed("It is 70.\nQue") == "It is 70."  # the start of a stop sequence is held back
+    assert guard.feed("ry") + guard.finish() == "\nQuery" and not guard.stopped  # not a stop after all
+
+
+def test_the_pipeline_removes_invented_citations_streamed_and_whole(tmp_path, corpus, embedder):
+    from engine.fake import FakeBackend
+    from rag import Pipeline
+
+    reply = "Dough rises for an hour [1] [9] (preload-cache.md).\nQuestion: and more?"
+    p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=FakeBackend(n_ctx=4096, reply=reply),
+                      profile_dir=tmp_path / "profiles")
+    p.ingest([corpus])
+    stream = p.stream("How long should bread dough rise?", max_tokens=64, no_target=True, max_k=2)
+    pieces = list(stream)
+    answer = stream.answer
+    assert answer.answer == "".join(pieces).strip() == "Dough rises for an hour [1]."
+    assert answer.ungrounded == ("[9]", "(preload-cache.md)")
+    assert answer.to_dict()["ungrounded_citations"] == ["[9]", "(preload-cache.md)"]
+    assert answer.timings.decode_tokens > 0  # drained past the stop: the engine still reported
