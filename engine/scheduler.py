@@ -68,13 +68,17 @@ def plan_step(active: Sequence[Work], *, busy_budget: int, idle_budget: int, n_b
 
     Prompt tokens get ``busy_budget`` while others decode (so their streams
     keep moving), ``idle_budget`` otherwise; the batch never exceeds
-    ``n_batch``. Background prompts only get what no foreground prompt wants.
+    ``n_batch``. Background prompts only get what no foreground prompt wants,
+    and background answers (a summary being written) pause while a
+    foreground prompt is evaluated: their decode steps would cut its prompt
+    into busy-budget slices, each a step of its own.
 
     With one request decoding and two prefilling (deadlines 5 and 3), a
     budget of 4 and prompts of 3 tokens each:
     ``plan_step(...) -> Step(decode=(1,), prefill=((3, 3), (2, 1)))``
     """
-    decode = tuple(w.key for w in active if w.generating)
+    foreground_prompt = any(w.to_prefill > 0 and not w.generating and not w.background for w in active)
+    decode = tuple(w.key for w in active if w.generating and not (w.background and foreground_prompt))
     budget = min(busy_budget if decode else idle_budget, n_batch - len(decode))
     waiting = sorted((w for w in active if w.to_prefill > 0 and not w.generating), key=Work.priority)
     foreground_waiting = any(not w.background for w in waiting)

@@ -37,6 +37,17 @@ def test_an_idle_engine_takes_whole_prompts_and_never_more_than_a_batch():
     assert plan_step(crowded, busy_budget=64, idle_budget=512, n_batch=512).tokens == 512
 
 
+def test_a_summary_being_written_pauses_while_a_question_is_prefilled():
+    summary = work(9, generating=True, background=True)
+    question = work(1, deadline=2.0, to_prefill=300)
+    step = plan_step([summary, question], busy_budget=64, idle_budget=512, n_batch=512)
+    assert step.decode == () and step.prefill == ((1, 300),)  # the whole prompt in one step, not 64 at a time
+    answering = work(2, generating=True)
+    step = plan_step([summary, answering, question], busy_budget=64, idle_budget=512, n_batch=512)
+    assert step.decode == (2,) and step.prefill == ((1, 64),)  # a foreground stream keeps moving
+    assert plan_step([summary, answering], busy_budget=64, idle_budget=512, n_batch=512).decode == (9, 2)
+
+
 def test_background_work_gives_way_to_any_request_with_a_prompt_waiting():
     fold = work(9, to_prefill=50, background=True)
     assert plan_step([fold, work(1, deadline=2.0, to_prefill=10)], busy_budget=64, idle_budget=64,
