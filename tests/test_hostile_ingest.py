@@ -134,8 +134,9 @@ _SHEET_NS = b'<?xml version="1.0" encoding="UTF-8"?>'
 
 def _xlsx_strings_bomb() -> bytes:
     data = make_xlsx({"Sheet": [["name"], ["value"]]})
+    # One shared string of 200 MB, with the row that shows it.
     return _inflate(data, "xl/sharedStrings.xml", _SHEET_NS + b'<sst xmlns="http://schemas.openxmlformats.org/'
-                    b'spreadsheetml/2006/main">', b"<si><t>a</t></si>", b"</sst>")
+                    b'spreadsheetml/2006/main"><si><t>', b"llama ", b"</t></si><si><t>value</t></si></sst>")
 
 
 def _xlsx_row_bomb() -> bytes:
@@ -250,12 +251,27 @@ def _nest(top: Path, depth: int) -> None:
         os.close(fd)
 
 
+def _unnest(top: Path) -> None:
+    """Remove what :func:`_nest` made, without recursion (pytest's own
+    clean-up of old temporary folders recurses, and would fail on it)."""
+    while (top / "d").is_dir():
+        if (top / "d" / "d").is_dir():
+            os.rename(top / "d" / "d", top / "d.up")
+            os.rmdir(top / "d")
+            os.rename(top / "d.up", top / "d")
+        else:
+            os.rmdir(top / "d")
+
+
 def test_thousands_of_nested_folders_do_not_abort_the_walk(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     (corpus / "a" / "b").mkdir(parents=True)
     (corpus / "a" / "b" / "deep.md").write_text("Deep notes.\n")
     _nest(corpus, 2100)
-    found = find_files([corpus])  # the old walk raised RecursionError here
+    try:
+        found = find_files([corpus])  # the old walk raised RecursionError here
+    finally:
+        _unnest(corpus)
     sources = {f.source for f in found.files}
     assert {"prefill.md", "decode.txt", "guide/cooking.rst", "a/b/deep.md"} <= sources
     # Past the system's path length a folder cannot be listed: that is reported, not raised.
