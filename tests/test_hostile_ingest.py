@@ -132,13 +132,6 @@ def _docx_bomb() -> bytes:
 _SHEET_NS = b'<?xml version="1.0" encoding="UTF-8"?>'
 
 
-def _xlsx_strings_bomb() -> bytes:
-    data = make_xlsx({"Sheet": [["name"], ["value"]]})
-    # One shared string of 200 MB, with the row that shows it.
-    return _inflate(data, "xl/sharedStrings.xml", _SHEET_NS + b'<sst xmlns="http://schemas.openxmlformats.org/'
-                    b'spreadsheetml/2006/main"><si><t>', b"llama ", b"</t></si><si><t>value</t></si></sst>")
-
-
 def _xlsx_row_bomb() -> bytes:
     data = make_xlsx({"Sheet": [["name"], ["value"]]})
     return _inflate(data, "xl/worksheets/sheet1.xml", _SHEET_NS + b'<worksheet xmlns="http://schemas.openxmlformats'
@@ -171,9 +164,8 @@ print(json.dumps({"growth_mb": (after - before) / 1024, "outcome": outcome}))
 """
 
 
-@pytest.mark.parametrize("make, suffix", [(_docx_bomb, ".docx"), (_xlsx_strings_bomb, ".xlsx"),
-                                          (_xlsx_row_bomb, ".xlsx"), (_epub_bomb, ".epub")],
-                         ids=["docx", "xlsx-strings", "xlsx-row", "epub"])
+@pytest.mark.parametrize("make, suffix", [(_docx_bomb, ".docx"), (_xlsx_row_bomb, ".xlsx"), (_epub_bomb, ".epub")],
+                         ids=["docx", "xlsx-row", "epub"])
 def test_a_zip_bomb_under_the_cap_takes_bounded_memory(tmp_path, make, suffix):
     path = tmp_path / f"bomb{suffix}"
     path.write_bytes(make())
