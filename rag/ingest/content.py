@@ -83,9 +83,13 @@ class DocumentFile:
 def file_in(root: str, source: str) -> Path:
     """Where the document ``source`` ingested from ``root`` lies. Both come
     from the index, never from a client; still, a source that would lead
-    outside its root is refused (DocumentNotFound)."""
+    outside its root, by its name or through a symbolic link, is refused
+    (DocumentNotFound)."""
     base = os.path.normpath(root)
     path = os.path.normpath(os.path.join(base, source))
     if os.path.commonpath([base, path]) != base or path == base:
         raise DocumentNotFound(f"{source}: not a file inside {root}")
+    real_base, real = os.path.realpath(base), os.path.realpath(path)
+    if os.path.commonpath([real_base, real]) != real_base:
+        raise DocumentNotFound(f"{source}: a symbolic link that leads outside {root}; not served")
     return Path(path)

@@ -6,7 +6,8 @@ its name, case-insensitively (file types are recognised case-insensitively
 too, so ``*.md`` finds ``B.MD``); ``**`` matches any number of folders,
 none included, so ``**/*.md`` finds the top-level files too. ``--exclude``
 applies to files named directly as well. Special files (named pipes,
-devices, sockets) are never opened, files over the size limit are not read,
+devices, sockets) are never opened, a symbolic link is read only when it
+leads to a file inside the folder walked, files over the size limit are not read,
 and a name that is not valid UTF-8 is kept under a safe spelling (its bad
 bytes written as ``\\xff``).
 
@@ -36,12 +37,14 @@ DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a smal
 @dataclass(frozen=True)
 class SourceFile:
     """A file found for ingest: ``path`` is where it lies; ``source`` its
-    name in the index (relative to ``root``, ``/``-separated, safe to print)."""
+    name in the index (relative to ``root``, ``/``-separated, safe to print);
+    ``link`` whether ``path`` is a symbolic link."""
 
     root: str
     source: str
     path: Path
     size: int
+    link: bool = False  # a symbolic link (inside the folder walked): the only kind of path read through one
 
 
 @dataclass
@@ -141,21 +144,30 @@ def _kind(mode: int) -> str | None:
     return "not a regular file"
 
 
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (both absolute, resolved)."""
+    return os.path.commonpath([path, folder]) == folder
+
+
 class _Walk:
     """One find_files call's state."""
 
-    def __init__(self, include: Sequence[str], exclude: Sequence[str], max_file_bytes: int) -> None:
+    def __init__(self, include: Sequence[str], exclude: Sequence[str], max_file_bytes: int,
+                 follow_links: bool = True) -> None:
         try:
             self.include = tuple(usable_glob(g) for g in include)
             self.exclude = tuple(usable_glob(g) for g in exclude)
         except ValueError as exc:
             raise RagError(f"--include/--exclude: {exc}") from None
         self.max_bytes = max_file_bytes
+        self.follow_links = follow_links
         self.found = FoundFiles()
         self.seen: set[tuple[str, str]] = set()
         self.used: set[str] = set()  # globs that matched something
 
-    def consider(self, root: str, source: str, path: Path, *, named: bool) -> None:
+    def consider(self, root: str, source: str, path: Path, *, named: bool, within: Path | None = None) -> None:
+        """Add ``path`` to the files to read, or say why it is not read.
+        ``within``: the folder walked, which a symbolic link must not leave."""
         if (root, source) in self.seen:
             return
         self.seen.add((root, source))
@@ -169,7 +181,10 @@ class _Walk:
                 return
             self.used.add(hit)
         if not is_supported(path):
-            if named:
+            if path.is_symlink() and path.is_dir():
+                self.found.ignored.append((source, "a symbolic link to a folder: not followed; ingest the folder "
+                                                   "it leads to instead"))
+            elif named:
                 self.found.ignored.append((source, f"unsupported file type {path.suffix or '(no suffix)'}"))
             else:
                 self.found.unsupported[path.suffix.lower() or "(no suffix)"] += 1
@@ -179,34 +194,62 @@ class _Walk:
         except OSError as exc:
             self.found.failed.append((source, f"cannot read ({exc.strerror or exc}); check the file"))
             return
+        link = path.is_symlink()
+        if link and not self.follow_links:
+            self.found.ignored.append((source, "a symbolic link: links are never followed in this folder; not read"))
+            return
         kind = _kind(st.st_mode)
         if kind is not None:
             self.found.ignored.append((source, f"{kind}, not a regular file: not read"))
+            return
+        if link and within is not None and not _inside(os.path.realpath(path), str(within)):
+            self.found.ignored.append((source, "a symbolic link to a file outside the folder ingested: not read; "
+                                               "ingest that file where it lies"))
             return
         if st.st_size > self.max_bytes:
             self.found.ignored.append((source, (
                 f"{st.st_size / 2**20:.1f} MiB is over the size limit of {self.max_bytes / 2**20:.0f} MiB; "
                 "raise it with --max-file-mb (or RAG_MAX_FILE_MB) to index it")))
             return
-        self.found.files.append(SourceFile(root, source, path, st.st_size))
+        self.found.files.append(SourceFile(root, source, path, st.st_size, link))
 
     def folder(self, raw: str, path: Path) -> None:
         root = path.resolve()
         shown_root = safe_name(str(root))
         self.found.roots.append(shown_root)
 
-        def unreadable(exc: OSError) -> None:
-            where = Path(exc.filename or root)
+        def unreadable(exc: OSError, where: Path) -> None:
             rel = safe_name(where.relative_to(root).as_posix()) if where != root else "."
             self.found.failed.append((f"{safe_name(str(raw))}/{rel}" if rel != "." else safe_name(str(raw)),
                                       f"cannot list this folder ({exc.strerror or exc}); its files were not read"))
             self.found.unlisted.append((shown_root, "" if rel == "." else rel + "/"))
 
-        for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
-            dirnames.sort()
-            for name in sorted(filenames):
-                full = Path(dirpath) / name
-                self.consider(shown_root, safe_name(full.relative_to(root).as_posix()), full, named=False)
+        # An explicit stack, not recursion (os.walk recurses once per level
+        # on Python 3.11: thousands of nested folders raised RecursionError).
+        # Folders in name order, depth first, a folder's files before its
+        # subfolders; symbolic links to folders are never followed.
+        stack = [root]
+        while stack:
+            folder = stack.pop()
+            try:
+                with os.scandir(folder) as listing:
+                    entries = sorted(listing, key=lambda e: e.name)
+            except OSError as exc:
+                unreadable(exc, folder)
+                continue
+            subfolders = []
+            for entry in entries:
+                full = Path(entry.path)
+                source = safe_name(full.relative_to(root).as_posix())
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    subfolders.append(full)
+                else:
+                    self.consider(shown_root, source, full, named=False, within=root)
+            stack.extend(reversed(subfolders))
 
     def named_file(self, path: Path) -> None:
         full = path.resolve() if not path.is_symlink() else path.parent.resolve() / path.name
@@ -219,6 +262,7 @@ def find_files(
     exclude: Sequence[str] = (),
     *,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    follow_links: bool = True,
 ) -> FoundFiles:
     """The supported files under ``paths``, the folders walked, and every
     file or path set aside with its reason.
@@ -226,8 +270,12 @@ def find_files(
     With ``include`` empty, every supported file of a folder is included;
     hidden files and folders are left out unless named directly. ``exclude``
     applies to files named directly too.
+
+    A symbolic link in a folder is read only when it leads to a file inside
+    that folder (never with ``follow_links`` False); one that leads outside
+    is set aside in ``ignored``, as is a link to a folder (never walked).
     """
-    walk = _Walk(include, exclude, max_file_bytes)
+    walk = _Walk(include, exclude, max_file_bytes, follow_links)
     for raw in paths:
         path = Path(raw).expanduser()
         try:

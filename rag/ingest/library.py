@@ -7,12 +7,19 @@ both in).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import shutil
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: uploads are then serialised by the service alone
+    fcntl = None  # type: ignore[assignment]
 
 from ..errors import DocumentNotFound, RagError
 from ..index.generations import index_exists
@@ -20,7 +27,7 @@ from ..index.store import live_manifest, open_writer
 from .chunking import Chunker, ChunkerSettings
 from .content import DocumentFile, file_in
 from .embed import Embedder
-from .files import DEFAULT_MAX_FILE_BYTES
+from .files import DEFAULT_MAX_FILE_BYTES, safe_name
 from .formats import SUPPORTED_SUFFIXES, is_supported
 from .run import IngestProgress, IngestReport, ingest
 from .watch import watch
@@ -32,6 +39,31 @@ def document_id(root: str, source: str) -> str:
 
 
 MAX_NAME_BYTES = 200  # the name of an upload; its temporary name adds about 40
+PART_SUFFIX = ".part"  # an upload being written: ``.NAME.PID.THREAD.part``
+PREVIOUS_SUFFIX = ".previous"  # the indexed version of a file an upload replaces: ``.NAME.previous``
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """Hold the uploads folder's lock (a ``flock`` on ``.lock`` in it): one
+    upload at a time, across threads and processes; a killed holder's lock
+    is released by the system."""
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _keep_copy(target: Path, backup: Path) -> None:
+    """``backup`` as a second name of ``target`` (a copy where hard links cannot be made)."""
+    backup.unlink(missing_ok=True)
+    try:
+        os.link(target, backup)
+    except OSError:
+        shutil.copyfile(target, backup)
 
 
 def safe_file_name(name: str) -> str:
@@ -99,12 +131,14 @@ class DocumentLibrary:
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         rebuild: bool = False,
         progress: IngestProgress | None = None,
+        follow_links: bool = True,
     ) -> IngestReport:
         """Add, update and remove documents under ``paths``, incrementally
         and atomically; see :func:`rag.ingest.run.ingest`."""
         chunker = self.chunker(chunk_tokens, overlap_tokens, fresh=rebuild)
         report = ingest(self.index_dir, paths, embedder=self._embedder(), chunker=chunker, include=include,
-                        exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress)
+                        exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress,
+                        follow_links=follow_links)
         self._changed()
         return report
 
@@ -130,34 +164,101 @@ class DocumentLibrary:
     def add(self, name: str, data: bytes) -> IngestReport:
         """Save ``data`` as the file ``name`` (sanitised: a bare file name,
         no folders, a type that can be read) in the uploads folder and ingest
-        that folder. The file is written atomically; when it cannot be
-        indexed, or the ingest fails, it is removed again (or its previous
-        version restored): the folder never keeps what the index does not."""
+        that folder. The file is written under a temporary name and renamed
+        when complete; when it cannot be indexed (unreadable, over the size
+        limit: in ``failed``), or the ingest fails, it is removed again (or
+        its previous version restored): the folder never keeps what the index
+        does not. Uploads to one folder run one at a time, and each first
+        accounts for what an upload that did not finish (a killed process)
+        left behind: see :meth:`sweep_uploads`; symbolic links in the folder
+        are never followed."""
         folder = self.uploads_dir
         safe = safe_file_name(name)
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / safe
-        tmp = folder / f".{safe}.{os.getpid()}.{threading.get_ident()}.part"
-        previous = target.read_bytes() if target.is_file() else None
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-            report = self.ingest([folder])
-        except BaseException:
-            self._restore(target, previous)
-            raise
-        finally:
-            tmp.unlink(missing_ok=True)
-        if any(Path(path).name == safe for path, _ in report.failed):
-            self._restore(target, previous)
+        with _folder_lock(folder):
+            notes = self.sweep_uploads()
+            tmp = folder / f".{safe}.{os.getpid()}.{threading.get_ident()}{PART_SUFFIX}"
+            backup = folder / f".{safe}{PREVIOUS_SUFFIX}"
+            try:
+                tmp.write_bytes(data)
+                if target.is_file() and not target.is_symlink():
+                    _keep_copy(target, backup)  # restored by the next upload if this process dies
+                os.replace(tmp, target)
+                report = self.ingest([folder], follow_links=False)
+            except BaseException:
+                self._restore(target, backup)
+                raise
+            finally:
+                tmp.unlink(missing_ok=True)
+            refused = [(source, why) for source, why in report.ignored if source == safe]
+            if refused:  # over the size limit: a failure of this upload, not a file to keep
+                report.ignored = [item for item in report.ignored if item not in refused]
+                report.failed.extend(refused)
+            if any(Path(path).name == safe for path, _ in report.failed):
+                self._restore(target, backup)
+            else:
+                backup.unlink(missing_ok=True)
+            report.notes.extend(notes)
         return report
 
+    def sweep_uploads(self) -> list[str]:
+        """Account for what uploads that did not finish left in the uploads
+        folder, and say what was done, a line each: partial files removed,
+        a replaced file's indexed version restored, and files the index does
+        not hold (and symbolic links) removed, so the next ingest of the
+        folder does not index them unasked. With no index yet nothing is
+        removed: those files are indexed, and said so. Call it with the
+        folder locked (:meth:`add` does)."""
+        folder = self.uploads_dir
+        if not folder.is_dir():
+            return []
+        notes: list[str] = []
+        for entry in sorted(folder.iterdir()):
+            name = entry.name
+            if name.startswith(".") and name.endswith(PART_SUFFIX):
+                entry.unlink(missing_ok=True)
+                notes.append(f"removed {safe_name(name)}: the partial file of an upload that did not finish")
+            elif name.startswith(".") and name.endswith(PREVIOUS_SUFFIX) and not entry.is_symlink():
+                original = name[1:-len(PREVIOUS_SUFFIX)]
+                os.replace(entry, folder / original)
+                notes.append(f"restored {safe_name(original)} as indexed: an upload replacing it did not finish")
+        indexed = self._indexed_uploads()
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith(".") or (entry.is_dir() and not entry.is_symlink()):
+                continue
+            shown = safe_name(entry.name)
+            if entry.is_symlink():
+                entry.unlink()
+                notes.append(f"removed {shown}: a symbolic link, never followed in the uploads folder")
+            elif indexed is None:
+                notes.append(f"indexed {shown} too: it was in the uploads folder before this upload")
+            elif shown not in indexed:
+                entry.unlink(missing_ok=True)
+                notes.append(f"removed {shown}: left in the uploads folder by an upload that did not finish "
+                             "(never indexed); upload it again")
+        return notes
+
+    def _indexed_uploads(self) -> set[str] | None:
+        """The sources the index holds from the uploads folder (None: no index)."""
+        if not index_exists(self.index_dir):
+            return None
+        from ..index.store import Index
+
+        manifest = live_manifest(self.index_dir)
+        index = Index.open(self.index_dir, embedder=manifest.embedder, dim=manifest.dim)
+        try:
+            root = safe_name(str(self.uploads_dir.resolve()))
+            return {source for _, source in index.files(root)}
+        finally:
+            index.close()
+
     @staticmethod
-    def _restore(target: Path, previous: bytes | None) -> None:
-        if previous is None:
-            target.unlink(missing_ok=True)
+    def _restore(target: Path, backup: Path) -> None:
+        if backup.is_file():
+            os.replace(backup, target)
         else:
-            target.write_bytes(previous)
+            target.unlink(missing_ok=True)
 
     def remove(self, doc_id: str) -> dict[str, object]:
         """Remove the document ``doc_id`` from the index, atomically, and its

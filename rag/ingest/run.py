@@ -143,6 +143,7 @@ def ingest(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     rebuild: bool = False,
     progress: IngestProgress | None = None,
+    follow_links: bool = True,
 ) -> IngestReport:
     """Bring the index in ``index_dir`` up to date with the files under
     ``paths``, and say what changed.
@@ -153,11 +154,13 @@ def ingest(
     ``ignored``, and neither stops the others. A folder's indexed files that
     are gone, or no longer match the globs, are removed; those in a folder
     that could not be listed are kept. ``rebuild`` starts from an empty index
-    instead of the live one (a damaged index is repaired so).
+    instead of the live one (a damaged index is repaired so). Symbolic
+    links in a folder are read only when they lead to a file inside it, and
+    never with ``follow_links`` False (see :func:`~rag.ingest.files.find_files`).
     """
     started = time.perf_counter()
     report = IngestReport()
-    found = find_files(paths, include, exclude, max_file_bytes=max_file_bytes)
+    found = find_files(paths, include, exclude, max_file_bytes=max_file_bytes, follow_links=follow_links)
     report.failed.extend(found.failed)
     report.ignored.extend(found.ignored)
     report.unmatched.extend(found.unmatched)
@@ -290,8 +293,10 @@ GROWTH_BYTES = 1 << 20  # read of a file that grew since it was found
 def _read(f: SourceFile) -> bytes:
     """The bytes of ``f``: a regular file only (one swapped for a pipe or a
     device since it was found is refused, without blocking), and at most
-    ``GROWTH_BYTES`` more than its size when found."""
-    fd = os.open(f.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    ``GROWTH_BYTES`` more than its size when found. A file found as no link
+    is opened without following one: a link swapped in since is refused."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if f.link else getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(f.path, flags)
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise OSError(errno.EINVAL, "not a regular file any more")

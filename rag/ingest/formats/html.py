@@ -88,8 +88,10 @@ def parse_html(html: str, *, show_title: bool = True) -> LoadedDocument:
         parser.parts.append(_CLOSE)
     lines = (" ".join(line.split()) for line in "".join(parser.parts).split("\n"))
     marked = "\n".join(lines)
-    # A heading's own leading and trailing spaces go, as a line's would.
-    marked = re.sub(r"[ \n]+(\ue00f)", r"\1", re.sub(r"([\ue001-\ue006])[ \n]+", r"\1", marked))
+    # A heading's own leading and trailing spaces go, as a line's would. The
+    # lookbehind starts a match only where a run of spaces starts: without
+    # it each position inside a long run (many <br>) is tried, quadratically.
+    marked = re.sub(r"(?<![ \n])[ \n]+(\ue00f)", r"\1", re.sub(r"([\ue001-\ue006])[ \n]+", r"\1", marked))
     marked = re.sub(r"\n{3,}", "\n\n", marked).strip()
     text, headings = _unmark(marked)
     title = " ".join("".join(parser.title).split()) or None

@@ -90,7 +90,7 @@ def load_xlsx(source: str, suffix: str, data: bytes) -> LoadedDocument:
     """A workbook's sheets in order, each row with its column headers."""
     import openpyxl
 
-    open_zip(source, data, suffix).close()
+    open_zip(source, data, suffix, streamed=lambda name: name.startswith("xl/worksheets/")).close()
     # read_only streams the sheet XML instead of building every cell.
     book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:

@@ -21,10 +21,14 @@ TEXT_SUFFIXES = frozenset({".txt", ".md", ".markdown", ".rst"})
 MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
 
 _UNDERLINE = re.compile(r"([=\-~^\"'`#*+<>:._])\1{2,}[ \t]*")
-_ATX = re.compile(r"(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*")
+_ATX_OPEN = re.compile(r"(#{1,6})[ \t]+")  # the rest of the line is cut by hand: see _atx
 _FENCE = re.compile(r"[ \t]{0,3}(```|~~~)")
 _ROLE = re.compile(r":[\w:.+-]+:`([^`<]*?)(?:\s*<[^>]*>)?`")  # :mod:`bisect` -> bisect
 _LITERAL = re.compile(r"``(.+?)``|`([^`]+)`_{0,2}|\*\*(.+?)\*\*|\*(.+?)\*")
+# A heading is cut to this many characters before it is cleaned: the
+# patterns above backtrack quadratically over a long enough line, and a
+# chunk's context keeps far fewer (MAX_CONTEXT_CHARS).
+MAX_HEADING_CHARS = 1000
 
 
 def decode_text(source: str, data: bytes) -> str:
@@ -51,6 +55,7 @@ def clean_heading(text: str) -> str:
 
     ``clean_heading(":mod:`bisect` --- Array bisection algorithm") -> "bisect — Array bisection algorithm"``
     """
+    text = text[:MAX_HEADING_CHARS]
     text = _ROLE.sub(r"\1", text)
     text = _LITERAL.sub(lambda m: next(g for g in m.groups() if g is not None), text)
     text = re.sub(r"\s+-{2,3}\s+", " — ", text)
@@ -88,11 +93,29 @@ def find_headings(text: str, *, markdown: bool) -> tuple[tuple[int, int, str], .
                 found.append((starts[first], level, title))
                 i += 2  # past the underline
                 continue
-            atx = _ATX.fullmatch(line) if markdown else None
+            atx = _atx(line) if markdown else None
             if atx:
-                found.append((starts[i], len(atx.group(1)), clean_heading(atx.group(2))))
+                found.append((starts[i], atx[0], clean_heading(atx[1])))
         i += 1
     return tuple((at, level, title) for at, level, title in found if title)
+
+
+def _atx(line: str) -> tuple[int, str] | None:
+    """``(level, title)`` of a Markdown ``#`` heading line, else None; the
+    closing ``#``s and the spaces around the title dropped. In linear time:
+    one regex over the whole line (``(.+?)[ \\t]*#*[ \\t]*``) backtracks
+    cubically over a run of spaces.
+
+    ``_atx("## Install ##") -> (2, "Install")``
+    """
+    opening = _ATX_OPEN.match(line)
+    rest = line[opening.end():] if opening else ""
+    if not rest:
+        return None
+    # The title is the shortest non-empty start of the rest that leaves only
+    # spaces, #s and spaces after it.
+    end = len(rest.rstrip(" \t").rstrip("#").rstrip(" \t"))
+    return len(opening.group(1)), rest[: max(end, 1)]
 
 
 def _underlined(lines: list[str], i: int, markdown: bool) -> tuple[str, str, int] | None:
