@@ -1,6 +1,7 @@
-"""The gate in front of every route: the API key and the caller's rate
-limit are checked from the request's headers alone, before any body is
-read, and a body (with a length or chunked) is cut off at its limit.
+"""The gate in front of every route: without keys, the Host and Origin
+(``origin``); with keys, the API key; and the caller's rate limit, all
+checked from the request's headers alone, before any body is read, and a
+body (with a length or chunked) is cut off at its limit.
 
 A raw ASGI middleware, because a FastAPI dependency runs only after the
 body has been read: a caller without a key could otherwise make the server
@@ -15,6 +16,7 @@ import hmac
 import json
 import math
 
+from . import origin
 from .state import ServiceState
 
 PUBLIC = frozenset({"/healthz", "/"})  # and the page's files, under /static/
@@ -51,10 +53,14 @@ class Gate:
     def _refusal(self, scope) -> tuple[int, str, str, dict] | None:
         """Why the request may not go on (status, message, kind, headers), or None."""
         settings, path = self.state.settings, scope["path"]
+        headers = dict(scope.get("headers") or ())
+        if not settings.api_keys:  # keyless (so loopback): browsers' other sites are kept out
+            why = origin.refusal(headers, settings.host)
+            if why is not None:
+                return 403, why, "forbidden", {}
         if path in PUBLIC or path.startswith(STATIC_PREFIX) or \
                 (path in DOCS and (settings.public_docs or not settings.api_keys)):
             return None
-        headers = dict(scope.get("headers") or ())
         address = f"addr:{scope['client'][0] if scope.get('client') else '?'}"
         caller = address
         if settings.api_keys:
