@@ -113,7 +113,7 @@ def _tokens(glob: str) -> list[tuple[int, object]]:
             try:
                 out.append((SET, re.compile("[" + body + "]", re.IGNORECASE | re.DOTALL)))
             except re.error as exc:
-                raise ValueError(f"{glob!r} has a bad character set [{glob[i + 1:j]}] ({exc})") from None
+                raise ValueError(f"{glob!r} is not a usable glob: bad set [{glob[i + 1:j]}] ({exc})") from None
             i = j + 1
         else:
             out.append((LIT, glob[i].lower()))

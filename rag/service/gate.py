@@ -24,6 +24,20 @@ STATIC_PREFIX = "/static/"
 DOCS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 
+def route_label(scope) -> str:
+    """The metrics label of a request: its route's template
+    (``/v1/documents/{doc_id}``), or ``other`` for a path no route serves,
+    so that made-up paths cannot grow the metrics without bound (issue 27)."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    for route in getattr(app, "routes", ()):
+        match, _ = route.matches(scope)
+        if match != Match.NONE:
+            return getattr(route, "path", "other") or "other"
+    return "other"
+
+
 class BodyTooLarge(Exception):
     """The request body went past its limit."""
 
@@ -75,7 +89,7 @@ class Gate:
             caller = f"key:{key}"
         wait = self.state.limiter.take(caller)
         if wait > 0:
-            self.state.metrics.requests.labels(path, "rate_limited").inc()
+            self.state.metrics.requests.labels(route_label(scope), "rate_limited").inc()
             return 429, (f"rate limit of {settings.rate_limit_per_minute} requests a minute reached; "
                          f"retry in {math.ceil(wait)} s"), "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
         return None
