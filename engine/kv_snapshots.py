@@ -396,7 +396,8 @@ def _read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None
             return header["key"], np.frombuffer(raw, dtype="<i4").astype(np.int32), state
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, struct.error, UnicodeDecodeError, MemoryError) as exc:
+    except (OSError, ValueError, struct.error, UnicodeDecodeError, MemoryError, RecursionError) as exc:
+        # RecursionError: a header of deeply nested brackets (issue 27).
         log.warning("dropped a damaged KV snapshot %s (%s)", path, exc)
         try:
             path.unlink()

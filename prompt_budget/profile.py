@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cost import FORMS, Fit, PrefillCostModel, PrefillSample
+from .cost import FORMS, Fit, PrefillCostModel, PrefillSample, features
 
 PROFILE_FORMAT = "rag-budget-prefill-profile"
 PROFILE_VERSION = 1
@@ -112,27 +112,49 @@ class Profile:
                 mape = d.get("mape")
                 if d.get("form") not in FORMS:
                     raise ValueError(f"unknown form {d.get('form')!r}")
-                return Fit(str(d["form"]), tuple(finite(c) for c in d["coef"]),
+                coef = tuple(finite(c) for c in d["coef"])
+                if len(coef) != len(features(str(d["form"]), 1, 0)):
+                    raise ValueError(f"{len(coef)} coefficients for the {d['form']} form")
+                return Fit(str(d["form"]), coef,
                            math.nan if mape is None else float(mape), int(d["samples"]), int(d.get("outliers", 0)))
+
+            def planned(fit: Fit) -> Fit:
+                # A time per new token (and an attention term) of zero or less predicts
+                # prompts as free: the budget would overshoot its target many times over.
+                if fit.coef[1] <= 0 or (fit.form == "attention" and fit.coef[2] < 0):
+                    raise ValueError(f"a {fit.form} fit whose cost per token is not positive {list(fit.coef)}")
+                return fit
+
+            def positive(x) -> float:
+                value = finite(x)
+                if value <= 0:
+                    raise ValueError(f"a ratio that is not positive ({x!r})")
+                return value
+
+            def nonnegative(x) -> float:
+                value = finite(x)
+                if value < 0:
+                    raise ValueError(f"a negative time ({x!r})")
+                return value
 
             def samples_of(rows: list) -> list[PrefillSample]:
                 return [PrefillSample(int(a), int(b), finite(c)) for a, b, c in rows]
 
             return cls(
                 key=dict(raw["key"]),
-                fit=fit_of(raw["fit"]),
+                fit=planned(fit_of(raw["fit"])),
                 fits={k: fit_of(v) for k, v in raw.get("fits", {}).items()},
                 anchors=samples_of(raw.get("anchors", [])),
                 samples=samples_of(raw.get("samples", [])),
-                ratios=[float(x) for x in raw.get("ratios", [])],
-                overheads=[float(x) for x in raw.get("overheads", [])],
-                splice_loads=[finite(x) for x in raw.get("splice_loads", [])],
-                splice_pieces=[finite(x) for x in raw.get("splice_pieces", [])],
+                ratios=[positive(x) for x in raw.get("ratios", [])],
+                overheads=[nonnegative(x) for x in raw.get("overheads", [])],
+                splice_loads=[nonnegative(x) for x in raw.get("splice_loads", [])],
+                splice_pieces=[nonnegative(x) for x in raw.get("splice_pieces", [])],
                 table=list(raw.get("table", [])),
                 quick=bool(raw.get("quick", False)),
             )
-        except (KeyError, TypeError, AttributeError, OverflowError) as exc:
-            raise ValueError(f"malformed prefill profile ({exc})") from None
+        except (KeyError, TypeError, AttributeError, OverflowError, IndexError, RecursionError) as exc:
+            raise ValueError(f"malformed prefill profile ({type(exc).__name__}: {exc})"[:300]) from None
 
 
 def profile_path(directory: Path, key: dict[str, object]) -> Path:

@@ -7,16 +7,45 @@ server's status, start and stop), ``bench_answers``, ``bench_grade``, ``bench_pa
 share, ``seen`` the clock of what the person at the terminal waits for. Commands parse
 arguments, call the Python API and format what comes back; errors meant for
 the user are one line on stderr with a non-zero exit.
+
+Importing this package imports no command: :func:`main` does, where a
+Ctrl-C in the first moments is one line, not a traceback (issue 27);
+``rag.cli.app`` and the command modules are imported on first use.
 """
 
-from . import admin, ask, bench_answers, bench_grade, bench_page, bench_parts, bench_splice, documents, server  # noqa: F401 - each registers its commands
-from .common import app
-from .seen import clock
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = ("admin", "ask", "bench_answers", "bench_grade", "bench_page", "bench_parts", "bench_splice", "documents", "server")
+MODULES = COMMANDS + ("common", "seen")
+
+
+def _app():
+    for name in COMMANDS:  # each registers its commands on the app
+        importlib.import_module(f".{name}", __name__)
+    return importlib.import_module(".common", __name__).app
+
+
+def __getattr__(name: str):
+    if name == "app":
+        return _app()
+    if name in MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """Entry point of the ``rag`` console script."""
-    clock.process_started()  # the person pressed Enter when this process started
+    try:
+        from .seen import clock
+
+        clock.process_started()  # the person pressed Enter when this process started
+        app = _app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(130) from None
     app()
 
 

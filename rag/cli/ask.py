@@ -73,7 +73,7 @@ def search(
     for rank, h in enumerate(hits, start=1):
         shown = escape(where(h.source, h.location, h.context))
         console.print(f"[bold]{rank}. {shown}[/]  score {h.score:.3f}  [dim]{h.chunk_id}[/]")
-        console.print(" ".join(h.text.split())[:300], soft_wrap=True)
+        console.print(" ".join(h.text.split())[:300], soft_wrap=True, markup=False)  # document text, not markup
         console.print()
 
 
@@ -172,8 +172,8 @@ def print_explain(answer: Answer, console: Console) -> None:
     for n, d in enumerate(b.decisions, start=1):
         decision = ", ".join(["chosen", *(["trimmed"] if d.trimmed else []), *(["spliced"] if d.spliced else [])]) \
             if d.chosen else f"dropped: {d.reason}"
-        table.add_row(str(n), d.source, str(d.tokens), f"{d.score:.3f}", f"{d.ttft_s:.2f}" if d.ttft_s else "",
-                      decision, style=None if d.chosen else "dim")
+        table.add_row(str(n), escape(d.source), str(d.tokens), f"{d.score:.3f}", f"{d.ttft_s:.2f}" if d.ttft_s else "",
+                      escape(decision), style=None if d.chosen else "dim")
     console.print(table)
     target = "none" if b.target_ttft is None else f"{b.target_ttft:.2f} s"
     console.print(
@@ -268,7 +268,7 @@ class ChatLoop:
                 seen = Seen.of(self.pipeline, asked)
                 answer = stream_answer(self.pipeline, line, self.options, seen)
             except RagError as exc:  # one bad question does not end the conversation
-                self.err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+                self.err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
                 return
             self.answers.append((answer, seen))
             print_cost_line(answer, seen)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -113,7 +114,7 @@ def open_pipeline(settings: Settings, **options) -> Pipeline:
 
 def note(message: str) -> None:
     """Tell the user on stderr what rag-budget did on its own, or found wrong."""
-    err().print(f"[yellow]note:[/] {message}", soft_wrap=True)
+    err().print(f"[yellow]note:[/] {escape(message)}", soft_wrap=True)  # names and values are not markup
 
 
 def command_pipeline(settings: Settings, **options) -> Pipeline:
@@ -150,16 +151,23 @@ def err() -> Console:
 
 @contextlib.contextmanager
 def user_errors(interrupted: str = "interrupted") -> Iterator[None]:
-    """Turn errors meant for the user into one line on stderr and exit 1;
-    Ctrl-C into ``interrupted`` and exit 130."""
+    """Turn errors meant for the user (and the file system's refusals)
+    into one line on stderr and exit 1; Ctrl-C into ``interrupted`` and
+    exit 130."""
     try:
         yield
     except RagError as exc:
-        err().print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        err().print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, soft_wrap=True)  # "stray [/i]" is text
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         err().print(interrupted)
         raise typer.Exit(130) from None
+    except OSError as exc:
+        # The file system refused (a folder where a file should be, a data folder that cannot
+        # be made): the path and the reason, in one line (issue 27).
+        where = f": {exc.filename}" if exc.filename else ""
+        err().print(f"[bold red]error:[/] {escape((exc.strerror or str(exc)) + where)}", markup=True, soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def echo_json(obj: object) -> None:

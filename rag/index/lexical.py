@@ -177,7 +177,7 @@ class LexicalIndex:
                 raise ValueError(f"BM25 folder format {header.get('format')!r}")
             arrays = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in _ARRAYS}
             vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-        except (OSError, KeyError, TypeError, json.JSONDecodeError, EOFError) as exc:
+        except (OSError, KeyError, TypeError, AttributeError, ValueError, EOFError, RecursionError) as exc:
             raise ValueError(f"{folder}: unreadable BM25 index ({exc})") from None
         index = cls(vocab, **arrays)
         if len(index) != header.get("rows") or len(index.offsets) != len(index) + 1 or \

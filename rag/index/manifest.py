@@ -67,7 +67,7 @@ class Manifest:
                 chunks=int(raw["chunks"]) if raw.get("chunks") is not None else None,
                 files={str(k): dict(v) for k, v in files.items()},
             )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise IndexMismatch(
                 f"{path}: unreadable index manifest ({exc}); rebuild the index with `rag ingest --rebuild`"
             ) from None

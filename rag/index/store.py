@@ -108,7 +108,7 @@ def _location(raw: str | None) -> dict[str, object] | None:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

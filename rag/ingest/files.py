@@ -18,19 +18,18 @@ beyond the file name (``formats`` does).
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..errors import RagError
+from ..globs import compile_glob
 from .formats import is_supported
 
 DEFAULT_EXCLUDE = (".*", "**/.*", "**/.*/**", "__pycache__/**", "**/__pycache__/**")
-MAX_DOUBLE_STARS = 4  # each ** is a nested wildcard: matching time grows exponentially with their number
+MAX_DOUBLE_STARS = 4  # one ** is enough to cross folders; more is a mistake (matching is linear either way)
 DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a small CPU: see the README
 
 
@@ -81,53 +80,21 @@ def safe_name(name: str) -> str:
 def usable_glob(glob: str) -> str:
     """``glob`` without surrounding spaces, or ValueError saying why it cannot
     be used: empty, over 1000 characters, more than ``MAX_DOUBLE_STARS``
-    ``**`` (matching would take exponential time), or a bad character range."""
+    ``**``, or a bad character range."""
     glob = glob.strip()
     if not glob or len(glob) > 1000:
         raise ValueError("a glob must be 1 to 1000 characters, e.g. 'reports/**/*.pdf'")
     if glob.count("**") > MAX_DOUBLE_STARS:
         raise ValueError(f"{glob!r} holds more than {MAX_DOUBLE_STARS} '**'; one is enough to cross folders")
-    try:
-        _pattern(glob)
-    except re.error as exc:
-        raise ValueError(f"{glob!r} is not a usable glob ({exc})") from None
+    compile_glob(glob)  # ValueError for a bad [...] set
     return glob
-
-
-@lru_cache(maxsize=256)
-def _pattern(glob: str) -> re.Pattern[str]:
-    """A glob as a regular expression over ``/``-separated paths: ``*`` and
-    ``?`` within a name, ``**`` across folders (``**/`` also matches none)."""
-    out, i = [], 0
-    while i < len(glob):
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif glob[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif glob[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif glob[i] == "[" and "]" in glob[i + 1:]:
-            j = glob.index("]", i + 1 + (glob[i + 1:i + 2] == "]"))
-            body = glob[i + 1:j].replace("\\", "\\\\")
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
-            i = j + 1
-        else:
-            out.append(re.escape(glob[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z", re.IGNORECASE | re.DOTALL)
 
 
 def matches(source: str, globs: Sequence[str]) -> str | None:
     """The first of ``globs`` that matches ``source`` (its path or its name), or None."""
     name = source.rsplit("/", 1)[-1]
     for glob in globs:
-        pattern = _pattern(glob)
+        pattern = compile_glob(glob)  # linear in the name: no backtracking (issue 27)
         if pattern.match(source) or ("/" not in glob and pattern.match(name)):
             return glob
     return None

@@ -169,6 +169,9 @@ class PromptPlanner:
             return backend.render(build_messages(question, shown, summary=summary, turns=past))
 
         fixed_tokens = backend.tokenize(render([]))
+        if len(fixed_tokens) > backend.n_ctx - max_tokens:
+            # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
+            raise too_long(len(fixed_tokens), max_tokens, backend.n_ctx)
         cached = self._cached(fixed_tokens)
         safety = cost.safety_factor()
         planned_at = elapsed()
@@ -193,7 +196,11 @@ class PromptPlanner:
             # Those who arrived before this plan are planned after it: leave each the time of a
             # question without passages, so a burst is answered by all, not richly by its first.
             request = replace(request, target_ttft=max(target_ttft - load.behind * bare_prefill, 1e-3))
-        if options.refuse_late and target_ttft is not None and bare > target_ttft:
+        # Refused only when the load is why: a question that misses the target on an idle
+        # engine too is answered late (retrying would not help), never "busy" (issue 27).
+        idle_bare = cost.overhead() + cost.predict(max(len(fixed_tokens) - cached, 0), cached)
+        if options.refuse_late and target_ttft is not None and bare > target_ttft and busy and \
+                idle_bare <= target_ttft:
             raise Overloaded(f"the engine is busy: even without passages the answer would start in {bare:.1f} s, "
                              f"past the {target_ttft:g} s target", bare - target_ttft)
         passages, candidates = self._candidates(question, hits, request, loaded,

@@ -7,6 +7,7 @@ Does not: answer questions itself or read anything back with pickle.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -80,6 +81,14 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RagError)
     async def _rag(request: Request, exc: RagError):
         return failure(exc)
+
+    @app.exception_handler(sqlite3.DatabaseError)
+    async def _damaged(request: Request, exc: sqlite3.DatabaseError):
+        # The index's chunk database went bad under the running server (truncated, overwritten):
+        # the client's request is fine, the service is not, until the index is rebuilt (issue 27).
+        message = " ".join(str(exc).split())[:200]
+        return error(503, f"the index cannot be read ({message}); rebuild it with `rag ingest --rebuild`",
+                     "index_damaged")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):  # never a stack trace to the client

@@ -1,6 +1,7 @@
-"""The gate in front of every route: the API key and the caller's rate
-limit are checked from the request's headers alone, before any body is
-read, and a body (with a length or chunked) is cut off at its limit.
+"""The gate in front of every route: without keys, the Host and Origin
+(``origin``); with keys, the API key; and the caller's rate limit, all
+checked from the request's headers alone, before any body is read, and a
+body (with a length or chunked) is cut off at its limit.
 
 A raw ASGI middleware, because a FastAPI dependency runs only after the
 body has been read: a caller without a key could otherwise make the server
@@ -15,11 +16,26 @@ import hmac
 import json
 import math
 
+from . import origin
 from .state import ServiceState
 
 PUBLIC = frozenset({"/healthz", "/"})  # and the page's files, under /static/
 STATIC_PREFIX = "/static/"
 DOCS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+
+
+def route_label(scope) -> str:
+    """The metrics label of a request: its route's template
+    (``/v1/documents/{doc_id}``), or ``other`` for a path no route serves,
+    so that made-up paths cannot grow the metrics without bound (issue 27)."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    for route in getattr(app, "routes", ()):
+        match, _ = route.matches(scope)
+        if match != Match.NONE:
+            return getattr(route, "path", "other") or "other"
+    return "other"
 
 
 class BodyTooLarge(Exception):
@@ -51,10 +67,14 @@ class Gate:
     def _refusal(self, scope) -> tuple[int, str, str, dict] | None:
         """Why the request may not go on (status, message, kind, headers), or None."""
         settings, path = self.state.settings, scope["path"]
+        headers = dict(scope.get("headers") or ())
+        if not settings.api_keys:  # keyless (so loopback): browsers' other sites are kept out
+            why = origin.refusal(headers, settings.host)
+            if why is not None:
+                return 403, why, "forbidden", {}
         if path in PUBLIC or path.startswith(STATIC_PREFIX) or \
                 (path in DOCS and (settings.public_docs or not settings.api_keys)):
             return None
-        headers = dict(scope.get("headers") or ())
         address = f"addr:{scope['client'][0] if scope.get('client') else '?'}"
         caller = address
         if settings.api_keys:
@@ -69,7 +89,7 @@ class Gate:
             caller = f"key:{key}"
         wait = self.state.limiter.take(caller)
         if wait > 0:
-            self.state.metrics.requests.labels(path, "rate_limited").inc()
+            self.state.metrics.requests.labels(route_label(scope), "rate_limited").inc()
             return 429, (f"rate limit of {settings.rate_limit_per_minute} requests a minute reached; "
                          f"retry in {math.ceil(wait)} s"), "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
         return None
