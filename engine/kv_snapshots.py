@@ -131,6 +131,14 @@ class SnapshotCache:
         with self._lock:
             return key in self._ram or key in self._disk
 
+    def pinned(self) -> Snapshot | None:
+        """The most recently kept pinned snapshot in RAM (the system prompt's), or None."""
+        with self._lock:
+            for key in reversed(self._ram):
+                if key in self._pinned:
+                    return self._ram[key]
+        return None
+
     def best(self, tokens: Sequence[int] | np.ndarray) -> tuple[str | None, int]:
         """The key of the snapshot sharing the longest prefix with
         ``tokens``, and that prefix's length (``(None, 0)`` if none does)."""
