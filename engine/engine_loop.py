@@ -161,7 +161,7 @@ class EngineLoop:
         while True:
             with self._cv:
                 while not (self._stop or self._inbox or self._active or self._waiting or self._can_warm()
-                           or self._forget):
+                           or self._forget or self._system_tries):
                     self._cv.wait()
                 if self._stop:
                     break

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter
 from typing import Mapping
 
@@ -23,6 +24,10 @@ from .errors import GenerationFailed
 from .kv_snapshots import Snapshot
 
 OPS = ("decode", "save", "load", "snapshot_get", "snapshot_put", "passage_get", "passage_put")
+
+
+class InvariantBroken(AssertionError):
+    """What the engine promises under faults did not hold (a leak, a hang, a lost system prompt)."""
 
 
 class InjectedFault(OSError):
@@ -137,3 +142,52 @@ def inject(backend, faults: Faults) -> Faults:
     loop.snapshots = loop.placement.snapshots = backend.snapshots = snapshots
     backend.passages.cache = FaultyCache(backend.passages.cache, faults, "passage")
     return faults
+
+
+def settle(loop, wait_s: float = 60.0) -> None:
+    """Wait until ``loop`` holds and waits for nothing, then check that every
+    sequence is free and the KV cache holds exactly what the loop says:
+    the system prompt in sequence 0, each idle sequence its cached prompt,
+    the splicing scratch nothing (cells conserved). InvariantBroken if it
+    never settles within ``wait_s`` (a hang guard) or a cell is astray.
+    Reads the context only while the loop waits (llama.cpp has no locks)."""
+    from .placement import SYSTEM_SEQ
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        p = loop.published
+        if (p.free == loop.slots.size and not p.active and not p.waiting and not p.warming
+                and not loop.splicer.warm_size() and not loop._inbox):
+            break
+        if time.monotonic() > deadline:
+            raise InvariantBroken(f"the engine never settled: {p.free} of {loop.slots.size} sequences free, "
+                                  f"{len(p.active)} running, {len(p.waiting)} waiting")
+        time.sleep(0.05)
+    time.sleep(0.05)  # the loop publishes before it goes back to wait
+    ctx = loop.ctx
+    if ctx.last_pos(SYSTEM_SEQ) != len(loop.system) - 1:
+        raise InvariantBroken("sequence 0 does not hold the system prompt the loop names")
+    for seq, cells in loop.slots.holdings().items():
+        if ctx.first_pos(seq) != (0 if cells else -1) or ctx.last_pos(seq) != cells - 1:
+            raise InvariantBroken(f"sequence {seq} holds other cells than its cached prompt's {cells}")
+    if ctx.last_pos(loop.splicer.scratch) != -1:
+        raise InvariantBroken("the splicing scratch sequence was left holding cells")
+
+
+def thread_cpu_ticks(thread: threading.Thread) -> int | None:
+    """CPU time ``thread`` has used so far, in clock ticks (None where /proc does not say)."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError, TypeError):
+        return None
+
+
+def idle_cpu_ticks(loop, seconds: float = 0.5) -> int | None:
+    """CPU ticks the loop's thread used over ``seconds`` while nothing is asked of it (0 or 1: it waits)."""
+    before = thread_cpu_ticks(loop._thread)
+    time.sleep(seconds)
+    after = thread_cpu_ticks(loop._thread)
+    return None if before is None or after is None else after - before
+

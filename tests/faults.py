@@ -8,7 +8,6 @@ engine settles with every sequence and KV cell accounted for."""
 from __future__ import annotations
 
 import queue
-import time
 
 import httpx
 from starlette.applications import Starlette
@@ -89,24 +88,8 @@ def outcome(request, wait_s: float = HANG_S) -> tuple[str, object]:
 
 
 def settled(loop, wait_s: float = HANG_S) -> None:
-    """Wait until ``loop`` holds and waits for nothing, then check that every
-    sequence is free and the KV cache holds exactly what the loop says:
-    the system prompt in sequence 0, each idle sequence its cached prompt,
-    the splicing scratch nothing (cells conserved)."""
-    from engine.placement import SYSTEM_SEQ
+    """Wait until ``loop`` is idle; every sequence and KV cell accounted for
+    (``engine.faults.settle``), else AssertionError."""
+    from engine.faults import settle
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        p = loop.published
-        if (p.free == loop.slots.size and not p.active and not p.waiting and not p.warming
-                and not loop.splicer.warm_size() and not loop._inbox):
-            break
-        assert time.monotonic() < deadline, f"the engine never settled: {p.free} of {loop.slots.size} sequences free"
-        time.sleep(0.05)
-    time.sleep(0.05)  # the loop publishes before it goes back to wait
-    ctx = loop.ctx
-    assert ctx.last_pos(SYSTEM_SEQ) == len(loop.system) - 1, "sequence 0 does not hold the system prompt"
-    for seq, cells in loop.slots.holdings().items():
-        assert ctx.first_pos(seq) == (0 if cells else -1) and ctx.last_pos(seq) == cells - 1, \
-            f"sequence {seq} holds other cells than its cached prompt's {cells}"
-    assert ctx.last_pos(loop.splicer.scratch) == -1, "the splicing scratch sequence was left holding cells"
+    settle(loop, wait_s)

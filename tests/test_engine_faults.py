@@ -163,3 +163,18 @@ def test_the_pinned_snapshot_is_the_newest_pinned_one():
     cache.put("old", snap(3), pin=True)
     cache.put("other", snap(4))
     assert cache.pinned().data == b"xxx"
+
+
+def test_a_short_soak_under_faults_holds_every_invariant(tmp_path):
+    # The long one is `rag bench faults --steps 5000`.
+    from engine.llama_cpp_backend import LlamaCppBackend
+    from rag.bench.faults import bench_faults
+
+    b = LlamaCppBackend(n_ctx=1024, slots=3, splice_fresh=0, snapshot_dir=tmp_path)
+    try:
+        summary = bench_faults(b, steps=300, seed=7, bound_s=60)["summary"]
+    finally:
+        b.close()
+    assert summary["held"], summary["broken"]
+    assert summary["faults_injected"] > 0 and sum(summary["ended"].values()) == summary["requests"]
+    assert summary["checks"]["cells_conserved"] == summary["rounds"]
