@@ -90,3 +90,31 @@ def test_what_the_command_line_saw():
     assert seen.to_dict() == {"ttft_s": 0.5, "total_s": 1.25, "via": "server", "server_pid": 42}
     age = process_age()
     assert age is not None and age > 0  # Linux: read from /proc/self/stat
+
+
+def test_asking_whether_a_server_lives_never_keeps_a_server_from_starting(tmp_path):
+    # alive() used to take the very lock a starting server takes: a client asking at that moment
+    # made the server think another one lived (it exited), and two clients asking at once saw one.
+    import fcntl
+    import threading
+    import time
+
+    from rag.resident.address import held
+
+    address = Address.of(Settings.load(runtime_dir=tmp_path / "run"))
+    address.folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(address.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # another client's alive() in progress
+        assert not address.alive()
+
+        def done_asking():
+            time.sleep(0.2)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+        threading.Thread(target=done_asking).start()
+        with held(address.lock, patience_s=5) as server:  # a server starting meanwhile
+            assert server is not None
+            assert address.alive()
+    finally:
+        os.close(fd)
