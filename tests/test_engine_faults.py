@@ -172,9 +172,11 @@ def test_a_short_soak_under_faults_holds_every_invariant(tmp_path):
 
     b = LlamaCppBackend(n_ctx=1024, slots=3, splice_fresh=0, snapshot_dir=tmp_path)
     try:
-        summary = bench_faults(b, steps=300, seed=7, bound_s=60)["summary"]
+        result = bench_faults(b, steps=300, seed=7, bound_s=60)
     finally:
         b.close()
+    summary, calls = result["summary"], {row["op"]: row["calls"] for row in result["rows"]}
+    assert calls.get("passage_get", 0) > 0 and calls.get("load", 0) > 0  # splicing and restoring were exercised
     assert summary["held"], summary["broken"]
     assert summary["faults_injected"] > 0 and sum(summary["ended"].values()) == summary["requests"]
     assert summary["checks"]["cells_conserved"] == summary["rounds"]

@@ -16,19 +16,20 @@ its figures), or measure speed.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
 from typing import Callable, Mapping
 
-from engine.backend import Message
 from engine.errors import EngineError
 from engine.faults import Faults, InvariantBroken, idle_cpu_ticks, inject, settle
+from prompt_budget import ContextPassage, build_messages
+from prompt_budget.layout import passage_body
 
 DEFAULT_RATES = {"decode": 0.01, "save": 0.05, "load": 0.1, "snapshot_get": 0.05, "snapshot_put": 0.05,
                  "passage_get": 0.05, "passage_put": 0.1}
-SYSTEM = "You are a terse assistant. Answer from the passages in one short sentence."
-PASSAGES = [
+TEXTS = [
     "Prefill reads the whole prompt in one parallel pass and fills the KV cache.",
     "Decode emits one token per forward pass and is limited by memory bandwidth.",
     "Mix flour, water, salt and yeast, and let the dough rise for two hours.",
@@ -38,13 +39,10 @@ PASSAGES = [
 ]
 QUESTIONS = ["What does prefill do?", "What limits decode?", "How long does dough rise?", "What do tomatoes need?",
              "What is a Counter?", "What does gzip do?", "Name a fruit.", "Say hello."]
+PASSAGES = [ContextPassage(f"notes/{i}.md", text) for i, text in enumerate(TEXTS)]
 KINDS = ("plain", "session", "passages", "warm", "pin")
+IDLE_WINDOW_S = 0.5  # how long an idle engine's CPU use is watched
 ENDINGS = ("read", "read", "cancel", "disconnect")
-
-
-def _user(question: str, passages: list[str]) -> str:
-    shown = "\n\n".join(f"[{i}] {p}" for i, p in enumerate(passages, 1))
-    return f"{shown}\n\nQuestion: {question}" if passages else question
 
 
 def bench_faults(
@@ -65,10 +63,10 @@ def bench_faults(
     faults = inject(backend, Faults(seed, DEFAULT_RATES if rates is None else rates))
     loop = backend.loop
     faults.active = False  # the set-up itself does not fail
-    system = backend.tokenize(backend.render([Message("system", SYSTEM), Message("user", "x")]))
+    system = backend.tokenize(backend.render(build_messages("x", [])))
     system = system[: system.index(backend.tokenize("<|im_start|>")[0], 1)]
     backend.prefill(system, session="system", pin=True)
-    backend.precompute_passages(PASSAGES[:3])
+    backend.precompute_passages([passage_body(p) for p in PASSAGES[:3]])
     settle(loop, bound_s)
     faults.active = True
     start = loop.stats.counters["steps"]
@@ -78,19 +76,19 @@ def bench_faults(
     requests = rounds = 0
     lock = threading.Lock()
 
-    def run_one(kind: str, ending: str, n: int, rng_passages: list[str]) -> None:
+    def run_one(kind: str, ending: str, n: int, rng_passages: list[ContextPassage]) -> None:
         question = QUESTIONS[n % len(QUESTIONS)]
         try:
             if kind == "pin":
                 backend.prefill(system, session="system", pin=True)
                 how = "done"
             elif kind == "warm":
-                backend.keep_passages(rng_passages)
+                backend.keep_passages([passage_body(p) for p in rng_passages])
                 how = "done"
             else:
                 shown = rng_passages if kind == "passages" else []
-                prompt = backend.render([Message("system", SYSTEM), Message("user", _user(question, shown))])
-                generation = backend.generate(prompt, max_tokens=max_tokens, passages=shown,
+                prompt = backend.render(build_messages(question, shown))
+                generation = backend.generate(prompt, max_tokens=max_tokens, passages=[passage_body(p) for p in shown],
                                               session=f"soak:{n % 3}" if kind == "session" else None)
                 if ending == "disconnect":
                     generation.close()
@@ -136,9 +134,11 @@ def bench_faults(
                 raise InvariantBroken(f"the system prompt is not held after round {rounds} "
                                       f"({len(loop.system)} of {len(system)} tokens)")
             checks["system_restored"] += 1
-            ticks = idle_cpu_ticks(loop, 0.2)
-            if ticks is not None and ticks > 1:
-                raise InvariantBroken(f"the idle engine used {ticks} CPU ticks in 0.2 s")
+            # A spinning loop uses every tick; one finishing its last publish, or charged a tick on a
+            # busy machine, a few: more than a tenth of the window is spinning.
+            ticks = idle_cpu_ticks(loop, IDLE_WINDOW_S)
+            if ticks is not None and ticks > IDLE_WINDOW_S * os.sysconf("SC_CLK_TCK") / 10:
+                raise InvariantBroken(f"the idle engine used {ticks} CPU ticks in {IDLE_WINDOW_S:g} s")
             checks["idle_no_cpu"] += 1
         except InvariantBroken as exc:
             broken.append(f"round {rounds}: {exc}")
