@@ -16,10 +16,11 @@ Does not: tokenize, render prompts, or decide priorities (``scheduler``).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -32,6 +33,20 @@ from .requests import Active, Request, share_step, timings_of
 from .scheduler import Load, Step, StepStats, admission_order, plan_step
 from .slots import SlotTable
 from .splicing import Splicer
+
+log = logging.getLogger("rag_budget.engine")
+SYSTEM_TRIES = 3  # loads of the pinned system prompt after a failure lost it, before going on without
+
+
+class Published(NamedTuple):
+    """The loop's state as other threads read it, replaced whole after each
+    step so a reader never sees half of one step and half of the next."""
+
+    active: list  # Work of the requests holding a sequence (warming left out)
+    waiting: list  # Work of those waiting for one (warming left out)
+    free: int  # idle sequences
+    held: list  # what each idle sequence holds (np.ndarray)
+    warming: int  # warming requests, running or waiting
 
 
 class EngineLoop:
@@ -51,12 +66,14 @@ class EngineLoop:
         self._active: dict[int, Active] = {}
         self.slots = SlotTable(slots)
         self.placement = Placement(ctx, self.slots, snapshots, kv_cells)
+        self.splicer.make_room = self._make_room
         self.system: list[int] = []  # the tokens sequence 0 holds
         self.stats = StepStats()
         # Read by other threads without racing the loop: works, waiting works, free slots, idle prompts, warming.
-        self._published: tuple = ([], [], slots, [], 0)
-        self._stop, self._keys = False, 0
+        self._published = Published([], [], slots, [], 0)
+        self._stop, self._keys = False, 0  # both guarded by ``_cv``
         self._forget: list[threading.Event] = []  # asked to drop idle sequences' prompts
+        self._system_tries = 0  # left to load the system prompt again, after a failure lost it
         self._thread = threading.Thread(target=self._run, name="rag-engine", daemon=True)
         self._thread.start()
 
@@ -66,11 +83,23 @@ class EngineLoop:
         """Queue ``request``; its events arrive on ``request.events``."""
         request.stored, request.pieces = self.splicer.stored(request, self.system)  # as the load others see counts it
         with self._cv:
-            self._keys += 1
-            request.key = self._keys
+            if self._stop:  # nothing would ever answer it
+                request.fail(GenerationFailed("the engine stopped"))
+                return request
+            self._new_key(request)
             self._inbox.append(request)
             self._cv.notify()
         return request
+
+    def _new_key(self, request: Request) -> None:
+        # Keys index the loop's requests: two sharing one would be placed twice. Called with ``_cv`` held.
+        self._keys += 1
+        request.key = self._keys
+
+    @property
+    def published(self) -> Published:
+        """The loop's state after its last step (see :class:`Published`)."""
+        return self._published
 
     def warm(self, passages: Sequence[tuple[str, list[int]]]) -> int:
         """Evaluate and keep these ``(key, tokens)`` passages while the engine
@@ -102,7 +131,7 @@ class EngineLoop:
         sequence, what waits for one (less the shared system prefix each
         will find cached), the step budgets and the measured decode steps."""
         with self._cv:
-            active, waiting = self._published[:2]
+            active, waiting = self._published.active, self._published.waiting
             waiting = [*waiting, *(r.work() for r in self._inbox)]
             steps = self.stats.decode_steps()
         shared = len(self.system)
@@ -112,12 +141,12 @@ class EngineLoop:
 
     def warming(self) -> int:
         """Requests warming the passage store, running or waiting."""
-        return self._published[4]
+        return self._published.warming
 
     def held_prompts(self) -> list[np.ndarray]:
         """What the idle sequences hold (a cached prefix for the next prompt)."""
         with self._cv:
-            return list(self._published[3])
+            return list(self._published.held)
 
     def stop(self) -> None:
         """End the loop; requests still held or waiting get an error."""
@@ -132,7 +161,7 @@ class EngineLoop:
         while True:
             with self._cv:
                 while not (self._stop or self._inbox or self._active or self._waiting or self._can_warm()
-                           or self._forget):
+                           or self._forget or self._system_tries):
                     self._cv.wait()
                 if self._stop:
                     break
@@ -144,6 +173,8 @@ class EngineLoop:
             for done in forget:
                 done.set()
             try:
+                if self._system_tries and not any(a.seq == SYSTEM_SEQ for a in self._active.values()):
+                    self._restore_system()
                 self._warm_or_give_way()
                 self._drop_cancelled()
                 self._admit()
@@ -153,17 +184,42 @@ class EngineLoop:
                 if step.tokens:
                     self._execute(step)
             except Exception as exc:  # noqa: BLE001 - no request may hang on a failed step: all are told
-                error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
-                for active in list(self._active.values()):
-                    self._finish(active, error=error)
-                self.ctx.clear()
-                self.system = []
-                self.slots.evict(self.kv_cells)  # every cell is gone: no idle sequence holds a prompt
+                self._recover(exc)
             self._publish()
         for active in list(self._active.values()):
             self._finish(active, error=GenerationFailed("the engine stopped"))
         for request in self._waiting + self._inbox:
             request.fail(GenerationFailed("the engine stopped"))
+
+    def _recover(self, exc: Exception) -> None:
+        """After a failed step: every request held is told, its sequence
+        cleared and released; the system prompt stays (a step only adds cells
+        to the sequences in it), or is loaded again from its pinned snapshot
+        when it was being rebuilt, so splicing and warming go on."""
+        log.warning("an engine step failed: %r", exc)
+        error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
+        for active in list(self._active.values()):
+            self._finish(active, error=error)  # a system prompt being rebuilt is loaded again there
+        self.ctx.remove(self.splicer.scratch)
+        for seq in self.slots.evict(self.kv_cells):  # idle caches are only a cache: none is trusted after a failure
+            self.ctx.remove(seq)
+        if not self.system:
+            self._system_tries = SYSTEM_TRIES
+            self._restore_system()
+
+    def _restore_system(self) -> None:
+        """Load the system prompt again from its pinned snapshot (a few tries
+        at the next steps if that fails too; a state that never loads is not
+        tried for ever)."""
+        self.ctx.remove(SYSTEM_SEQ)
+        self.system = self.placement.restore_system()
+        self._system_tries = 0 if self.system or self.snapshots.pinned() is None else self._system_tries - 1
+
+    def _make_room(self) -> bool:
+        """Give up every idle sequence's cache; whether at most one request holds cells."""
+        for seq in self.slots.evict(self.kv_cells):
+            self.ctx.remove(seq)
+        return len(self._active) <= 1
 
     def _can_warm(self) -> bool:
         return bool(self.system) and self.splicer.warm_size() > 0
@@ -184,8 +240,8 @@ class EngineLoop:
         elif not self._active and not self._waiting:
             request = self.splicer.next_warm(self.system)
             if request is not None:
-                self._keys += 1
-                request.key = self._keys
+                with self._cv:
+                    self._new_key(request)
                 self._waiting.append(request)
 
     def _publish(self) -> None:
@@ -193,9 +249,9 @@ class EngineLoop:
         # (what is left of its step in flight aside), and only its count is published.
         warming = sum(a.req.idle for a in self._active.values()) + sum(r.idle for r in self._waiting)
         with self._cv:
-            self._published = ([a.work() for a in self._active.values() if not a.req.idle],
-                               [r.work() for r in self._waiting if not r.idle], self.slots.free, self.slots.held(),
-                               warming)
+            self._published = Published([a.work() for a in self._active.values() if not a.req.idle],
+                                        [r.work() for r in self._waiting if not r.idle], self.slots.free,
+                                        self.slots.held(), warming)
 
     def _drop_cancelled(self) -> None:
         for request in [r for r in self._waiting if r.cancelled.is_set()]:
@@ -215,7 +271,13 @@ class EngineLoop:
                 continue
             if not request.pin and not self.slots.free:
                 break
-            active = self.placement.place(request, self.system, sum(a.reserved for a in self._active.values()))
+            try:
+                active = self.placement.place(request, self.system, sum(a.reserved for a in self._active.values()))
+            except Exception as exc:  # noqa: BLE001 - placing failed (a snapshot load): the sequence went back
+                log.warning("placing a request failed: %r", exc)
+                self._waiting.remove(request)
+                request.fail(exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})"))
+                continue
             if request.pin and active is not None:
                 self.system = []  # sequence 0 is being rebuilt
             if active is None and request.released.is_set():  # refused outright: already told why
@@ -303,34 +365,52 @@ class EngineLoop:
     def _finish(self, a: Active, *, cancelled: bool = False, error: EngineError | None = None) -> None:
         """End ``a``: its tail text, its state saved for its session, its
         sequence left holding its tokens for the next prompt (the system
-        prompt's kept as the shared prefix), its timings."""
+        prompt's kept as the shared prefix), its timings. Whatever fails
+        here, the request is told and its sequence released: a snapshot
+        that cannot be saved is only a cache entry lost; a passage that
+        cannot be kept is the warming request's error."""
         self._active.pop(a.req.key, None)
         req, ok = a.req, error is None and not cancelled
         held = (req.tokens + a.generated)[: a.n_past] if ok else []
         snapshot_s = 0.0
-        if ok:
-            tail = a.decoder.decode(b"", final=True)
-            if tail:
-                req.events.put(("piece", tail))
-            if req.session is not None and held:
-                began = time.perf_counter()
-                data = self.ctx.save(a.seq)
-                if data:
-                    self.snapshots.put(req.session, Snapshot(np.asarray(held, dtype=np.int32), data), pin=req.pin)
-                snapshot_s = time.perf_counter() - began
-        if ok and req.store is not None:
-            self.splicer.keep(a, self.system)
-            held = []
-        if a.seq == SYSTEM_SEQ:
-            self.system = list(held)
-        else:
+        try:
+            if ok:
+                tail = a.decoder.decode(b"", final=True)
+                if tail:
+                    req.events.put(("piece", tail))
+                if req.session is not None and held:
+                    began = time.perf_counter()
+                    try:
+                        data = self.ctx.save(a.seq)
+                        if data:
+                            self.snapshots.put(req.session, Snapshot(np.asarray(held, dtype=np.int32), data),
+                                               pin=req.pin)
+                    except Exception as exc:  # noqa: BLE001 - the answer stands; its state is not kept
+                        log.warning("saving the state of %s failed: %r", req.session, exc)
+                    snapshot_s = time.perf_counter() - began
+            if ok and req.store is not None:
+                held = []
+                self.splicer.keep(a, self.system)
+        except Exception as exc:  # noqa: BLE001 - told below, never left hanging
+            log.warning("finishing a request failed: %r", exc)
+            ok, held = False, []
+            error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
+        finally:
+            self._release(a, held)
+            if ok:
+                req.events.put(("done", timings_of(a, snapshot_s)))
+            elif error is not None:
+                req.events.put(("error", error))
+            req.released.set()
+
+    def _release(self, a: Active, held: list[int]) -> None:
+        """Give ``a``'s sequence back holding ``held`` (nothing: cleared) and free its sampler."""
+        if a.sampler is not None:
+            a.sampler.close()
+            a.sampler = None
+        if a.seq != SYSTEM_SEQ:
             self.slots.release(a.seq, held)
         if not held:
             self.ctx.remove(a.seq)
-        if a.sampler is not None:
-            a.sampler.close()
-        if ok:
-            req.events.put(("done", timings_of(a, snapshot_s)))
-        elif error is not None:
-            req.events.put(("error", error))
-        req.released.set()
+        if a.seq == SYSTEM_SEQ:  # a system prompt not rebuilt (failed, cancelled) is the one before, from its pinned snapshot
+            self.system = list(held) if held else self.placement.restore_system()

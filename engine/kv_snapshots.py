@@ -11,7 +11,7 @@ prompt's snapshot.
 
 Disk files are ``RBKV`` + a JSON header (with a CRC-32 of the state) + the
 tokens (int32) + the state bytes: nothing is unpickled, and a file whose
-bytes do not match is dropped, never handed to the engine. They are written atomically and survive a
+bytes do not match is dropped, never handed to the engine. They survive a
 restart of the process; the engine must check that a snapshot belongs to it
 (the directory is per model and context, see the backend).
 
@@ -20,6 +20,13 @@ soon as the snapshot is in RAM, so the engine's loop (which saves a state
 after each answer, tens of MB) never waits for the disk. A snapshot waiting
 to be written is found like one on disk, and the writes still pending when
 the process exits are finished first.
+
+Several processes may share the folder (the service, the resident server,
+``--no-server`` runs): a file is written under a temporary name and renamed
+into place, so a reader sees a whole file or none; a file may vanish or be
+replaced between any two calls (another process evicted or rewrote it), and
+that is a miss, never an error; each process sees the others' files when the
+folder changes, and evicts by the same LRU over all of them.
 
 Does not: talk to an engine (the backend saves and restores the bytes).
 """
@@ -33,6 +40,7 @@ import logging
 import os
 import struct
 import threading
+import time
 import weakref
 import zlib
 from collections import OrderedDict
@@ -74,6 +82,7 @@ class _DiskEntry:
     path: Path
     tokens: np.ndarray
     nbytes: int
+    inode: int = 0  # of the file this entry describes: one another process put in its place is not ours to drop
 
 
 class SnapshotCache:
@@ -101,6 +110,7 @@ class SnapshotCache:
         self._writer: threading.Thread | None = None
         self.evictions = 0
         self.disk_evictions = 0
+        self._seen_ns = -1  # the folder's mtime when last scanned: another process's write changes it
         if self.disk_dir is not None:
             self._scan_disk()
 
@@ -153,7 +163,18 @@ class SnapshotCache:
     def holds(self, key: str) -> bool:
         """Whether ``key`` is held in RAM or on disk (nothing is read)."""
         with self._lock:
-            return key in self._ram or key in self._disk or key in self._pending
+            if key in self._ram or key in self._pending:
+                return True
+            self._refresh()
+            return key in self._disk
+
+    def pinned(self) -> Snapshot | None:
+        """The most recently kept pinned snapshot in RAM (the system prompt's), or None."""
+        with self._lock:
+            for key in reversed(self._ram):
+                if key in self._pinned:
+                    return self._ram[key]
+        return None
 
     def best(self, tokens: Sequence[int] | np.ndarray) -> tuple[str | None, int]:
         """The key of the snapshot sharing the longest prefix with
@@ -161,6 +182,7 @@ class SnapshotCache:
         wanted = np.asarray(tokens, dtype=np.int32)
         best_key, best_n = None, 0
         with self._lock:
+            self._refresh()
             for key, snap in self._ram.items():
                 n = common_prefix(snap.tokens, wanted)
                 if n > best_n:
@@ -188,15 +210,19 @@ class SnapshotCache:
             pending = self._pending.get(key)
             if pending is not None:  # too large for RAM, and not written yet
                 return pending[1]
+            self._refresh()
             entry = self._disk.get(key)
             if entry is None:
                 return None
             snap = _read(entry.path)
-            if snap is None:  # damaged or replaced under us: forget it
-                self._drop_disk(key)
+            if snap is None:  # gone (another process evicted it) or damaged (then deleted): a miss
+                self._disk.pop(key, None)
                 return None
             self._disk.move_to_end(key)
-            os.utime(entry.path)
+            try:
+                os.utime(entry.path)  # most recently used, for the other processes' eviction too
+            except OSError:
+                pass
             self._ram[key] = snap
             self._evict_ram()
             return snap
@@ -295,14 +321,21 @@ class SnapshotCache:
             header = json.dumps({"format": FORMAT, "key": key, "n_tokens": len(snapshot.tokens),
                                  "data_bytes": len(snapshot.data), "crc32": zlib.crc32(snapshot.data)}).encode("utf-8")
             tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            with open(tmp, "wb") as fh:
-                fh.write(MAGIC + struct.pack("<I", len(header)) + header)
-                fh.write(snapshot.tokens.astype("<i4").tobytes())
-                fh.write(snapshot.data)
-            os.replace(tmp, path)
-            return _DiskEntry(path, snapshot.tokens.copy(), path.stat().st_size)
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(MAGIC + struct.pack("<I", len(header)) + header)
+                    fh.write(snapshot.tokens.astype("<i4").tobytes())
+                    fh.write(snapshot.data)
+                    inode = os.fstat(fh.fileno()).st_ino
+                os.replace(tmp, path)  # readers in any process see the old file or this one, never a part
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
         except OSError:
             return None
+        # Its size from what was written: another process may have evicted it already.
+        size = 8 + len(header) + snapshot.tokens.size * 4 + len(snapshot.data)
+        return _DiskEntry(path, snapshot.tokens.copy(), size, inode)
 
     def _evict_disk(self) -> None:
         total = sum(e.nbytes for e in self._disk.values())
@@ -317,14 +350,40 @@ class SnapshotCache:
         entry = self._disk.pop(key, None)
         if entry is not None:
             try:
-                entry.path.unlink()
+                if not entry.inode or entry.path.stat().st_ino == entry.inode:
+                    entry.path.unlink()  # (a newer file another process wrote since is its to keep)
             except OSError:
                 pass
 
+    def _refresh(self) -> None:
+        """Take in what other processes wrote or evicted since the last look
+        (one stat when nothing changed)."""
+        if self.disk_dir is None:
+            return
+        try:
+            changed = self.disk_dir.stat().st_mtime_ns != self._seen_ns
+        except OSError:
+            changed = False
+        if changed:
+            self._scan_disk()
+
     def _scan_disk(self) -> None:
+        """Index the folder's files: new ones (ours or another process's)
+        read by header, gone ones forgotten, orphaned temporary files of a
+        process that died while writing removed."""
         assert self.disk_dir is not None
+        try:
+            self._seen_ns = self.disk_dir.stat().st_mtime_ns
+            names = os.listdir(self.disk_dir)
+        except OSError:
+            return
+        present = {n for n in names if n.endswith(".kv")}
+        for key in [k for k, e in self._disk.items() if e.path.name not in present]:
+            self._disk.pop(key)
+        known = {e.path.name for e in self._disk.values()}
         found: list[tuple[float, str, _DiskEntry]] = []
-        for path in self.disk_dir.glob("*.kv") if self.disk_dir.is_dir() else ():
+        for name in sorted(present - known):
+            path = self.disk_dir / name
             head = _read_header(path)
             if head is None:
                 continue
@@ -333,9 +392,18 @@ class SnapshotCache:
                 st = path.stat()
             except OSError:
                 continue
-            found.append((st.st_mtime, key, _DiskEntry(path, tokens, st.st_size)))
+            found.append((st.st_mtime, key, _DiskEntry(path, tokens, st.st_size, st.st_ino)))
         for _, key, entry in sorted(found, key=lambda f: f[0]):
+            self._disk.pop(key, None)
             self._disk[key] = entry
+        now = time.time()
+        for name in names:
+            if name.endswith(".tmp"):
+                try:
+                    if now - os.stat(self.disk_dir / name).st_mtime > STALE_TMP_S:
+                        os.unlink(self.disk_dir / name)
+                except OSError:
+                    pass
         self._evict_disk()
 
 
@@ -365,6 +433,7 @@ def _unlink(path: Path) -> None:
         pass
 
 
+STALE_TMP_S = 3600.0  # a temporary file this old was left by a process that died while writing it
 MAX_HEADER_BYTES = 1 << 16
 
 
@@ -372,9 +441,11 @@ def _read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None
     """The key, tokens and (with ``data``) state bytes of a snapshot file,
     or None if it is not one or is damaged (then it is deleted, with one line
     in the log: a cache entry is only ever recomputed, never trusted)."""
+    inode = None
     try:
-        total = path.stat().st_size
         with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())  # the file opened, whatever is renamed over its name meanwhile
+            total, inode = st.st_size, st.st_ino
             if fh.read(4) != MAGIC:
                 raise ValueError("not a snapshot file")
             (size,) = struct.unpack("<I", fh.read(4))
@@ -400,7 +471,8 @@ def _read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None
         # RecursionError: a header of deeply nested brackets (issue 27).
         log.warning("dropped a damaged KV snapshot %s (%s)", path, exc)
         try:
-            path.unlink()
+            if inode is None or path.stat().st_ino == inode:  # not a good file another process put there since
+                path.unlink()
         except OSError:
             pass
         return None

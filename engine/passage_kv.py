@@ -145,7 +145,8 @@ class PassageStore:
         """The stored passages among ``spans`` of ``prompt`` that end after
         position ``after`` (what precedes is cached already), in order;
         nothing when splicing is off. A passage whose head is cached already
-        is spliced from where the cache ends."""
+        is spliced from where the cache ends; one that ends the prompt is
+        not spliced."""
         if self.fresh is None or not system:
             return []
         found = []
@@ -153,7 +154,9 @@ class PassageStore:
             # A cached prefix often runs into the first passage (the previous prompt began with
             # the same "[1] (source" tokens): those cells are exact, the rest comes from the store.
             fresh = max(self.fresh, after - start)
-            if end - start <= fresh:
+            if end - start <= fresh or end >= len(prompt):
+                # A prompt's last token is always evaluated, for the logits of the answer's first token:
+                # a passage it ends with is evaluated, or nothing would be left to schedule.
                 continue
             key = self.key(system, prompt[start:end])
             if self.holds(key):

@@ -12,6 +12,7 @@ Does not: decide which request goes first (``scheduler``) or run steps
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Sequence
 
@@ -24,6 +25,7 @@ from .requests import Active, Request
 from .slots import SlotTable
 
 SYSTEM_SEQ = 0
+log = logging.getLogger("rag_budget.engine")
 
 
 class Placement:
@@ -67,19 +69,68 @@ class Placement:
         if not self.room(budget - (shared if saved <= shared else 0), len(system), reserved):
             return None
         seq, held = self.slots.take()
-        if held:
+        try:
+            if held:
+                ctx.remove(seq)
+            if key is not None and saved > shared:
+                started = time.perf_counter()
+                if self._restore(seq, key, reserved):
+                    ctx.remove(seq, saved, -1)  # what follows the common prefix is evaluated again
+                    return Active(request, seq, budget, saved, saved, saved, saved, time.perf_counter() - started)
+            if shared:
+                ctx.share(SYSTEM_SEQ, seq, 0, shared)
+        except BaseException:
+            self.slots.release(seq, [])  # the sequence goes back whatever failed; the caller tells the request
             ctx.remove(seq)
-        if key is not None and saved > shared:
-            started = time.perf_counter()
-            snap = self.snapshots.get(key)
-            if snap is not None and ctx.load(seq, snap.data):
-                ctx.remove(seq, saved, -1)  # what follows the common prefix is evaluated again
-                return Active(request, seq, budget, saved, saved, saved, saved, time.perf_counter() - started)
-            self.snapshots.discard(key)  # not a state of this model and context
-            ctx.remove(seq)
-        if shared:
-            ctx.share(SYSTEM_SEQ, seq, 0, shared)
+            raise
         return Active(request, seq, budget - shared, shared, shared, shared)
+
+    def _restore(self, seq: int, key: str, reserved: int) -> bool:
+        """Load snapshot ``key`` into the empty ``seq``; whether it is there.
+
+        llama.cpp restores a state into contiguous free cells, while room is
+        counted in cells: a load can be refused for want of a run of cells
+        long enough. So a refusal gives up the idle caches and tries once
+        more, and the snapshot is dropped only when it is refused with
+        nothing else running (then it is not a state of this model and
+        context). A load that raises (a store or llama.cpp failing) leaves
+        the snapshot where it is and the prompt is evaluated instead."""
+        try:
+            snap = self.snapshots.get(key)
+            if snap is None:
+                return False
+            if self.ctx.load(seq, snap.data):
+                return True
+            self.ctx.remove(seq)
+            for idle in self.slots.evict(self.kv_cells):
+                self.ctx.remove(idle)
+            if self.ctx.load(seq, snap.data):
+                return True
+        except Exception as exc:  # noqa: BLE001 - a cache that fails costs a prefill, never the request
+            log.warning("restoring snapshot %s failed: %r", key, exc)
+            self.ctx.remove(seq)
+            return False
+        self.ctx.remove(seq)
+        if reserved == 0:
+            self.snapshots.discard(key)
+        else:
+            log.info("snapshot %s kept: refused while other requests hold cells", key)
+        return False
+
+    def restore_system(self) -> list[int]:
+        """The system prompt loaded again into the empty sequence 0 from its
+        pinned snapshot: its tokens, or [] when there is none or it does not
+        load (nothing is raised: the engine goes on without a shared prefix)."""
+        found = self.snapshots.pinned()
+        if found is None:
+            return []
+        try:
+            if self.ctx.load(SYSTEM_SEQ, found.data):
+                return [int(t) for t in found.tokens]
+        except Exception as exc:  # noqa: BLE001 - without it every prompt is evaluated whole, nothing worse
+            log.warning("the system prompt could not be restored: %r", exc)
+        self.ctx.remove(SYSTEM_SEQ)
+        return []
 
     def _passage(self, request: Request, system: Sequence[int], reserved: int) -> Active | None:
         """A passage to keep is evaluated right behind the system prompt, from

@@ -111,28 +111,42 @@ class Member:
         """This engine's completion of ``prompt``, counted in its load while it runs."""
         backend = self._require()
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        inner = backend.generate(tokens, max_tokens=max_tokens, temperature=temperature, session=session,
-                                 deadline=deadline, background=background)
         work = Work(0, deadline if deadline is not None else math.inf, time.perf_counter(),
                     max(len(tokens) - self.cached_prefix(tokens), 1), max_tokens, background=background)
-        return Generation(self._tracked(inner, work), engine=backend.name)
-
-    def _tracked(self, inner: Generation, work: Work) -> Generator[str, None, Timings]:
+        # Counted from now, not from the first read: a request routed meanwhile sees this one's load.
         with self._lock:
             key = next(self._pool.counter)
             self._work[key] = replace(work, key=key)
             self.last_used = key
         try:
+            inner = backend.generate(tokens, max_tokens=max_tokens, temperature=temperature, session=session,
+                                     deadline=deadline, background=background)
+        except BaseException:
+            self._untrack(key)
+            raise
+        return Generation(self._tracked(inner, key), engine=backend.name, release=lambda: self._release(inner, key))
+
+    def _release(self, inner: Generation, key: int) -> None:
+        inner.close()  # closed before it was read: the engine lets it go too
+        self._untrack(key)
+
+    def _untrack(self, key: int) -> None:
+        with self._lock:
+            self._work.pop(key, None)
+
+    def _tracked(self, inner: Generation, key: int) -> Generator[str, None, Timings]:
+        try:
             with inner:
                 for piece in inner:
                     with self._lock:
-                        w = self._work[key]
-                        self._work[key] = replace(w, to_prefill=0, generating=True, to_decode=max(w.to_decode - 1, 0))
+                        w = self._work.get(key)
+                        if w is not None:
+                            self._work[key] = replace(w, to_prefill=0, generating=True,
+                                                      to_decode=max(w.to_decode - 1, 0))
                     yield piece
                 timings = inner.timings
         finally:
-            with self._lock:
-                del self._work[key]
+            self._untrack(key)
         self._learn(timings)
         return timings
 

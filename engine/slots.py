@@ -49,6 +49,10 @@ class SlotTable:
         """What each idle sequence holds."""
         return [s.held for s in self._idle.values() if len(s.held)]
 
+    def holdings(self) -> dict[int, int]:
+        """Cells each idle sequence holds, by sequence."""
+        return {s.seq: len(s.held) for s in self._idle.values()}
+
     def best(self, tokens: Sequence[int]) -> tuple[int | None, int]:
         """The idle sequence whose held tokens share the longest prefix with
         ``tokens``, and that length ((None, 0) when none shares any)."""

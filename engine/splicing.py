@@ -17,16 +17,18 @@ decide what is kept (``passage_kv``).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .llama_native import NativeContext
 from .passage_kv import PassageStore, Splice
 from .requests import Active, Request
 from .scheduler import Step
 
+log = logging.getLogger("rag_budget.engine")
 WARM_QUEUE = 256  # passages waiting to be warmed; the oldest wishes go first when it is full
 
 
@@ -38,6 +40,8 @@ class Splicer:
         self.ctx, self.store, self.scratch = ctx, store, scratch
         self._warm: OrderedDict[str, list[int]] = OrderedDict()
         self._lock = threading.Lock()
+        # Set by the loop: gives up idle sequences' caches, and says whether no other request holds cells.
+        self.make_room: Callable[[], bool] = lambda: True
 
     @property
     def enabled(self) -> bool:
@@ -85,16 +89,28 @@ class Splicer:
     def _place(self, a: Active, splice: Splice, canonical: int) -> None:
         started = time.perf_counter()
         ctx, n = self.ctx, splice.end - splice.start
-        data = self.store.get(splice.key)
-        placed = False
-        if data is not None and ctx.load(self.scratch, data):
-            # A state of another length or place is not this passage: never use it.
-            if ctx.first_pos(self.scratch) == canonical and ctx.last_pos(self.scratch) == canonical + n - 1:
-                ctx.shift(self.scratch, canonical, canonical + n, splice.start - canonical)
-                ctx.share(self.scratch, a.seq, splice.point, splice.end)
-                placed = True
-        ctx.remove(self.scratch)
-        if data is not None and not placed:
+        placed, refused = False, False
+        try:
+            data = self.store.get(splice.key)
+            if data is not None:
+                loaded = ctx.load(self.scratch, data)
+                if not loaded:  # llama.cpp wants a run of free cells: give up idle caches, try once more
+                    ctx.remove(self.scratch)
+                    alone = self.make_room()
+                    loaded = ctx.load(self.scratch, data)
+                    refused = not loaded and alone  # refused with room: not a state of this set-up
+                # A state of another length or place is not this passage: never use it.
+                if loaded and ctx.first_pos(self.scratch) == canonical and \
+                        ctx.last_pos(self.scratch) == canonical + n - 1:
+                    ctx.shift(self.scratch, canonical, canonical + n, splice.start - canonical)
+                    ctx.share(self.scratch, a.seq, splice.point, splice.end)
+                    placed = True
+                refused = refused or (loaded and not placed)
+        except Exception as exc:  # noqa: BLE001 - a store that fails costs a prefill, never the request
+            log.warning("splicing passage %s failed: %r", splice.key, exc)
+        finally:
+            ctx.remove(self.scratch)
+        if refused:
             self.store.discard(splice.key)
         if placed:
             a.next = a.n_past = splice.end

@@ -113,8 +113,9 @@ def fit_samples(samples: Sequence[PrefillSample], form: str = "attention", *, ou
 def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
     """The form the samples support best, and the fit of every form tried.
 
-    The attention form is kept only if its quadratic coefficient is positive
-    and it lowers the MAPE; otherwise the simpler linear form wins.
+    The attention form is kept only if its quadratic coefficient is positive,
+    its per-token one is not negative (a prompt never gets cheaper as it
+    grows) and it lowers the MAPE; otherwise the simpler linear form wins.
     """
     fits: dict[str, Fit] = {}
     for form in FORMS:
@@ -126,7 +127,7 @@ def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
         raise ValueError("no samples to fit")
     attention = fits.get("attention")
     linear = fits.get("linear")
-    if attention and attention.coef[2] > 0 and (linear is None or attention.mape < linear.mape):
+    if attention and attention.coef[2] > 0 and attention.coef[1] >= 0 and (linear is None or attention.mape < linear.mape):
         return attention, fits
     return (linear or attention), fits
 

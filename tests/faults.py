@@ -1,8 +1,13 @@
-"""A real HTTP proxy on 127.0.0.1 in front of a real engine server, that
-can cut a completion stream off midway: an engine that dies mid-answer,
-made repeatable."""
+"""Faults made repeatable: a real HTTP proxy on 127.0.0.1 in front of a real
+engine server, that can cut a completion stream off midway (an engine that
+dies mid-answer); and, for the in-process engine, the real model with its
+native context and KV stores failing where a test says (``engine.faults``),
+with the checks every test of it makes: each request ends, told, and the
+engine settles with every sequence and KV cell accounted for."""
 
 from __future__ import annotations
+
+import queue
 
 import httpx
 from starlette.applications import Starlette
@@ -52,3 +57,39 @@ class CuttingProxy:
     def stop(self) -> None:
         """Stop the proxy."""
         self._server.stop()
+
+
+HANG_S = 60  # a hang guard, not a timing claim: no step here takes a fraction of it
+
+
+def faulty_backend(**options):
+    """A real :class:`~engine.llama_cpp_backend.LlamaCppBackend` (the bundled
+    model) with ``engine.faults`` wrapped around its context and stores, and
+    no fault planned yet; its :class:`~engine.faults.Faults` is ``.faults``."""
+    from engine.faults import Faults, inject
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    backend = LlamaCppBackend(**options)
+    backend.faults = inject(backend, Faults())
+    return backend
+
+
+def outcome(request, wait_s: float = HANG_S) -> tuple[str, object]:
+    """How a request submitted to an engine loop ended: ("done", Timings) or
+    ("error", EngineError), its pieces skipped; AssertionError if it was
+    never told within ``wait_s`` (it hangs)."""
+    while True:
+        try:
+            kind, value = request.events.get(timeout=wait_s)
+        except queue.Empty:
+            raise AssertionError(f"request {request.key} was never told how it ended") from None
+        if kind != "piece":
+            return kind, value
+
+
+def settled(loop, wait_s: float = HANG_S) -> None:
+    """Wait until ``loop`` is idle; every sequence and KV cell accounted for
+    (``engine.faults.settle``), else AssertionError."""
+    from engine.faults import settle
+
+    settle(loop, wait_s)

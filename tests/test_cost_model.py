@@ -163,3 +163,26 @@ def test_what_splices_taught_survives_a_saved_profile():
     profile.absorb(model)
     again = Profile.from_json(profile.to_json()).cost_model()
     assert again.splice_seconds(500, 4) == pytest.approx(model.splice_seconds(500, 4)) == pytest.approx(0.21)
+
+
+def test_a_slow_repeat_on_a_busy_machine_does_not_bend_the_quick_calibration():
+    # On a busy machine one of a size's two repeats can wait for a core: its prefill took longer
+    # for a reason that has nothing to do with its size. The mean of two (the median of an even
+    # count) let it pull the fitted curve until it fell with prompt size.
+    from engine.fake import FakeBackend
+    from rag.qa.calibrate import calibrate
+
+    class Busy(FakeBackend):
+        spiked = False  # the first 32-token prompt waited for a core: 20 times its time
+
+        def _stream(self, tokens, max_tokens, session):
+            if len(tokens) == 32 and not self.spiked:
+                self.spiked, self.seconds_per_token = True, self.seconds_per_token * 20
+            try:
+                return (yield from super()._stream(tokens, max_tokens, session))
+            finally:
+                self.seconds_per_token = 0.005
+
+    fit = calibrate(Busy(seconds_per_token=0.005), quick=True).fit
+    curve = [fit.predict(n) for n in range(1, 1025, 8)]
+    assert all(a < b for a, b in zip(curve, curve[1:])), fit

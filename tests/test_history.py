@@ -104,3 +104,23 @@ def test_summarise_falls_back_when_the_model_fails():
 
     text, method = summarise(Broken(), "Before.", [turn(1, "What is Y?", "Y is another.")], 40)
     assert method == "extractive" and text.startswith("Before.")
+
+
+def test_a_failed_fold_is_logged_and_never_raised_by_a_later_reset(tmp_path):
+    # reset() waits for background folds: one that failed earlier must not fail the reset of another session.
+    from rag.conversations.keeper import ConversationKeeper
+
+    class Broken(ConversationStore):
+        def fold(self, *args, **kwargs):
+            raise sqlite3.OperationalError("disk I/O error")
+
+    store = Broken(tmp_path / "c.sqlite")
+    keeper = ConversationKeeper(lambda: store, FakeBackend, lambda: HistoryPolicy(recent_tokens=20, keep_tokens=0))
+    from engine.backend import Timings
+
+    t = Timings(10, 0, 10, 0.1, 0.1, 2, 0.1, 0.2)
+    for n in range(3):
+        keeper.remember("s1", f"Question {n}?", f"Question {n}?", "An answer. More words here.", [], t)
+    keeper.reset("s2")  # returns: the failure was s1's fold, in the background
+    assert any(e.get("error") and e["session"] == "s1" for e in keeper.log), list(keeper.log)
+    keeper.close()

@@ -90,3 +90,69 @@ def test_a_snapshot_over_the_ram_cap_lives_on_disk_only(tmp_path):
 def test_negative_caps_are_refused():
     with pytest.raises(ValueError):
         SnapshotCache(max_bytes=-1)
+
+
+def _state_of(tokens: np.ndarray) -> bytes:
+    """The state bytes a worker writes for ``tokens``: any reader can tell a torn or mixed one."""
+    import hashlib
+
+    return hashlib.sha256(tokens.tobytes()).digest() * (64 + int(tokens[0]) % 64)
+
+
+def _hammer(folder: str, seed: int, rounds: int) -> None:
+    """One process of the test below: puts, gets and evicts in the shared folder; prints its counts."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    cache = SnapshotCache(16 << 10, __import__("pathlib").Path(folder), disk_max_bytes=48 << 10)  # evicts all along
+    hits = misses = 0
+    for i in range(rounds):
+        key = f"k{rng.randrange(12)}"  # both processes use the same keys
+        if rng.random() < 0.5:
+            tokens = np.arange(rng.randrange(1, 200), dtype=np.int32) + rng.randrange(1000)
+            cache.put(key, Snapshot(tokens, _state_of(tokens)))
+        else:
+            cache.best(np.arange(50, dtype=np.int32))
+            snap = cache.get(key)
+            if snap is None:
+                misses += 1
+            else:
+                assert snap.data == _state_of(snap.tokens), "a snapshot read back is not one that was written"
+                hits += 1
+        if i % 20 == 0:
+            cache = SnapshotCache(16 << 10, cache.disk_dir, disk_max_bytes=48 << 10)  # as a new process would
+    print(json.dumps({"hits": hits, "misses": misses}))
+
+
+def test_two_processes_sharing_the_cache_folder_never_read_a_torn_snapshot_or_fail(tmp_path):
+    # The service, the resident server and --no-server runs share one folder: each writes, reads
+    # and evicts while the others do; a file may vanish or be replaced between any two calls.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = os.environ | {"PYTHONPATH": str(root)}
+    code = "import sys; from tests.test_kv_snapshots import _hammer; _hammer(sys.argv[1], int(sys.argv[2]), 20000)"
+    workers = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(seed)], cwd=root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    results = [w.communicate(timeout=600) for w in workers]
+    for w, (out, err) in zip(workers, results):
+        assert w.returncode == 0, err[-2000:]
+    counts = [json.loads(out.strip().splitlines()[-1]) for out, _ in results]
+    assert all(c["hits"] > 0 for c in counts), counts
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))  # no half-written file left
+
+
+def test_a_cache_sees_what_another_process_wrote_and_evicted(tmp_path):
+    ours, theirs = SnapshotCache(1 << 20, tmp_path), SnapshotCache(1 << 20, tmp_path)  # as two processes
+    tokens = np.arange(40, dtype=np.int32)
+    theirs.put("passage:a", Snapshot(tokens, b"state" * 10))
+    assert ours.holds("passage:a") and ours.best(tokens) == ("passage:a", 40)
+    assert ours.get("passage:a").data == b"state" * 10
+    theirs.discard("passage:a")
+    fresh = SnapshotCache(1 << 20, tmp_path)
+    assert not fresh.holds("passage:a") and fresh.get("passage:a") is None

@@ -100,6 +100,6 @@ def test_a_stopped_request_frees_its_sequence_at_once(engine):
     generation = engine.generate(prompt, max_tokens=500)
     assert next(generation)
     generation.close()  # returns once the engine has let the sequence go
-    assert engine.loop._published[2] == engine.slots and not engine.loop._published[0]
+    assert engine.loop.published.free == engine.slots and not engine.loop.published.active
     text, _ = _alone(engine, "Name a fruit.", max_tokens=4)  # the engine carries on
     assert text

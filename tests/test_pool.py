@@ -186,3 +186,16 @@ def test_an_engine_dying_mid_answer_ends_the_stream_with_an_error_event(engines,
         pipeline.close()
         pool.close()
         proxy.stop()
+
+
+def test_a_member_counts_a_request_in_its_load_from_when_it_is_asked():
+    # Not from its first read: a request routed in between must see it (pure logic: a fake engine).
+    from engine.fake import FakeBackend
+
+    member = EnginePool(["fake://a"], lambda url: FakeBackend(), health_interval_s=0).members[0]
+    generation = member.generate("hello there", max_tokens=4)
+    assert member.in_flight == 1 and member.load().waiting + member.load().active
+    generation.result()
+    assert member.in_flight == 0
+    member.generate("hello again", max_tokens=4).close()  # closed unread: not counted for ever
+    assert member.in_flight == 0

@@ -115,3 +115,31 @@ def test_a_shell_line_before_rag_is_not_counted_as_waiting_for_it():
     assert waited < 3.0 and waited == pytest.approx(since_code, abs=0.01)
     alone = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert float(alone[0]) > float(alone[1])  # its own process: the interpreter's start-up counts too
+
+
+def test_asking_whether_a_server_lives_never_keeps_a_server_from_starting(tmp_path):
+    # alive() used to take the very lock a starting server takes: a client asking at that moment
+    # made the server think another one lived (it exited), and two clients asking at once saw one.
+    import fcntl
+    import threading
+    import time
+
+    from rag.resident.address import held
+
+    address = Address.of(Settings.load(runtime_dir=tmp_path / "run"))
+    address.folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(address.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # another client's alive() in progress
+        assert not address.alive()
+
+        def done_asking():
+            time.sleep(0.2)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+        threading.Thread(target=done_asking).start()
+        with held(address.lock, patience_s=5) as server:  # a server starting meanwhile
+            assert server is not None
+            assert address.alive()
+    finally:
+        os.close(fd)

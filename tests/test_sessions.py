@@ -144,8 +144,10 @@ def test_a_session_replays_its_turns_and_survives_a_restart(chat_pipeline):
 
 def test_old_turns_are_folded_into_a_summary_after_the_answer(chat_pipeline):
     p = chat_pipeline(history=HistoryPolicy(recent_tokens=200, keep_tokens=0, summary_tokens=48))
-    p.ask("What does prefill do?", session="fold", max_tokens=24)
-    p.ask("What limits decode speed?", session="fold", max_tokens=24)
+    # No TTFT target: planned for one, a busy machine's prompts took fewer passages, the two
+    # turns then fitted recent_tokens and nothing was folded (the summary came back empty).
+    p.ask("What does prefill do?", session="fold", max_tokens=24, no_target=True)
+    p.ask("What limits decode speed?", session="fold", max_tokens=24, no_target=True)
     p.wait_idle()
     conversation = p.conversation("fold")
     assert conversation.summary and conversation.folded >= 1
@@ -155,7 +157,7 @@ def test_old_turns_are_folded_into_a_summary_after_the_answer(chat_pipeline):
     prefills = [e for e in p.background_log if e["kind"] == "prefill" and e["session"] == "fold"]
     assert prefills, p.background_log
     # The new prefix (system prompt and summary) was prefilled in the background.
-    nxt = p.ask("How long should bread rise?", session="fold", max_tokens=8)
+    nxt = p.ask("How long should bread rise?", session="fold", max_tokens=8, no_target=True)
     stable = stable_prefix(p.backend, [system_message(conversation.summary)])
     assert nxt.timings.cached_tokens >= len(stable) - 1
 

@@ -201,3 +201,48 @@ def _print_sequences(result: dict) -> None:
         table.add_row(str(r["sequences"]), str(r["decode_tokens"]), f"{r['wall_s']:.2f}",
                       f"{r['aggregate_decode_tok_s']:.1f}", f"{r['mean_decode_batch'] or 0:.2f}")
     Console(highlight=False).print(table)
+
+
+@bench_app.command("faults")
+def bench_faults_cmd(
+    steps: int = typer.Option(2000, "--steps", min=1, help="Engine steps to soak for (at least)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the faults and of the requests."),
+    bound_s: float = typer.Option(120.0, "--bound", help="Seconds within which every request must end."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """The in-process engine under injected faults (decode, state save and
+    load, snapshot and passage reads and writes, cancels, disconnects): does
+    every request end, told, with no sequence or KV cell leaked?"""
+    import tempfile
+
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    from ..bench.faults import bench_faults
+
+    with user_errors(), tempfile.TemporaryDirectory(prefix="rag-bench-faults-") as tmp:
+        s = settings(model=model)
+        # An engine of its own, failed on purpose: never the user's caches.
+        backend = LlamaCppBackend(s.model, n_ctx=1024, slots=3, splice_fresh=0, snapshot_dir=tmp)
+        try:
+            with counting("steps") as update:
+                result = bench_faults(backend, steps=steps, seed=seed, bound_s=bound_s, progress=update)
+        finally:
+            backend.close()
+    if as_json:
+        echo_json(result)
+        return
+    summary = result["summary"]
+    table = Table(title=f"rag bench faults ({summary['steps']} steps, {summary['requests']} requests, seed {seed})",
+                  title_justify="left")
+    for c in ("op", "calls", "faults injected"):
+        table.add_column(c, justify="left" if c == "op" else "right")
+    for row in result["rows"]:
+        table.add_row(row["op"], str(row["calls"]), str(row["injected"]))
+    console = Console(highlight=False)
+    console.print(table)
+    console.print(f"ended: {summary['ended']}; checks held: {summary['checks']}", soft_wrap=True)
+    console.print("every invariant held" if summary["held"] else "BROKEN: " + "; ".join(summary["broken"]),
+                  soft_wrap=True)
+    if not summary["held"]:
+        raise typer.Exit(1)

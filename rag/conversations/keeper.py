@@ -183,7 +183,7 @@ class ConversationKeeper:
         if turns_to_fold([self.turn_tokens(t) for t in conversation.turns], self._policy()):
             with self._pending_lock:
                 self._pending = [f for f in self._pending if not f.done()]
-                self._pending.append(self._worker.submit(self._fold, session))
+                self._pending.append(self._worker.submit(self._fold_logged, session))
         return number
 
     def reset(self, session: str) -> None:
@@ -196,6 +196,15 @@ class ConversationKeeper:
             backend.forget(folded_key(session))
 
     # -- background ----------------------------------------------------------
+
+    def _fold_logged(self, session: str) -> None:
+        """A fold whose failure is logged (the history stays unfolded, tried
+        again after the next answer), never raised from whatever waits for
+        background work next (a reset of another session, close)."""
+        try:
+            self._fold(session)
+        except Exception as exc:  # noqa: BLE001 - background work: its failure is an entry of the log
+            self.log.append({"session": session, "kind": "summary", "error": f"{type(exc).__name__}: {exc}"})
 
     def _fold(self, session: str) -> None:
         """Fold the oldest turns of ``session`` into its summary: summarise

@@ -104,8 +104,9 @@ def calibrate(
             done += 1
             if progress:
                 progress(done, total)
-    # The fit is made on the medians, so one slow repeat cannot pull it.
-    medians = [PrefillSample(c, n, statistics.median(v)) for (c, n), v in sorted(measured.items())]
+    # The fit is made on the low medians, so one slow repeat cannot pull it: on a busy machine a
+    # repeat waits for a core, and the median of two (their mean) bent the curve until it fell.
+    medians = [PrefillSample(c, n, statistics.median_low(v)) for (c, n), v in sorted(measured.items())]
     fit, fits = best_fit(medians)
     table = [
         {

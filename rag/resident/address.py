@@ -141,8 +141,8 @@ class Address:
         """Whether a server process of this key lives (it holds the lock),
         whether or not it answers yet."""
         with _open_lock(self.lock) as fd:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:  # shared: two clients asking at once both learn the truth
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 return True
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -167,20 +167,26 @@ def _open_lock(path: Path) -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def held(path: Path, *, wait_s: float | None = None, what: str = "lock") -> Iterator[int | None]:
+def held(path: Path, *, wait_s: float | None = None, what: str = "lock",
+         patience_s: float = 0.0) -> Iterator[int | None]:
     """Hold the flock of ``path`` for the block and yield its descriptor;
-    ``wait_s`` None: yield None at once when another process holds it,
+    ``wait_s`` None: yield None when another process still holds it after
+    ``patience_s`` (a client's :meth:`Address.alive` holds it for an instant),
     else wait up to ``wait_s`` seconds for it (a RagError after that)."""
     with _open_lock(path) as fd:
         deadline = None if wait_s is None else time.monotonic() + wait_s
+        patient_until = time.monotonic() + patience_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if deadline is None:
+                if deadline is None and time.monotonic() >= patient_until:
                     yield None
                     return
+                if deadline is None:
+                    time.sleep(0.02)
+                    continue
                 if time.monotonic() > deadline:
                     raise RagError(f"waited {wait_s:.0f} s for the {what} {path}; another rag is holding it") from None
                 time.sleep(0.05)

@@ -41,6 +41,7 @@ from .address import EXIT_ALREADY_RUNNING, PROTOCOL, SETTINGS_VARIABLE, Address,
 
 QUIET = frozenset({"/healthz", "/v1/resident", "/v1/resident/background", "/v1/resident/stop"})  # not activity
 ANSWERING = frozenset({"/v1/ask", "/v1/search", "/v1/chat/completions"})  # read the index
+LOCK_PATIENCE_S = 1.0  # a client asking whether a server lives holds its lock for an instant, never this long
 
 
 @dataclass
@@ -190,7 +191,7 @@ def serve(settings: Settings, key: str) -> int:
         print(f"error: the rag server was started for set-up {key} but its settings make {address.key}",
               file=sys.stderr, flush=True)
         return 1
-    with held(address.lock) as fd:
+    with held(address.lock, patience_s=LOCK_PATIENCE_S) as fd:
         if fd is None:
             return EXIT_ALREADY_RUNNING
         os.ftruncate(fd, 0)

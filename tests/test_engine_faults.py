@@ -1,0 +1,182 @@
+"""The engine under faults, on the real model: whatever fails (a decode, a
+state saved or loaded, a store read or written), every request is told how
+it ended, no sequence or KV cell leaks, and the shared system prompt stays.
+Each test is one defect of issue 25, reproduced with ``engine.faults``."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine.backend import Message
+from engine.kv_snapshots import Snapshot, SnapshotCache
+from engine.passage_kv import PassageStore
+from engine.requests import Request
+from tests.faults import faulty_backend, outcome, settled
+
+pytestmark = pytest.mark.model
+
+SYSTEM = Message("system", "You are a terse assistant. Answer in one short sentence.")
+PASSAGE = "Prefill reads the whole prompt in one parallel pass and fills the KV cache of the engine."
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """Two sequences, splicing on, snapshots on disk; faults only where a test plans them."""
+    b = faulty_backend(n_ctx=512, slots=2, splice_fresh=0, snapshot_dir=tmp_path_factory.mktemp("kv"))
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def system(engine):
+    """The system prompt pinned as sequence 0 (the shared prefix), its tokens."""
+    prefix = engine.tokenize(engine.render([SYSTEM, Message("user", "x")]))
+    prefix = prefix[: prefix.index(engine.tokenize("<|im_start|>")[0], 1)]
+    engine.prefill(prefix, session="system", pin=True)
+    settled(engine.loop)
+    return prefix
+
+
+def prompt(engine, question: str) -> list[int]:
+    return engine.tokenize(engine.render([SYSTEM, Message("user", question)]))
+
+
+def ask(engine, tokens, max_tokens: int = 4, **options) -> Request:
+    return engine.loop.submit(Request(0, list(tokens), max_tokens, **options))
+
+
+def test_a_state_that_cannot_be_saved_still_answers_and_frees_its_sequence(engine):
+    for op in ("save", "snapshot_put"):
+        engine.faults.fail_next(op)
+        kind, _ = outcome(ask(engine, prompt(engine, f"Name a colour ({op})."), session=f"s-{op}"))
+        assert kind == "done"  # the answer stands: only its cache entry is lost
+        settled(engine.loop)
+        assert engine.faults.injected[op] >= 1
+
+
+def test_a_passage_that_cannot_be_kept_is_an_error_and_frees_its_sequence(engine, system):
+    tokens = engine.tokenize(PASSAGE)
+    key = engine.passages.key(system, tokens)
+    engine.faults.fail_next("passage_put")
+    kind, error = outcome(ask(engine, [*system, *tokens], 0, store=key, background=True))
+    assert kind == "error" and "injected" in str(error)
+    settled(engine.loop)
+    assert not engine.passages.holds(key) and engine.loop.system == system
+
+
+class _KeyProbe(int):
+    """A request key counter that notes each increment made without the lock ``submit`` holds."""
+
+    def __new__(cls, value: int, cv: threading.Condition, unlocked: list):
+        probe = super().__new__(cls, value)
+        probe.cv, probe.unlocked = cv, unlocked
+        return probe
+
+    def __add__(self, other):
+        if not self.cv._is_owned():
+            self.unlocked.append(threading.current_thread().name)
+        return _KeyProbe(int(self) + other, self.cv, self.unlocked)
+
+
+def test_request_keys_are_counted_under_the_lock_submit_holds(engine, system):
+    # Two requests sharing a key: one placed twice, a sequence leaked, every request in flight failed.
+    unlocked: list[str] = []
+    loop = engine.loop
+    with loop._cv:
+        loop._keys = _KeyProbe(loop._keys, loop._cv, unlocked)
+    assert engine.keep_passages([PASSAGE + " (warmed)"]) == 1  # the loop queues a warming request itself
+    settled(loop)
+    assert outcome(ask(engine, prompt(engine, "Name a fruit.")))[0] == "done"
+    settled(loop)
+    assert unlocked == []
+
+
+def test_a_snapshot_load_that_raises_costs_a_prefill_not_the_request(engine):
+    first = prompt(engine, "What is two plus two?")
+    assert outcome(ask(engine, first, session="s-load"))[0] == "done"
+    engine.forget_prompts()  # the next prompt finds the snapshot, not an idle sequence's cache
+    for op in ("load", "snapshot_get"):
+        engine.faults.fail_next(op)
+        kind, timings = outcome(ask(engine, first + engine.tokenize(" And three?")))
+        assert kind == "done" and timings.restored_tokens == 0
+        settled(engine.loop)  # its sequence went back
+        assert engine.snapshots.holds("s-load")  # a failing read is not a bad snapshot
+
+
+def test_a_load_refused_while_others_hold_cells_keeps_the_snapshot(engine):
+    # llama.cpp restores into contiguous free cells: refused for want of a run, not for a bad state.
+    first = prompt(engine, "What colour is grass?")
+    assert outcome(ask(engine, first, session="s-refused"))[0] == "done"
+    engine.forget_prompts()
+    long = ask(engine, prompt(engine, "Count slowly from one to two hundred."), 200)
+    assert long.events.get(timeout=60)[0] == "piece"  # it holds cells while the next is placed
+    engine.faults.fail_next("load", how="refuse")
+    kind, timings = outcome(ask(engine, first + engine.tokenize(" Why?")))
+    engine.loop.cancel(long)
+    assert kind == "done" and timings.restored_tokens > 0  # given room, the same state loads
+    assert engine.snapshots.holds("s-refused")
+    settled(engine.loop)
+
+
+def test_a_failed_step_keeps_the_shared_system_prompt(engine, system):
+    engine.faults.fail_next("decode")
+    kind, error = outcome(ask(engine, prompt(engine, "Say hello to Ada.")))
+    assert kind == "error" and "injected" in str(error)
+    settled(engine.loop)
+    assert engine.loop.system == system
+    kind, timings = outcome(ask(engine, prompt(engine, "Say hello to Bob.")))
+    assert kind == "done" and timings.cached_tokens >= len(system) - 1
+    # A failure while the system prompt itself is rebuilt brings the one before back.
+    engine.faults.fail_next("decode")
+    with pytest.raises(Exception, match="injected"):
+        engine.prefill(system, session="system", pin=True)
+    settled(engine.loop)
+    assert engine.loop.system == system
+
+
+def test_a_prompt_that_ends_with_a_stored_passage_is_not_spliced_to_its_end():
+    # Its last token must be evaluated for the answer's first token; spliced, nothing was left to schedule.
+    store = PassageStore("test", SnapshotCache(1 << 20), fresh=0)
+    system, passage = [1, 2, 3], [7, 8, 9, 10]
+    store.put(store.key(system, passage), passage, b"state")
+    inside = [*system, 5, *passage, 6]
+    assert [(s.start, s.end) for s in store.splices(system, inside, [(4, 8)], 3)] == [(4, 8)]
+    assert store.splices(system, [*system, 5, *passage], [(4, 8)], 3) == []
+
+
+def test_a_request_submitted_after_stop_is_told():
+    from engine.llama_cpp_backend import LlamaCppBackend
+
+    b = LlamaCppBackend(n_ctx=256, slots=1)
+    b.close()
+    kind, error = outcome(b.loop.submit(Request(0, [1, 2, 3], 2)))
+    assert kind == "error" and "stopped" in str(error)
+
+
+def test_the_pinned_snapshot_is_the_newest_pinned_one():
+    cache = SnapshotCache(1 << 20)
+    snap = lambda n: Snapshot(np.arange(n, dtype=np.int32), b"x" * n)  # noqa: E731
+    assert cache.pinned() is None
+    cache.put("old", snap(3), pin=True)
+    cache.put("other", snap(4))
+    assert cache.pinned().data == b"xxx"
+
+
+def test_a_short_soak_under_faults_holds_every_invariant(tmp_path):
+    # The long one is `rag bench faults --steps 5000`.
+    from engine.llama_cpp_backend import LlamaCppBackend
+    from rag.bench.faults import bench_faults
+
+    b = LlamaCppBackend(n_ctx=1024, slots=3, splice_fresh=0, snapshot_dir=tmp_path)
+    try:
+        result = bench_faults(b, steps=300, seed=7, bound_s=60)
+    finally:
+        b.close()
+    summary, calls = result["summary"], {row["op"]: row["calls"] for row in result["rows"]}
+    assert calls.get("passage_get", 0) > 0 and calls.get("load", 0) > 0  # splicing and restoring were exercised
+    assert summary["held"], summary["broken"]
+    assert summary["faults_injected"] > 0 and sum(summary["ended"].values()) == summary["requests"]
+    assert summary["checks"]["cells_conserved"] == summary["rounds"]
