@@ -151,6 +151,7 @@ def test_a_cache_sees_what_another_process_wrote_and_evicted(tmp_path):
     ours, theirs = SnapshotCache(1 << 20, tmp_path), SnapshotCache(1 << 20, tmp_path)  # as two processes
     tokens = np.arange(40, dtype=np.int32)
     theirs.put("passage:a", Snapshot(tokens, b"state" * 10))
+    assert theirs.flush()  # written by its writer thread
     assert ours.holds("passage:a") and ours.best(tokens) == ("passage:a", 40)
     assert ours.get("passage:a").data == b"state" * 10
     theirs.discard("passage:a")
