@@ -38,6 +38,12 @@ def route_label(scope) -> str:
     return "other"
 
 
+
+def _over_unix_socket(scope) -> bool:
+    """Whether the request came over a Unix socket (uvicorn names its path, with no port)."""
+    server = scope.get("server")
+    return isinstance(server, (tuple, list)) and len(server) == 2 and server[1] is None
+
 class BodyTooLarge(Exception):
     """The request body went past its limit."""
 
@@ -68,7 +74,9 @@ class Gate:
         """Why the request may not go on (status, message, kind, headers), or None."""
         settings, path = self.state.settings, scope["path"]
         headers = dict(scope.get("headers") or ())
-        if not settings.api_keys:  # keyless (so loopback): browsers' other sites are kept out
+        # Keyless (so loopback): browsers' other sites are kept out. A Unix socket
+        # (the resident server) is beyond any browser's reach; file modes guard it.
+        if not settings.api_keys and not _over_unix_socket(scope):
             why = origin.refusal(headers, settings.host)
             if why is not None:
                 return 403, why, "forbidden", {}
