@@ -37,6 +37,15 @@ def test_a_stream_shows_the_same_text_however_it_is_cut(size):
     assert "5]" not in shown and "[4" not in shown and "preload" not in shown
 
 
+def test_the_opening_word_is_shown_at_once_and_later_words_when_settled():
+    guard = GroundedText(SHOWN)
+    assert guard.feed("The") == "The"  # the first text the reader sees waits for no second token
+    assert guard.feed(" notes") == ""  # may still become "notes.md"
+    assert guard.feed(".md say [4]") + guard.finish() == " notes.md say"
+    for opening in ("[4]", "(preload-cache.md)", "\nQuestion:", "2024"):
+        assert GroundedText(SHOWN).feed(opening) == ""  # what may be invented or a stop still waits
+
+
 def test_an_answer_stops_where_prompt_text_begins():
     text, _ = grounded(["It is 70.", "\nQuest", "ion: what else", "?"], SHOWN)
     assert text == "It is 70."

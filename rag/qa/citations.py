@@ -34,6 +34,7 @@ _CITATION = re.compile(r"([ \t]*)\[\s*(\d+(?:\s*(?:,|-|–)\s*\d+)*)\s*\]")
 _EXTENSIONS = ("md", "markdown", "txt", "rst", "pdf", "csv", "tsv", "docx", "pptx", "xlsx", "html", "htm",
                "json", "epub", "odt", "rtf", "xml", "yaml", "yml", "ipynb")
 _FILE = re.compile(r"([ \t]*)(\(?[\w./-]*\w\.(?:" + "|".join(_EXTENSIONS) + r")\b\)?)", re.IGNORECASE)
+_OPENING_WORD = re.compile(r"[ \t]*[^\W\d_]+$")  # letters only: not a citation, number or path yet
 _HELD_BRACKET = 24  # an open "[" further back than this is not a citation still being written
 
 
@@ -100,6 +101,7 @@ class GroundedText:
         self.removed: list[str] = []
         self.stopped = False
         self._held = ""
+        self._shown = False
 
     def feed(self, piece: str) -> str:
         """The text that can be shown now, ``piece`` included as far as it is known."""
@@ -112,8 +114,16 @@ class GroundedText:
             self.stopped = True
             return self.finish()
         safe = self._safe_end(self._held)
+        if not self._shown and _OPENING_WORD.match(self._held):
+            # The answer's first word, letters only, is shown at once: holding
+            # it until the next token costs every reader one decode step (a
+            # third of a second on a busy engine) of time to first text, and
+            # an answer that opens with a file name is too rare to pay that.
+            safe = len(self._held)
         out, self._held = self._held[:safe], self._held[safe:]
-        return self._clean(out)
+        out = self._clean(out)
+        self._shown = self._shown or bool(out)
+        return out
 
     def finish(self) -> str:
         """The text still held, cleaned: call once generation ended."""
