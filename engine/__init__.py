@@ -45,7 +45,7 @@ __all__ = [
 def __getattr__(name: str):
     # The llama.cpp backend imports a native library; load it on first use.
     if name == "LlamaCppBackend":
-        from .llama_cpp_backend import LlamaCppBackend
+        from .llama_cpp.backend import LlamaCppBackend
 
         return LlamaCppBackend
     raise AttributeError(f"module 'engine' has no attribute {name!r}")
