@@ -31,7 +31,8 @@ from ..backend import Generation, Message, Timings, check_fits
 from .loop import EngineLoop
 from .requests import Request, Trace
 from ..errors import ContextOverflow, EngineSettingsError, ModelFileError
-from .snapshots import SnapshotCache, common_prefix
+from .snapshots import SnapshotCache
+from ..tokens import common_prefix
 from .internals import chat_formatter, model_pointer, vocab_pointer
 from .native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory

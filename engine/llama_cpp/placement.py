@@ -19,7 +19,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import GenerationFailed
-from .snapshots import SnapshotCache, common_prefix
+from .snapshots import SnapshotCache
+from ..tokens import common_prefix
 from .native import NativeContext
 from .requests import Active, Request
 from .slots import SlotTable

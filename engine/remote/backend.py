@@ -33,7 +33,7 @@ import httpx
 
 from ..backend import Generation, Message, Timings, check_fits
 from ..errors import ContextOverflow, EngineUnreachable
-from ..llama_cpp.snapshots import common_prefix
+from ..tokens import common_prefix
 
 DEFAULT_TIMEOUT_S = 600.0
 
