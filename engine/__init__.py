@@ -6,6 +6,10 @@ in this process, ``RemoteBackend`` talks to an OpenAI-compatible server;
 ``FakeBackend`` is a deterministic stand-in for unit tests of pure logic.
 Every failure is an ``EngineError``. Importing this package loads no model
 and no native library.
+
+The protocol and the pure parts are at this level; the in-process engine's
+parts are in ``engine.llama_cpp``, the engines over HTTP (one server, a pool
+of them and its routing) in ``engine.remote``.
 """
 
 from .backend import Backend, Generation, LoadAware, Message, PrefixCache, Timings
@@ -45,7 +49,7 @@ __all__ = [
 def __getattr__(name: str):
     # The llama.cpp backend imports a native library; load it on first use.
     if name == "LlamaCppBackend":
-        from .llama_cpp_backend import LlamaCppBackend
+        from .llama_cpp.backend import LlamaCppBackend
 
         return LlamaCppBackend
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -303,7 +303,7 @@ class PassageKV(Protocol):
 @runtime_checkable
 class Routing(Protocol):
     """An optional ability: several engines behind one backend (a pool,
-    ``engine.pool``), each request routed to one of them. The caller plans
+    ``engine.remote.pool``), each request routed to one of them. The caller plans
     the prompt for the engine a :meth:`route` names, then generates through
     that route."""
 
@@ -317,7 +317,7 @@ class Routing(Protocol):
 
     def route(self, tokens: Sequence[int], *, deadline: float | None = None, estimate=None,
               session: str | None = None):
-        """The :class:`~engine.pool.Route` of a prompt starting with ``tokens``
+        """The :class:`~engine.remote.pool.Route` of a prompt starting with ``tokens``
         due at ``deadline`` in conversation ``session``; ``estimate(engine,
         cached, n)`` predicts an engine's seconds to first token."""
         ...

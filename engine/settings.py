@@ -66,10 +66,10 @@ def open_backend(
     ``n_ctx`` (default 4,096). Raises an EngineError with a message for the
     user: ModelFileError, EngineSettingsError, InsufficientMemory or
     EngineUnreachable. Several comma-separated URLs open an
-    :class:`~engine.pool.EnginePool` routed by ``engine_routing``."""
+    :class:`~engine.remote.pool.EnginePool` routed by ``engine_routing``."""
     urls = engine_urls(settings.engine_url)
     if urls:
-        from .remote import DEFAULT_TIMEOUT_S, RemoteBackend
+        from .remote.backend import DEFAULT_TIMEOUT_S, RemoteBackend
 
         def remote(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Backend:
             return RemoteBackend(url, model=settings.engine_model, api_key=settings.engine_api_key, n_ctx=n_ctx,
@@ -77,11 +77,11 @@ def open_backend(
 
         if len(urls) == 1:
             return remote(urls[0])
-        from .pool import EnginePool
+        from .remote.pool import EnginePool
 
         # In a pool an engine that stays silent this long is taken out, its request retried elsewhere.
         return EnginePool(urls, lambda url: remote(url, POOL_STALL_TIMEOUT_S), policy=settings.engine_routing)
-    from .llama_cpp_backend import DEFAULT_N_CTX, LlamaCppBackend
+    from .llama_cpp.backend import DEFAULT_N_CTX, LlamaCppBackend
 
     return LlamaCppBackend(
         model, n_ctx=n_ctx or DEFAULT_N_CTX, n_gpu_layers=settings.gpu_layers, flash_attn=settings.flash_attn,

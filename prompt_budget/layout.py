@@ -41,7 +41,7 @@ class ContextPassage:
 def passage_body(passage: ContextPassage) -> str:
     """A passage as it is shown, less its number: the same in every prompt
     it appears in, whatever its number there, so an engine can keep its KV
-    (see ``engine.passage_kv``).
+    (see ``engine.llama_cpp.passage_kv``).
 
     ``passage_body(ContextPassage("a.md", "Hi")) -> " (a.md)\\nHi"``
     """

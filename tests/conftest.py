@@ -70,7 +70,7 @@ def embedder():
 @pytest.fixture(scope="session")
 def backend():
     """The real bundled SmolLM2-135M GGUF through llama.cpp, loaded once."""
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     return LlamaCppBackend(n_ctx=2048)
 

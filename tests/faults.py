@@ -1,7 +1,7 @@
 """Faults made repeatable: a real HTTP proxy on 127.0.0.1 in front of a real
 engine server, that can cut a completion stream off midway (an engine that
 dies mid-answer); and, for the in-process engine, the real model with its
-native context and KV stores failing where a test says (``engine.faults``),
+native context and KV stores failing where a test says (``engine.llama_cpp.faults``),
 with the checks every test of it makes: each request ends, told, and the
 engine settles with every sequence and KV cell accounted for."""
 
@@ -63,11 +63,11 @@ HANG_S = 60  # a hang guard, not a timing claim: no step here takes a fraction o
 
 
 def faulty_backend(**options):
-    """A real :class:`~engine.llama_cpp_backend.LlamaCppBackend` (the bundled
-    model) with ``engine.faults`` wrapped around its context and stores, and
-    no fault planned yet; its :class:`~engine.faults.Faults` is ``.faults``."""
-    from engine.faults import Faults, inject
-    from engine.llama_cpp_backend import LlamaCppBackend
+    """A real :class:`~engine.llama_cpp.backend.LlamaCppBackend` (the bundled
+    model) with ``engine.llama_cpp.faults`` wrapped around its context and stores, and
+    no fault planned yet; its :class:`~engine.llama_cpp.faults.Faults` is ``.faults``."""
+    from engine.llama_cpp.faults import Faults, inject
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     backend = LlamaCppBackend(**options)
     backend.faults = inject(backend, Faults())
@@ -89,7 +89,7 @@ def outcome(request, wait_s: float = HANG_S) -> tuple[str, object]:
 
 def settled(loop, wait_s: float = HANG_S) -> None:
     """Wait until ``loop`` is idle; every sequence and KV cell accounted for
-    (``engine.faults.settle``), else AssertionError."""
-    from engine.faults import settle
+    (``engine.llama_cpp.faults.settle``), else AssertionError."""
+    from engine.llama_cpp.faults import settle
 
     settle(loop, wait_s)

@@ -1,7 +1,7 @@
 """The engine under faults, on the real model: whatever fails (a decode, a
 state saved or loaded, a store read or written), every request is told how
 it ended, no sequence or KV cell leaks, and the shared system prompt stays.
-Each test is one defect of issue 25, reproduced with ``engine.faults``."""
+Each test is one defect of issue 25, reproduced with ``engine.llama_cpp.faults``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from engine.backend import Message
-from engine.kv_snapshots import Snapshot, SnapshotCache
-from engine.passage_kv import PassageStore
-from engine.requests import Request
+from engine.llama_cpp.snapshots import Snapshot, SnapshotCache
+from engine.llama_cpp.passage_kv import PassageStore
+from engine.llama_cpp.requests import Request
 from tests.faults import faulty_backend, outcome, settled
 
 pytestmark = pytest.mark.model
@@ -148,7 +148,7 @@ def test_a_prompt_that_ends_with_a_stored_passage_is_not_spliced_to_its_end():
 
 
 def test_a_request_submitted_after_stop_is_told():
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     b = LlamaCppBackend(n_ctx=256, slots=1)
     b.close()
@@ -167,7 +167,7 @@ def test_the_pinned_snapshot_is_the_newest_pinned_one():
 
 def test_a_short_soak_under_faults_holds_every_invariant(tmp_path):
     # The long one is `rag bench faults --steps 5000`.
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
     from rag.bench.faults import bench_faults
 
     b = LlamaCppBackend(n_ctx=1024, slots=3, splice_fresh=0, snapshot_dir=tmp_path)

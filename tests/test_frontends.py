@@ -108,8 +108,8 @@ class FrontEnd:
 def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_turn(
         tmp_path_factory, embedder, postgres_url, tmp_path):
     from engine.models import default_model_path
-    from engine.pool import EnginePool
-    from engine.remote import RemoteBackend
+    from engine.remote.pool import EnginePool
+    from engine.remote.backend import RemoteBackend
     from rag.conversations import open_store
     from tests.llama_server import LlamaServer
 

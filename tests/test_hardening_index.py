@@ -123,7 +123,7 @@ def test_no_intact_generation_is_a_clear_error_and_rebuild_repairs_it(two_genera
 def test_damaged_kv_snapshots_are_dropped_with_a_line_in_the_log(tmp_path, caplog):
     import struct
 
-    from engine.kv_snapshots import MAGIC, Snapshot, SnapshotCache
+    from engine.llama_cpp.snapshots import MAGIC, Snapshot, SnapshotCache
 
     good = SnapshotCache(1 << 20, tmp_path, 1 << 20)
     good.put("fine", Snapshot(np.arange(4, dtype=np.int32), b"state"))

@@ -144,7 +144,7 @@ def test_a_keyed_service_keeps_serving_any_host_with_its_key(keyed):
 def test_a_snapshot_file_of_nested_brackets_is_dropped_not_raised(tmp_path):
     import struct
 
-    from engine.kv_snapshots import MAGIC, SnapshotCache
+    from engine.llama_cpp.snapshots import MAGIC, SnapshotCache
 
     header = b"[" * 32_000 + b"]" * 32_000
     bad = tmp_path / "deadbeef.kv"

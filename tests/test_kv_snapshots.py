@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.kv_snapshots import Snapshot, SnapshotCache, common_prefix
+from engine.llama_cpp.snapshots import Snapshot, SnapshotCache
+from engine.tokens import common_prefix
 
 
 def snap(tokens, size=100) -> Snapshot:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.llama_internals import SUPPORTED, is_supported, model_pointer, token_text, version_tuple, vocab_pointer
+from engine.llama_cpp.internals import SUPPORTED, is_supported, model_pointer, token_text, version_tuple, vocab_pointer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +30,7 @@ def test_pyproject_pins_the_range_the_internals_were_read_against():
 def test_the_installed_release_works_with_every_private_part_used():
     import llama_cpp
 
-    from engine.llama_native import Entry, NativeContext
+    from engine.llama_cpp.native import Entry, NativeContext
     from engine.models import default_model_path
 
     assert is_supported(llama_cpp.__version__), llama_cpp.__version__

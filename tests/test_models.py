@@ -32,7 +32,7 @@ def test_a_path_that_is_no_model_is_refused(tmp_path):
 def test_gemma_without_a_template_gets_gemma3s_own():
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    from engine.llama_internals import FALLBACK_TEMPLATES
+    from engine.llama_cpp.internals import FALLBACK_TEMPLATES
 
     render = Jinja2ChatFormatter(template=FALLBACK_TEMPLATES["gemma3"], eos_token="<eos>", bos_token="<bos>")
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},

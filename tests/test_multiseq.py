@@ -20,7 +20,7 @@ QUESTIONS = ["What is two plus two?", "Name a fruit.", "What colour is grass?", 
 def fresh():
     """Engines that hold nothing yet (no idle sequence's prompt to reuse), so
     two runs compute the same KV the same way."""
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     made = []
 
@@ -35,7 +35,7 @@ def fresh():
 
 @pytest.fixture(scope="module")
 def engine():
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     backend = LlamaCppBackend(n_ctx=1024, slots=4)
     yield backend

@@ -1,5 +1,5 @@
 """Passage KV reuse on the real model: stored passages spliced into new
-prompts (engine.passage_kv, engine.splicing), the pipeline's side of it
+prompts (engine.llama_cpp.passage_kv, engine.llama_cpp.splicing), the pipeline's side of it
 (rag.qa.passages), `rag ingest --precompute-kv`, and the measurement hooks
 of `rag bench splice` (teacher forcing)."""
 
@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from engine.kv_snapshots import SnapshotCache
-from engine.passage_kv import find_spans
-from engine.requests import Trace
+from engine.llama_cpp.snapshots import SnapshotCache
+from engine.llama_cpp.passage_kv import find_spans
+from engine.llama_cpp.requests import Trace
 from prompt_budget import ContextPassage, build_messages, system_message
 from prompt_budget.layout import PastTurn, passage_body
 from rag.conversations.keeper import stable_prefix
@@ -35,7 +35,7 @@ QUESTION = "How do I count how many times each item occurs in a list?"
 def splicing(tmp_path_factory):
     """An engine of its own that splices stored passages (R = 0), with its
     system prompt cached; each test sets R and the store it needs."""
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     b = LlamaCppBackend(n_ctx=1024, slots=2, splice_fresh=0, snapshot_dir=tmp_path_factory.mktemp("kv"))
     b.prefill(stable_prefix(b, [system_message()]), session="system", pin=True)
@@ -144,7 +144,7 @@ def test_warming_the_store_is_not_load_a_new_request_waits_behind(splicing, stor
 
 def test_a_waiting_request_counts_only_the_tokens_it_will_evaluate(splicing, store):
     # The load others plan for must not charge a queued request for passages it will splice.
-    from engine.requests import Request
+    from engine.llama_cpp.requests import Request
 
     body = bodies()[1]
     tokens = splicing.tokenize(splicing.render(build_messages(QUESTION, PASSAGES[1:2])))

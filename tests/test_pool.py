@@ -15,8 +15,8 @@ import pytest
 from engine.backend import Message
 from engine.errors import EngineSettingsError
 from engine.models import default_model_path
-from engine.pool import EnginePool
-from engine.remote import RemoteBackend
+from engine.remote.pool import EnginePool
+from engine.remote.backend import RemoteBackend
 from rag import Pipeline
 from tests.conftest import write_corpus
 from tests.llama_server import LlamaServer

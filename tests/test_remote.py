@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from engine.backend import ContextOverflow, Message, Timings
-from engine.memory import InsufficientMemory, ModelShape, check_fits, largest_context
+from engine.llama_cpp.memory import InsufficientMemory, ModelShape, check_fits, largest_context
 from engine.models import default_model_path
 from engine.errors import EngineSettingsError, EngineUnreachable, ModelFileError
-from engine.remote import RemoteBackend
+from engine.remote.backend import RemoteBackend
 from rag import EngineUnavailable, Pipeline
 from tests.llama_server import LlamaServer
 
@@ -126,7 +126,7 @@ def test_a_context_that_does_not_fit_names_one_that_does():
 
 
 def test_the_in_process_backend_checks_memory_before_loading():
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     with pytest.raises(InsufficientMemory, match=r"n_ctx=\d+ would fit"):
         LlamaCppBackend(n_ctx=50_000_000)  # a 1 TB KV cache: refused before llama.cpp allocates
@@ -135,7 +135,7 @@ def test_the_in_process_backend_checks_memory_before_loading():
 
 
 def test_a_q8_kv_cache_with_flash_attention_answers_in_half_the_memory(backend):
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     q8 = LlamaCppBackend(n_ctx=2048, kv_type="q8_0")
     info = q8.describe()

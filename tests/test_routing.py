@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.routing import POLICIES, Decision, EngineView, check_policy, choose
+from engine.remote.routing import POLICIES, Decision, EngineView, check_policy, choose
 
 A, B, C = 0, 1, 2
 

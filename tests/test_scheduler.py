@@ -9,7 +9,7 @@ import pytest
 
 from engine import FakeBackend
 from engine.scheduler import Load, Wait, Work, admission_order, expected_wait, plan_step, slowdown, step_beside
-from engine.slots import SlotTable
+from engine.llama_cpp.slots import SlotTable
 from prompt_budget import PrefillCostModel
 from prompt_budget.cost import PrefillSample, fit_samples
 from rag.errors import Overloaded

@@ -34,7 +34,7 @@ def single():
     """An engine with one sequence: the next request takes the place of the
     last, so a session that comes back needs its snapshot (as when every
     sequence is in use, or after a restart)."""
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     engine = LlamaCppBackend(n_ctx=2048, slots=1)
     yield engine
@@ -95,7 +95,7 @@ def test_a_restored_session_answers_as_a_fresh_prefill_would(single):
 
 
 def test_session_state_on_disk_survives_a_new_backend(tmp_path):
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     first = LlamaCppBackend(n_ctx=1024, snapshot_dir=tmp_path)
     prompt = first.render(build_messages("What does prefill read?", PASSAGES))
@@ -167,8 +167,8 @@ def test_snapshots_are_written_to_disk_off_the_engine_loop(tmp_path, monkeypatch
     cache's own writes the file, so no stream waits for the disk."""
     import threading
 
-    from engine.kv_snapshots import SnapshotCache
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.snapshots import SnapshotCache
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     writers: list[str] = []
     write_file = SnapshotCache._write_file

@@ -2,7 +2,7 @@
 
 The real model runs rounds of concurrent requests (plain, resuming a
 session's snapshot, splicing stored passages, warming passages, rebuilding
-the pinned system prompt) while ``engine.faults`` fails decode, state save
+the pinned system prompt) while ``engine.llama_cpp.faults`` fails decode, state save
 and load, and snapshot and passage reads and writes at seeded random
 calls, and consumers cancel mid-answer or go away before the first piece.
 After each round it checks what the engine promises: every request ended
@@ -23,7 +23,7 @@ import time
 from typing import Callable, Mapping
 
 from engine.errors import EngineError
-from engine.faults import Faults, InvariantBroken, idle_cpu_ticks, inject, settle
+from engine.llama_cpp.faults import Faults, InvariantBroken, idle_cpu_ticks, inject, settle
 from prompt_budget import ContextPassage, build_messages
 from prompt_budget.layout import passage_body
 

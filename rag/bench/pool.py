@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 
 import httpx
 
-from engine.routing import POLICIES
+from engine.remote.routing import POLICIES
 
 from .chat import chat_schedule
 from .serve import GOOD_FACTOR, ask_streamed

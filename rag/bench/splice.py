@@ -36,8 +36,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.passage_kv import find_spans
-from engine.requests import Trace
+from engine.llama_cpp.passage_kv import find_spans
+from engine.llama_cpp.requests import Trace
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline

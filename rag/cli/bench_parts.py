@@ -216,7 +216,7 @@ def bench_faults_cmd(
     every request end, told, with no sequence or KV cell leaked?"""
     import tempfile
 
-    from engine.llama_cpp_backend import LlamaCppBackend
+    from engine.llama_cpp.backend import LlamaCppBackend
 
     from ..bench.faults import bench_faults
 

@@ -27,7 +27,7 @@ def run_pool_bench(index: Path, model: Optional[Path], conversations: List[List[
                    max_tokens: int, as_json: bool) -> None:
     """Run the pool bench over ``index`` and print it (a table, or the bench object with ``as_json``)."""
     from engine.models import default_model_path
-    from engine.routing import POLICIES
+    from engine.remote.routing import POLICIES
 
     from ..bench.llama_server import LlamaServer, server_binary
     from ..bench.pool import bench_pool
@@ -52,8 +52,8 @@ def run_pool_bench(index: Path, model: Optional[Path], conversations: List[List[
 
     with tempfile.TemporaryDirectory(prefix="rag-bench-pool-") as tmp:
         def serve(urls: list[str], policy: str, folder: Path):
-            from engine.pool import EnginePool
-            from engine.remote import RemoteBackend
+            from engine.remote.pool import EnginePool
+            from engine.remote.backend import RemoteBackend
 
             from ..service import LoopbackServer, ServiceSettings, create_app
 

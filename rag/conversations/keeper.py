@@ -50,7 +50,7 @@ def folded_key(session: str) -> str:
 def stable_prefix(backend: Backend, messages: Sequence[Message]) -> list[int]:
     """The tokens every prompt that continues ``messages`` with a user turn
     starts with, under ``backend``'s template."""
-    from engine.kv_snapshots import common_prefix
+    from engine.tokens import common_prefix
     import numpy as np
 
     a = backend.tokenize(backend.render([*messages, Message("user", "a")]))

@@ -15,7 +15,7 @@ import time
 from typing import Callable
 
 from engine.backend import Backend, Generation
-from engine.pool import Route
+from engine.remote.pool import Route
 
 from ..conversations import Conversation, ConversationKeeper, kv_key
 from ..index.store import Hit

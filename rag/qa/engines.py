@@ -1,10 +1,10 @@
 """Which engine answers a question, and what each engine's prompts cost.
 
 One engine: every question goes to it and one cost model plans for it.
-A pool of engines (``engine.pool``): each engine keeps its own cost
+A pool of engines (``engine.remote.pool``): each engine keeps its own cost
 profile, measured by the same calibration and keyed by its own URL, model,
 build and context; before a prompt is planned, the pool routes it (see
-``engine.routing``) with each engine's first token predicted from that
+``engine.remote.routing``) with each engine's first token predicted from that
 engine's profile and the wait behind what it serves now, and the prompt is
 then planned for the engine chosen. That choice is this module's one step:
 :meth:`EngineDesk.route`.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from engine.backend import Backend, PrefixCache, Routing, Timings
-from engine.pool import Route
+from engine.remote.pool import Route
 from prompt_budget import system_message
 from prompt_budget.profile import Profile
 

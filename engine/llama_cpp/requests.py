@@ -1,6 +1,6 @@
 """A request to the engine's loop, and its state while it holds a sequence.
 
-Does not: schedule or evaluate anything (``engine_loop`` does).
+Does not: schedule or evaluate anything (``loop`` does).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .backend import Timings
-from .errors import EngineError
-from .llama_native import Sampler
+from ..backend import Timings
+from ..errors import EngineError
+from .native import Sampler
 from .passage_kv import Splice
-from .scheduler import Work
+from ..scheduler import Work
 
 
 @dataclass

@@ -50,6 +50,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..tokens import common_prefix
+
 MAGIC = b"RBKV"
 FORMAT = 2  # 2: the header holds a CRC-32 of the state bytes
 log = logging.getLogger("rag_budget.cache")
@@ -66,15 +68,6 @@ class Snapshot:
     def nbytes(self) -> int:
         """Bytes this snapshot takes in memory."""
         return len(self.data) + self.tokens.nbytes
-
-
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two token arrays."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if len(diff) else n
 
 
 @dataclass

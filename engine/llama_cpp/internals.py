@@ -6,7 +6,7 @@ which ``Llama`` does not offer publicly, and the text of special tokens for
 the chat template. They are read here only, against the releases in
 :data:`SUPPORTED` (``tests/test_llama_internals.py`` pins it), so an upgrade
 that moves them breaks one small module, loudly. Everything else goes
-through llama-cpp-python's public C bindings (``llama_native``).
+through llama-cpp-python's public C bindings (``native``).
 
 Does not: evaluate anything.
 """
@@ -78,7 +78,7 @@ def chat_formatter(llm, model_path):
     :data:`FALLBACK_TEMPLATES`); ModelFileError if there is none."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    from .errors import ModelFileError
+    from ..errors import ModelFileError
 
     template = llm.metadata.get("tokenizer.chat_template") or FALLBACK_TEMPLATES.get(
         llm.metadata.get("general.architecture", ""))

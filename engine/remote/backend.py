@@ -31,9 +31,9 @@ from typing import Generator, Sequence
 
 import httpx
 
-from .backend import Generation, Message, Timings, check_fits
-from .errors import ContextOverflow, EngineUnreachable
-from .kv_snapshots import common_prefix
+from ..backend import Generation, Message, Timings, check_fits
+from ..errors import ContextOverflow, EngineUnreachable
+from ..tokens import common_prefix
 
 DEFAULT_TIMEOUT_S = 600.0
 

@@ -11,7 +11,7 @@ the passage's cells go in, and evaluation goes on after them.
 Everything here runs on the engine's loop thread, except :meth:`wanted`
 and :meth:`warm_size` (the queue of passages to warm has its own lock).
 
-Does not: schedule (``scheduler``), own requests (``engine_loop``), or
+Does not: schedule (``scheduler``), own requests (``loop``), or
 decide what is kept (``passage_kv``).
 """
 
@@ -23,10 +23,10 @@ import time
 from collections import OrderedDict
 from typing import Callable, Sequence
 
-from .llama_native import NativeContext
+from .native import NativeContext
 from .passage_kv import PassageStore, Splice
 from .requests import Active, Request
-from .scheduler import Step
+from ..scheduler import Step
 
 log = logging.getLogger("rag_budget.engine")
 WARM_QUEUE = 256  # passages waiting to be warmed; the oldest wishes go first when it is full

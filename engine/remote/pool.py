@@ -3,7 +3,7 @@
 the same model, each request routed to one of them.
 
 * **Routing.** :meth:`EnginePool.route` picks an engine for a prompt by the
-  pool's policy (``engine.routing``): by default the one holding the
+  pool's policy (``engine.remote.routing``): by default the one holding the
   longest prefix of the prompt in its cache, unless its predicted first
   token misses the deadline and another's does not. The caller plans the
   prompt for that engine (its own cost profile, its own load) and then
@@ -39,10 +39,10 @@ from typing import Callable, Generator, Sequence
 
 import httpx
 
-from .backend import Backend, Generation, Message, Timings, check_fits
-from .errors import EngineSettingsError, EngineUnreachable
+from ..backend import Backend, Generation, Message, Timings, check_fits
+from ..errors import EngineSettingsError, EngineUnreachable
 from .routing import Decision, EngineView, check_policy, choose
-from .scheduler import Load, Work
+from ..scheduler import Load, Work
 
 BUSY_BUDGET = 512  # prompt tokens a server evaluates in a step while others decode (llama-server's -b)
 DEFAULT_PREFILL_S_PER_TOKEN = 0.005  # until an engine has answered once
@@ -256,7 +256,7 @@ class Route:
 class EnginePool:
     """A :class:`~engine.backend.Backend` over the engines at ``urls``,
     opened with ``opener(url)`` (a ``RemoteBackend`` usually), routed by
-    ``policy`` (see ``engine.routing``), health-checked every
+    ``policy`` (see ``engine.remote.routing``), health-checked every
     ``health_interval_s`` seconds (0: never; requests still take failed
     engines out). Raises EngineUnreachable when no engine can be opened, and
     EngineSettingsError when engines serve different models."""

@@ -8,7 +8,7 @@ GenerationFailed (llama_decode returned an error); ``save`` raises;
 ``load`` is refused (llama.cpp returns 0, as for a state that does not fit)
 or raises; a store's ``get`` and ``put`` raise OSError (a disk going away).
 
-Does not: decide what the engine does about a fault (``engine_loop``,
+Does not: decide what the engine does about a fault (``loop``,
 ``placement`` and ``splicing`` do), or run anything by itself.
 """
 
@@ -20,8 +20,8 @@ import time
 from collections import Counter
 from typing import Mapping
 
-from .errors import GenerationFailed
-from .kv_snapshots import Snapshot
+from ..errors import GenerationFailed
+from .snapshots import Snapshot
 
 OPS = ("decode", "save", "load", "snapshot_get", "snapshot_put", "passage_get", "passage_put")
 
@@ -77,7 +77,7 @@ class Faults:
 
 
 class FaultyContext:
-    """A :class:`~engine.llama_native.NativeContext` whose ``decode``,
+    """A :class:`~engine.llama_cpp.native.NativeContext` whose ``decode``,
     ``save`` and ``load`` fail when ``faults`` says so; everything else is
     the context's own."""
 
@@ -110,7 +110,7 @@ class FaultyContext:
 
 
 class FaultyCache:
-    """A :class:`~engine.kv_snapshots.SnapshotCache` whose ``get`` and ``put``
+    """A :class:`~engine.llama_cpp.snapshots.SnapshotCache` whose ``get`` and ``put``
     raise when ``faults`` says so (ops ``<kind>_get`` and ``<kind>_put``)."""
 
     def __init__(self, cache, faults: Faults, kind: str) -> None:
@@ -133,7 +133,7 @@ class FaultyCache:
 
 
 def inject(backend, faults: Faults) -> Faults:
-    """Make ``backend`` (a :class:`~engine.llama_cpp_backend.LlamaCppBackend`
+    """Make ``backend`` (a :class:`~engine.llama_cpp.backend.LlamaCppBackend`
     with nothing in flight) fail as ``faults`` says, from its next request."""
     loop = backend.loop
     ctx = FaultyContext(loop.ctx, faults)

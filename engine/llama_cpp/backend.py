@@ -2,12 +2,12 @@
 
 Loads a GGUF model once, renders prompts with the model's own chat template,
 and runs every request on one llama.cpp context with several sequences and a
-unified KV cache (``engine_loop``): the decode steps of all requests share
+unified KV cache (``loop``): the decode steps of all requests share
 one batch, prompts are evaluated in chunks between them, earliest deadline
 first (``scheduler``). The system prompt is computed once and shared into
 every sequence without a copy. After an answer, the KV state of its session
 is saved (the KV of its sequence only, about 22.5 KiB a token for
-SmolLM2-135M) into a :class:`~engine.kv_snapshots.SnapshotCache`, and a later
+SmolLM2-135M) into a :class:`~engine.llama_cpp.snapshots.SnapshotCache`, and a later
 prompt that starts with it has it restored instead of evaluated. The tokens
 not evaluated are reported as ``cached_tokens``. It offloads every layer to
 the GPU when llama.cpp was built with GPU support, and otherwise runs one
@@ -27,18 +27,19 @@ from typing import Generator, Sequence
 
 import numpy as np
 
-from .backend import Generation, Message, Timings, check_fits
-from .engine_loop import EngineLoop
+from ..backend import Generation, Message, Timings, check_fits
+from .loop import EngineLoop
 from .requests import Request, Trace
-from .errors import ContextOverflow, EngineSettingsError, ModelFileError
-from .kv_snapshots import SnapshotCache, common_prefix
-from .llama_internals import chat_formatter, model_pointer, vocab_pointer
-from .llama_native import NativeContext
+from ..errors import ContextOverflow, EngineSettingsError, ModelFileError
+from .snapshots import SnapshotCache
+from ..tokens import common_prefix
+from .internals import chat_formatter, model_pointer, vocab_pointer
+from .native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
-from .models import default_model_path, model_file, model_identity, read_metadata
+from ..models import default_model_path, model_file, model_identity, read_metadata
 from .passage_kv import PassageStore, find_spans
 from .passage_shelf import PassageShelf
-from .scheduler import Load
+from ..scheduler import Load
 
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512

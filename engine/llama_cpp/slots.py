@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .kv_snapshots import common_prefix
+from ..tokens import common_prefix
 
 
 @dataclass

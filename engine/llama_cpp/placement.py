@@ -7,7 +7,7 @@ keep for splicing starts right behind the system prompt. Idle sequences'
 caches give way when the cache is short of cells.
 
 Does not: decide which request goes first (``scheduler``) or run steps
-(``engine_loop``); it is called from the loop's thread only.
+(``loop``); it is called from the loop's thread only.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import GenerationFailed
-from .kv_snapshots import SnapshotCache, common_prefix
-from .llama_native import NativeContext
+from ..errors import GenerationFailed
+from .snapshots import SnapshotCache
+from ..tokens import common_prefix
+from .native import NativeContext
 from .requests import Active, Request
 from .slots import SlotTable
 

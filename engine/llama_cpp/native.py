@@ -8,7 +8,7 @@ Every call here is on one context from one thread (the engine's loop):
 llama.cpp does no locking of its own.
 
 Does not: decide what to decode (``scheduler`` does) or keep requests
-(``engine_loop`` does).
+(``loop`` does).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import EngineSettingsError, GenerationFailed
+from ..errors import EngineSettingsError, GenerationFailed
 
 
 @dataclass(frozen=True)

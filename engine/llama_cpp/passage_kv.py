@@ -8,7 +8,7 @@ context, KV type: states are only meaningful to the set-up that wrote
 them), the system prompt's tokens and the passage's exact tokens, so a
 passage whose text changed (a re-ingest) has another key and is never served
 from its old KV. Entries live in a byte-bounded LRU in RAM and on disk (the
-snapshot files of ``kv_snapshots``, checksummed; a damaged one is dropped and
+snapshot files of ``snapshots``, checksummed; a damaged one is dropped and
 computed again, never loaded).
 
 Splicing a stored passage into a prompt is not a full prefill: its cells
@@ -18,7 +18,7 @@ therefore evaluated over the spliced cells, which restores attention across
 the passage boundary (as EPIC does); ``rag bench splice`` measures what is
 left of the difference.
 
-Does not: evaluate, load or place anything (``engine_loop`` does), or choose
+Does not: evaluate, load or place anything (``loop`` does), or choose
 which passages to keep (the caller asks for them).
 """
 
@@ -31,8 +31,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import EngineSettingsError
-from .kv_snapshots import Snapshot, SnapshotCache
+from ..errors import EngineSettingsError
+from .snapshots import Snapshot, SnapshotCache
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,13 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .errors import ContextOverflow, EngineError, GenerationFailed
-from .kv_snapshots import Snapshot, SnapshotCache
-from .llama_native import Entry, NativeContext, Sampler
+from ..errors import ContextOverflow, EngineError, GenerationFailed
+from .snapshots import Snapshot, SnapshotCache
+from .native import Entry, NativeContext, Sampler
 from .passage_kv import PassageStore
 from .placement import SYSTEM_SEQ, Placement
 from .requests import Active, Request, share_step, timings_of
-from .scheduler import Load, Step, StepStats, admission_order, plan_step
+from ..scheduler import Load, Step, StepStats, admission_order, plan_step
 from .slots import SlotTable
 from .splicing import Splicer
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .engine_loop import EngineLoop
-from .errors import EngineSettingsError
+from .loop import EngineLoop
+from ..errors import EngineSettingsError
 from .passage_kv import PassageStore
 from .requests import Request
 

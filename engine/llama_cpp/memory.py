@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .errors import EngineSettingsError, InsufficientMemory, ModelFileError
+from ..errors import EngineSettingsError, InsufficientMemory, ModelFileError
 
 # Bytes per stored value of each KV cache type llama.cpp offers here; q8_0
 # stores blocks of 32 values as 32 int8 plus one f16 scale (34 bytes).
