@@ -225,11 +225,12 @@ class LlamaCppBackend:
                           deadline=math.inf if deadline is None else deadline, spans=spans, trace=trace)
         # Submitted now, not when first read, so that the load the next request is planned for includes it.
         self.loop.submit(request)
-        return Generation(self._run(request), engine=self.name, release=lambda: self._release(request))
+        return Generation(self._run(request), engine=self.name, release=lambda: self._release(request),
+                          cancel=lambda: self._release(request, wait_s=0))
 
-    def _release(self, request: Request) -> None:
+    def _release(self, request: Request, wait_s: float = 30.0) -> None:
         if not request.released.is_set():
-            self.loop.cancel(request)
+            self.loop.cancel(request, wait_s)
 
     def _run(self, request: Request) -> Generator[str, None, Timings]:
         try:
