@@ -315,8 +315,12 @@ class LlamaCppBackend:
 
     def engine_stats(self) -> dict[str, object]:
         """Sequences and cells, steps run, the tokens decoded and prefilled in
-        them, and the passages waiting for or being warmed into the store."""
+        them, the requests holding a sequence and waiting for one after the
+        last step (warming left out), and the passages waiting for or being
+        warmed into the store."""
+        published = self.loop.published
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
+                "requests_active": len(published.active), "requests_waiting": len(published.waiting),
                 "passage_warm_queue": self.loop.splicer.warm_size() + self.loop.warming(), **self.loop.stats.counters}
 
     def profile_key(self) -> dict[str, object]:
