@@ -87,11 +87,6 @@ class Cancel:
         self._asked = False
         self._stops: list[Callable[[], None]] = []
 
-    @property
-    def asked(self) -> bool:
-        """Whether the stop has been asked."""
-        return self._asked
-
     def on_cancel(self, stop: Callable[[], None]) -> None:
         """Call ``stop`` when the stop is asked (now, if it already was)."""
         with self._lock:
@@ -101,6 +96,7 @@ class Cancel:
         stop()
 
     def __call__(self) -> None:
+        """Ask the stop: every part handed over so far is stopped, on this thread."""
         with self._lock:
             self._asked = True
             stops, self._stops = self._stops, []
@@ -160,11 +156,12 @@ class TextStream(Generic[T]):
         self._run.close()
 
     def cancel(self) -> None:
-        """Stop it from any thread, without waiting: the work behind it
-        (the engine's request) stops at once, at the engine's next step, and
-        the thread iterating it ends with an error, which that thread still
-        closes it after. A stream with no way to be stopped from outside (a
-        remote engine's) goes on until that thread closes it."""
+        """Stop it from any thread, without waiting: the engine drops the
+        request behind it before its next step (the step in flight, one
+        native call, is not interrupted), and the thread iterating it ends
+        with an error (that thread still closes it). A stream with no way to
+        be stopped from outside (a remote engine's) goes on until that
+        thread closes it."""
         if self._cancel is not None:
             self._cancel()
 
