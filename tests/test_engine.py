@@ -8,6 +8,7 @@ import time
 import pytest
 
 from engine import ContextOverflow, FakeBackend, GenerationCancelled, Message, Timings
+from engine.backend import Cancel
 
 from .backend_contract import check_backend
 
@@ -36,6 +37,16 @@ def test_a_generation_closed_early_frees_the_engine(backend):
     assert first and not generation.done
     _, t = backend.generate(prompt, max_tokens=2).result()  # the engine is free again
     assert t.decode_tokens <= 2
+
+
+def test_a_cancel_stops_each_part_once_whether_handed_over_before_or_after_it_was_asked():
+    cancel, stopped = Cancel(), []
+    cancel.on_cancel(lambda: stopped.append("before"))
+    assert stopped == []
+    cancel()
+    cancel()  # asking twice is asking once
+    cancel.on_cancel(lambda: stopped.append("after"))  # a part that starts after the stop is stopped at once
+    assert stopped == ["before", "after"]
 
 
 def test_a_generation_cancelled_from_another_thread_ends_its_reader(backend):
