@@ -17,6 +17,7 @@ Does not: choose what goes into the prompt, retrieve, or keep conversations.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Generator, Generic, Iterator, Literal, Protocol, Sequence, TypeVar, runtime_checkable
@@ -75,10 +76,39 @@ class Timings:
 T = TypeVar("T")
 
 
+class Cancel:
+    """A stop asked from any thread, for work running on another whose
+    parts start later: each part hands over how it is stopped
+    (:meth:`on_cancel`), and is stopped at once if the stop came first.
+    Calling it asks the stop; asking twice is asking once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asked = False
+        self._stops: list[Callable[[], None]] = []
+
+    def on_cancel(self, stop: Callable[[], None]) -> None:
+        """Call ``stop`` when the stop is asked (now, if it already was)."""
+        with self._lock:
+            if not self._asked:
+                self._stops.append(stop)
+                return
+        stop()
+
+    def __call__(self) -> None:
+        """Ask the stop: every part handed over so far is stopped, on this thread."""
+        with self._lock:
+            self._asked = True
+            stops, self._stops = self._stops, []
+        for stop in stops:
+            stop()
+
+
 class TextStream(Generic[T]):
     """Text arriving piece by piece, then one final value: iterate it for
     the pieces; once it is exhausted, :attr:`final` holds the value.
-    :meth:`close` (or leaving a ``with`` block) stops it early.
+    :meth:`close` (or leaving a ``with`` block) stops it early, from the
+    thread that iterates it; :meth:`cancel` stops it from any other.
 
     Made from a generator that yields text and *returns* the final value,
     so no consumer sorts a mixed stream by type.
@@ -86,10 +116,11 @@ class TextStream(Generic[T]):
 
     _what = "stream"
 
-    def __init__(self, run: Generator[str, None, T]) -> None:
+    def __init__(self, run: Generator[str, None, T], *, cancel: Callable[[], None] | None = None) -> None:
         self._run = run
         self._final: T | None = None
         self._done = False
+        self._cancel = cancel  # stops the work behind the stream from another thread, without waiting
 
     def __iter__(self) -> Iterator[str]:
         return self
@@ -124,6 +155,16 @@ class TextStream(Generic[T]):
         """Stop now; whatever the stream held is released."""
         self._run.close()
 
+    def cancel(self) -> None:
+        """Stop it from any thread, without waiting: the engine drops the
+        request behind it before its next step (the step in flight, one
+        native call, is not interrupted), and the thread iterating it ends
+        with an error (that thread still closes it). A stream with no way to
+        be stopped from outside (a remote engine's) goes on until that
+        thread closes it."""
+        if self._cancel is not None:
+            self._cancel()
+
     def __enter__(self):
         return self
 
@@ -134,14 +175,15 @@ class TextStream(Generic[T]):
 class Generation(TextStream[Timings]):
     """A completion in progress: iterate it for text pieces as they are
     decoded; once it is exhausted, :attr:`timings` holds what the engine
-    measured. Closing it early frees the engine for others.
+    measured. Closing it early, or cancelling it from another thread,
+    frees the engine for others.
     """
 
     _what = "generation"
 
     def __init__(self, run: Generator[str, None, Timings], *, engine: str = "engine",
-                 release: Callable[[], None] | None = None) -> None:
-        super().__init__(run)
+                 release: Callable[[], None] | None = None, cancel: Callable[[], None] | None = None) -> None:
+        super().__init__(run, cancel=cancel)
         self._engine = engine
         self._release = release  # frees what the engine holds for a generation closed before it started
         # When the caller asked: the engine's clock starts here too, so the

@@ -37,3 +37,7 @@ class EngineUnreachable(EngineError):
 
 class GenerationFailed(EngineError):
     """The engine failed while evaluating a prompt or decoding (its KV cache is full)."""
+
+
+class GenerationCancelled(EngineError):
+    """The request was stopped from outside (its caller cancelled it) before it ended."""

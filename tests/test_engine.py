@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
-from engine import ContextOverflow, FakeBackend, Message, Timings
+from engine import ContextOverflow, FakeBackend, GenerationCancelled, Message, Timings
+from engine.backend import Cancel
 
 from .backend_contract import check_backend
 
@@ -32,6 +36,47 @@ def test_a_generation_closed_early_frees_the_engine(backend):
         first = next(generation)
     assert first and not generation.done
     _, t = backend.generate(prompt, max_tokens=2).result()  # the engine is free again
+    assert t.decode_tokens <= 2
+
+
+def test_a_cancel_stops_each_part_once_whether_handed_over_before_or_after_it_was_asked():
+    cancel, stopped = Cancel(), []
+    cancel.on_cancel(lambda: stopped.append("before"))
+    assert stopped == []
+    cancel()
+    cancel()  # asking twice is asking once
+    cancel.on_cancel(lambda: stopped.append("after"))  # a part that starts after the stop is stopped at once
+    assert stopped == ["before", "after"]
+
+
+def test_a_generation_cancelled_from_another_thread_ends_its_reader(backend):
+    """A reader still waiting for the first piece (as the service's thread
+    is for a client that went away) ends with GenerationCancelled when
+    another thread cancels the generation, and the engine lets it go."""
+    question = "Cancelled. " + " ".join(f"Point {n}." for n in range(250))  # two steps of prompt or more
+    generation = backend.generate(backend.render([SYSTEM, Message("user", question)]), max_tokens=64)
+    ended: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            generation.result()
+            ended.append(None)
+        except BaseException as exc:  # noqa: BLE001 - what ended it is the assertion
+            ended.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    loop = backend.loop
+    deadline = time.monotonic() + 300  # hang guards, not timing checks
+    while not loop.published.active and time.monotonic() < deadline:
+        time.sleep(0.01)
+    generation.cancel()  # from this thread, without waiting
+    reader.join(300)
+    assert not reader.is_alive() and len(ended) == 1 and isinstance(ended[0], GenerationCancelled), ended
+    while (loop.published.active or loop.published.waiting) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not loop.published.active and not loop.published.waiting
+    _, t = backend.generate(backend.render([SYSTEM, Message("user", "Hi")]), max_tokens=2).result()
     assert t.decode_tokens <= 2
 
 

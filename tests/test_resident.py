@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rag.resident.address import Address
+from rag.resident.wire import call
 
 from .conftest import assert_clean_error, write_corpus
 
@@ -204,6 +205,41 @@ def test_ctrl_c_stops_the_answer_on_the_server(env, index):
     eventually(lambda: servers(env, index)[0]["in_flight"] == 0, "the server finished with the request")
     # An answer that ran to its end would have been stored as the session's turn 1.
     assert ask_json(env, index, "What is prefill?", "--session", "gone-1")["turn"] == 1
+
+
+def test_ctrl_c_during_the_prefill_stops_it_on_the_server(env, index, backend):
+    """Ctrl-C while the server still evaluates a long prompt (no piece
+    written yet): the server's engine lets the request go at once instead of
+    evaluating the whole prompt for nobody (issue 25). State, not time: the
+    prompt tokens it evaluated stay short of the question's."""
+    ask_json(env, index, "What is prefill?")  # a server runs
+    socket = servers(env, index)[0]["socket"]
+
+    def engine() -> dict:
+        return call(socket, "GET", "/v1/resident")["engine_stats"]
+
+    def idle() -> bool:
+        stats = engine()
+        return stats["requests_active"] == stats["requests_waiting"] == stats["passage_warm_queue"] == 0
+
+    eventually(idle, "the server's engine was idle before the question")
+    before = engine()["prefill_tokens"]
+    question = "Stop me. " + " ".join(f"Is point {n} about prefill?" for n in range(200))
+    asked = len(backend.tokenize(question))  # the server runs the same bundled model
+    process = subprocess.Popen(RAG + ["ask", question, "--index", str(index), "--max-tokens", "4", "-k", "1"],
+                               env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        eventually(lambda: engine()["prefill_tokens"] > before, "the server's engine began the prompt")
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=LONG)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130 and b"interrupted" in err and b"Traceback" not in err
+    assert not out.strip()  # no piece had been shown
+    eventually(idle, "the server's engine let the request go")
+    prefilled = engine()["prefill_tokens"] - before
+    assert prefilled < asked, f"{prefilled} prompt tokens evaluated for a question of {asked}"
 
 
 def test_a_server_that_died_is_replaced(env, index):

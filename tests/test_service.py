@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 
@@ -240,6 +242,55 @@ def test_a_client_that_disconnects_cancels_its_generation(pipeline):
         assert pipeline.conversation("gone").turns == ()
         ok = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "max_tokens": 4}, timeout=120)
         assert ok.status_code == 200
+    finally:
+        s.stop()
+
+
+def _engine_idle(app, loop) -> bool:
+    published = loop.published
+    return not (app.state.queue.depth or published.active or published.waiting or published.warming)
+
+
+def _wait(check, what: str, within_s: float = 300) -> None:
+    deadline = time.monotonic() + within_s  # a hang guard, not a timing check
+    while not check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("path,stream", [("/v1/ask", False), ("/v1/ask", True), ("/v1/chat/completions", True)])
+def test_a_client_that_leaves_before_the_first_piece_stops_the_prefill(pipeline, backend, path, stream):
+    """A client hangs up while its long prompt is evaluated, before any piece
+    was written: the engine drops the request at its next step instead of
+    evaluating the whole prompt and decoding for nobody (issues 25 and 27)."""
+    app = create_app(pipeline, ServiceSettings(rate_limit_per_minute=0, reject_over_target=False))
+    s = Server(app)
+    loop = backend.loop
+    # Each case's question differs from its first word, so none finds another's prompt cached;
+    # at about 1,400 tokens it takes three steps of 512 or more.
+    question = f"Case {path} {stream}. " + " ".join(f"Is point {n} about prefill?" for n in range(200))
+    asked = len(backend.tokenize(question))
+    body = {"question": question, "max_tokens": 4, "stream": stream, "max_k": 1} if path == "/v1/ask" else \
+        {"messages": [{"role": "user", "content": question}], "max_tokens": 4, "stream": stream}
+    payload = json.dumps(body).encode()
+    try:
+        pipeline.wait_idle()
+        _wait(lambda: _engine_idle(app, loop), "the engine was idle before the question")
+        before = loop.stats.counters["prefill_tokens"]
+        port = int(s.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as client:
+            client.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            def started() -> bool:
+                if select.select([client], [], [], 0)[0]:  # answered before the engine began: say what
+                    pytest.fail(f"the server answered: {client.recv(2000)!r}")
+                return bool(loop.published.active)
+
+            _wait(started, "the engine started on the prompt")
+        # Hung up before any piece: nothing but its own disconnect tells the server.
+        _wait(lambda: _engine_idle(app, loop), "the engine let the request go")
+        prefilled = loop.stats.counters["prefill_tokens"] - before
+        assert 0 < prefilled < asked, f"{prefilled} prompt tokens evaluated for a question of {asked}"
     finally:
         s.stop()
 

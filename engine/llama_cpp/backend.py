@@ -231,11 +231,12 @@ class LlamaCppBackend:
                           deadline=math.inf if deadline is None else deadline, spans=spans, trace=trace)
         # Submitted now, not when first read, so that the load the next request is planned for includes it.
         self.loop.submit(request)
-        return Generation(self._run(request), engine=self.name, release=lambda: self._release(request))
+        return Generation(self._run(request), engine=self.name, release=lambda: self._release(request),
+                          cancel=lambda: self._release(request, wait_s=0))
 
-    def _release(self, request: Request) -> None:
+    def _release(self, request: Request, wait_s: float = 30.0) -> None:
         if not request.released.is_set():
-            self.loop.cancel(request)
+            self.loop.cancel(request, wait_s)
 
     def _run(self, request: Request) -> Generator[str, None, Timings]:
         try:
@@ -320,8 +321,12 @@ class LlamaCppBackend:
 
     def engine_stats(self) -> dict[str, object]:
         """Sequences and cells, steps run, the tokens decoded and prefilled in
-        them, and the passages waiting for or being warmed into the store."""
+        them, the requests holding a sequence and waiting for one after the
+        last step (warming left out), and the passages waiting for or being
+        warmed into the store."""
+        published = self.loop.published
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
+                "requests_active": len(published.active), "requests_waiting": len(published.waiting),
                 "passage_warm_queue": self.loop.splicer.warm_size() + self.loop.warming(), **self.loop.stats.counters}
 
     def profile_key(self) -> dict[str, object]:

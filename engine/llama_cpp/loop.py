@@ -24,7 +24,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from ..errors import ContextOverflow, EngineError, GenerationFailed
+from ..errors import ContextOverflow, EngineError, GenerationCancelled, GenerationFailed
 from .snapshots import Snapshot, SnapshotCache
 from .native import Entry, NativeContext, Sampler
 from .passage_kv import PassageStore
@@ -120,7 +120,10 @@ class EngineLoop:
         done.wait(wait_s)
 
     def cancel(self, request: Request, wait_s: float = 30.0) -> None:
-        """Stop ``request`` and wait (up to ``wait_s``) until its sequence is free."""
+        """Stop ``request`` and wait (up to ``wait_s``; 0: not at all) until
+        its sequence is free: it is dropped before the next step (the step
+        in flight, one llama.cpp call, is not interrupted) and ends with a
+        :class:`GenerationCancelled` event."""
         request.cancelled.set()
         with self._cv:
             self._cv.notify()
@@ -254,11 +257,13 @@ class EngineLoop:
                                         self.slots.held(), warming)
 
     def _drop_cancelled(self) -> None:
+        # Told, not only released: a consumer still waiting for its first piece on
+        # another thread (a client that went away) wakes up and ends.
         for request in [r for r in self._waiting if r.cancelled.is_set()]:
             self._waiting.remove(request)
-            request.released.set()
+            request.fail(GenerationCancelled("the request was cancelled"))
         for active in [a for a in self._active.values() if a.req.cancelled.is_set()]:
-            self._finish(active, cancelled=True)
+            self._finish(active, error=GenerationCancelled("the request was cancelled"))
 
     def _admit(self) -> None:
         """Give sequences to waiting requests, most urgent first, while the

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generator, Sequence
 
-from engine.backend import Backend, Timings
+from engine.backend import Backend, Cancel, Timings
 from prompt_budget import PrefillCostModel, build_messages
 from prompt_budget.profile import Profile
 
@@ -287,7 +287,8 @@ class Pipeline:
         """
         received = time.perf_counter()  # the question is received now: TTFT counts from here
         options = AskOptions.of(options, **changes)
-        return AnswerStream(self._answer(valid_text(question), options, received))
+        cancel = Cancel()  # the stream's cancel() reaches the engine's request once there is one
+        return AnswerStream(self._answer(valid_text(question), options, received, cancel), cancel=cancel)
 
     def budgeted(self, question: str, options: AskOptions | None = None, **changes) -> Retrieval:
         """The chunks :meth:`stream` would put into the prompt for ``question``
@@ -309,7 +310,8 @@ class Pipeline:
             return self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
                                         received, None)[0]
 
-    def _answer(self, question: str, options: AskOptions, received: float) -> Generator[str, None, Answer]:
+    def _answer(self, question: str, options: AskOptions, received: float,
+                cancel: Cancel) -> Generator[str, None, Answer]:
         session = options.session
         with engine_errors(), self.keeper.turn(session):
             with self.keeper.question():
@@ -321,6 +323,7 @@ class Pipeline:
                     hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
                     prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
                                                                        conversation)
+                cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
                 # Citations the prompt did not show are removed as the text streams (see citations).
                 guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits), prompt.text),
                                      STOP_SEQUENCES if options.stop else ())

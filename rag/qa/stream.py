@@ -14,7 +14,9 @@ class AnswerStream(TextStream[Answer]):
     """Iterate for the answer's text pieces as they are generated; once
     exhausted, :attr:`answer` is the final :class:`Answer` with its sources,
     budget and timings. :meth:`close` stops the generation early and frees
-    the engine."""
+    the engine; :meth:`cancel` does so from another thread without waiting
+    for the next piece (a client that went away while the prompt is
+    evaluated), and the thread iterating it then ends with a RagError."""
 
     _what = "answer stream"
 

@@ -105,10 +105,12 @@ resident = APIRouter()
 
 @resident.get("/v1/resident")
 async def status(request: Request) -> dict:
-    """Who this server is: pid, key, socket, set-up, requests served, idle time."""
+    """Who this server is: pid, key, socket, set-up, requests served, idle
+    time, and its engine's step counters where it keeps them (``engine_stats``)."""
     life: Life = request.app.state.life
     pipeline: Pipeline = request.app.state.pipeline
     backend = pipeline.parts.loaded_backend
+    engine_stats = getattr(backend, "engine_stats", None)
     return {
         "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),
         "log": str(life.address.log), "started_at": life.started_at, "uptime_s": time.time() - life.started_at,
@@ -116,6 +118,7 @@ async def status(request: Request) -> dict:
         "idle_timeout_s": life.idle_timeout_s, "index": str(pipeline.index_dir), "sample": pipeline.use_sample,
         "model": str(pipeline.settings.model) if pipeline.settings.model else None,
         "engine": backend.name if backend is not None else None, "notes": list(life.notes),
+        "engine_stats": engine_stats() if engine_stats is not None else None,
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeVar
 
 from engine.backend import LoadAware
 
@@ -32,13 +32,21 @@ class Rejected(Exception):
         self.retry_after_s = retry_after_s
 
 
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client went away before what it waited for came; its generation was stopped."""
+
+
 class ThreadedAnswer:
     """An :class:`AnswerStream` run on its own thread and read from the event
     loop: ``async for piece in it``, then :attr:`answer`.
 
-    :meth:`aclose` (a client that went away) makes the thread close the
-    stream after the piece in progress, which ends the generation and frees
-    the engine. ``finished(answer or None)`` runs on that thread at the end.
+    :meth:`aclose` (a client that went away) cancels the stream at once,
+    even before its first piece: the engine drops the request at its next
+    step, and the thread ends and closes the stream. ``finished(answer or
+    None)`` runs on that thread at the end.
     """
 
     def __init__(self, stream: AnswerStream, finished: Callable[[Answer | None], None]) -> None:
@@ -103,7 +111,23 @@ class ThreadedAnswer:
     async def result_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> Answer | None:
         """The final answer, or None (and the generation stopped) as soon as
         ``gone()`` says the client went away."""
-        task = asyncio.ensure_future(self.result())
+        try:
+            return await self.unless_gone(self.result(), gone, every_s)
+        except ClientGone:
+            return None
+
+    async def first_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> str:
+        """The first piece (StopAsyncIteration for an answer with none), or
+        ClientGone (and the generation stopped) as soon as ``gone()`` says the
+        client went away: while the prompt is evaluated no piece is written,
+        so nothing else would notice."""
+        return await self.unless_gone(self.__anext__(), gone, every_s)
+
+    async def unless_gone(self, work: Awaitable[T], gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> T:
+        """What ``work`` (reading this answer) gives, or ClientGone, with the
+        generation stopped, as soon as ``gone()`` says the client went away
+        (asked every ``every_s`` seconds)."""
+        task = asyncio.ensure_future(work)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=every_s)
@@ -111,14 +135,17 @@ class ThreadedAnswer:
                     return task.result()
                 if await gone():
                     await self.aclose()
-                    return None
+                    raise ClientGone()
         finally:
             if not task.done():
                 task.cancel()
 
     async def aclose(self) -> None:
-        """Stop generating after the piece in progress."""
+        """Stop generating now: the stream is cancelled (the engine drops the
+        request at its next step) and its thread stops reading it. Nothing
+        is waited for; after the answer has ended it does nothing."""
         self._stop.set()
+        self._stream.cancel()
 
 
 class Answering:

@@ -17,7 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from ..errors import RagError
 from ..qa.answer import Answer
 from ..qa.options import DEFAULT_MAX_TOKENS
-from .answering import Rejected, ThreadedAnswer
+from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .state import ServiceState, service
@@ -40,9 +40,11 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return reply.completion(done) if done is not None else Response(status_code=499)
-        first = await answer.__anext__()
+        first = await answer.first_unless(request.is_disconnected)
     except StopAsyncIteration:
         first = None
+    except ClientGone:
+        return Response(status_code=499)
     except Rejected as exc:
         return busy(exc.retry_after_s)
     except RagError as exc:

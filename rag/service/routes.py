@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from engine.backend import Routing
 
 from ..errors import DocumentNotFound, RagError, engine_errors
-from .answering import Rejected, ThreadedAnswer
+from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import AskBody, SearchBody
 from .state import ServiceState, service
@@ -76,9 +76,11 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return done.to_dict() if done is not None else Response(status_code=499)
-        first = await answer.__anext__()  # errors before the first token are still HTTP errors
+        first = await answer.first_unless(request.is_disconnected)  # errors before it are still HTTP errors
     except StopAsyncIteration:
         first = None  # an empty answer: straight to the final event
+    except ClientGone:
+        return Response(status_code=499)
     except Rejected as exc:
         return busy(exc.retry_after_s)
     except RagError as exc:
