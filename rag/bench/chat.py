@@ -209,7 +209,8 @@ def _chat_summary(rows: list[dict[str, object]], turns: int, background: list[di
         "summaries": len(folds),
         "summary_methods": sorted({str(e.get("method")) for e in folds if e.get("method")}),
         "summary_s_total": round(sum(float(e["seconds"]) for e in folds), 3),
-        "background_prefill_s_total": round(sum(float(e["seconds"]) for e in prefills), 3),
+        "background_prefill_s_total": round(sum(float(e["seconds"]) for e in prefills if "seconds" in e), 3),
+        "background_prefill_errors": [str(e["error"]) for e in prefills if "error" in e],
         "background_wait_s_total": round(sum(float(r["background_wait_s"]) for r in ours_all), 3),
         "per_turn": per_turn,
     }
