@@ -144,7 +144,8 @@ async def status(request: Request) -> dict:
         "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),
         "log": str(life.address.log), "started_at": life.started_at, "uptime_s": time.time() - life.started_at,
         "requests": life.requests, "in_flight": life.in_flight, "idle_s": life.idle_for(),
-        "idle_timeout_s": life.idle_timeout_s, "stopping": life.stopping, "index": str(pipeline.index_dir), "sample": pipeline.use_sample,
+        "idle_timeout_s": life.idle_timeout_s, "stopping": life.stopping, "index": str(pipeline.index_dir),
+        "sample": pipeline.use_sample,
         "model": str(pipeline.settings.model) if pipeline.settings.model else None,
         "engine": backend.name if backend is not None else None, "notes": list(life.notes),
     }
