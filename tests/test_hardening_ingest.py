@@ -4,6 +4,7 @@ and globs as a user writes them. No hang, no traceback, nothing lost."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +23,16 @@ from .conftest import write_corpus
 @pytest.fixture
 def chunker(embedder):
     return Chunker(embedder.count_tokens)
+
+
+def _records(index_dir: Path, embedder) -> list:
+    from rag.index.store import Index
+
+    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    try:
+        return list(index.files().values())
+    finally:
+        index.close()
 
 
 def _sources(index_dir: Path, embedder) -> set[str]:
@@ -48,6 +59,30 @@ def test_special_files_and_bad_names_are_reported_not_read(tmp_path, embedder, c
     json.dumps(report.to_dict())  # every name can be written out
     again = ingest(tmp_path / "index", [corpus], embedder=embedder, chunker=chunker, max_file_bytes=16 << 20)
     assert again.added == [] and again.removed == [] and "caf\\xe9 \\xff\\xfe.md" in again.skipped
+
+
+
+def test_names_that_differ_only_in_bytes_that_are_not_utf8_do_not_collide_silently(tmp_path, embedder, chunker):
+    """A file named ``b"caf\\xe9.md"`` (Latin-1, not UTF-8) and one really
+    named with the four characters ``\\xe9`` get the same printable name: one is indexed,
+    the other reported with its reason, in a folder and named directly;
+    nothing is merged or dropped unsaid (issue 27)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    raw, spelled = corpus / os.fsdecode(b"caf\xe9.md"), corpus / "caf\\xe9.md"
+    raw.write_text("Espresso is brewed under pressure.\n")
+    spelled.write_text("Filter coffee drips through paper.\n")
+    for n, given in enumerate(([corpus], [raw, spelled], [spelled, raw])):
+        index = tmp_path / f"index-{n}"
+        report = ingest(index, given, embedder=embedder, chunker=chunker)
+        assert report.added == ["caf\\xe9.md"]
+        (why,) = [reason for source, reason in report.ignored if source == "caf\\xe9.md"]
+        assert "rename one" in why and "\n" not in why
+        # The file indexed is the one its name leads back to, whichever was given first.
+        (record,) = _records(index, embedder)
+        assert record.sha256 == hashlib.sha256(spelled.read_bytes()).hexdigest()
+        again = ingest(index, given, embedder=embedder, chunker=chunker)
+        assert again.added == again.removed == [] and [s for s, _ in again.ignored] == ["caf\\xe9.md"]
 
 
 def _ingest_without_root_powers(corpus: Path, index: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -295,3 +295,55 @@ def test_no_server_answers_in_process(index, run, monkeypatch, tmp_path):
     variable = run("search", "bread", "--index", index, "--json")
     assert variable.exit_code == 0, variable.output
     assert not list((tmp_path / "run").glob("rag-budget/*.sock"))  # no server was started or reached
+
+
+def test_no_search_or_question_is_lost_to_the_idle_stop(index):
+    """Commands that reached the server (as ``rag search`` and ``rag ask``
+    do before asking) send their searches and a question at moments around
+    a short idle timeout, several at once, some just as the server has
+    decided to stop (it says so, or has stopped answering): every one is
+    answered, by the server reached or by a fresh one (issues 25 and 27: 5
+    of 24 searches failed). In process, through the client the commands
+    use, against real server processes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rag.errors import RagError
+    from rag.qa.options import AskOptions
+    from rag.resident.client import ResidentClient
+    from rag.resident.lifecycle import probe
+    from rag.settings import Settings
+
+    env = shell()
+    settings = Settings(index=index, runtime_dir=Path(env["XDG_RUNTIME_DIR"]) / "rag-budget", server_idle_s=1.0)
+    address = Address.of(settings)
+
+    def idle_or_stopping(idle_s: float | None) -> bool:
+        try:
+            info = probe(address)
+        except RagError:  # a connection closed by a server going away
+            return True
+        return info is None or info.get("stopping", False) or (idle_s is not None and info["idle_s"] >= idle_s)
+
+    def search(client: ResidentClient) -> str:
+        return client.search("tomatoes need sun", k=1)[0].source
+
+    def ask(client: ResidentClient) -> str:
+        stream = client.stream("What limits decode?", AskOptions(max_tokens=4))
+        for _piece in stream:
+            pass
+        return type(stream.answer).__name__
+
+    try:
+        assert search(ResidentClient.connect(settings)) == "guide/garden.html"
+        pids = set()
+        with ThreadPoolExecutor(4) as pool:
+            # None: once the server has decided to stop, or is gone.
+            for idle_s in (0.8, None, 0.95, None, 1.0, None):
+                clients = [ResidentClient.connect(settings) for _ in range(4)]  # each reached the server
+                pids.update(c.server_pid for c in clients)
+                eventually(lambda: idle_or_stopping(idle_s), "the server idled", within_s=60)
+                found = list(pool.map(search, clients[:3])) + [pool.submit(ask, clients[3]).result()]
+                assert found == ["guide/garden.html"] * 3 + ["Answer"]
+        assert len(pids) > 1  # the stops happened: fresh servers answered
+    finally:
+        stop_every_server(env)

@@ -9,7 +9,9 @@ applies to files named directly as well. Special files (named pipes,
 devices, sockets) are never opened, a symbolic link is read only when it
 leads to a file inside the folder walked, files over the size limit are not read,
 and a name that is not valid UTF-8 is kept under a safe spelling (its bad
-bytes written as ``\\xff``).
+bytes written as ``\\xff``); a second file whose name comes out the same
+(``b"caf\\xe9.md"`` beside a file really named ``caf\\xe9.md``) is set
+aside with its reason, never merged with the first.
 
 Does not: read file contents (``run`` does) or decide what is supported
 beyond the file name (``formats`` does).
@@ -30,6 +32,7 @@ from .formats import is_supported
 
 DEFAULT_EXCLUDE = (".*", "**/.*", "**/.*/**", "__pycache__/**", "**/__pycache__/**")
 MAX_DOUBLE_STARS = 4  # one ** is enough to cross folders; more is a mistake (matching is linear either way)
+SAME_NAME = "another file has this name once bytes that are not UTF-8 are written as \\xNN: not read; rename one"
 DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a small CPU: see the README
 
 
@@ -129,15 +132,29 @@ class _Walk:
         self.max_bytes = max_file_bytes
         self.follow_links = follow_links
         self.found = FoundFiles()
-        self.seen: set[tuple[str, str]] = set()
+        self.seen: dict[tuple[str, str], Path] = {}  # (root, source) -> the file that has that name
+        self.shadowed: set[Path] = set()  # files not UTF-8 whose printable name is another file's real one
         self.used: set[str] = set()  # globs that matched something
 
     def consider(self, root: str, source: str, path: Path, *, named: bool, within: Path | None = None) -> None:
         """Add ``path`` to the files to read, or say why it is not read.
-        ``within``: the folder walked, which a symbolic link must not leave."""
-        if (root, source) in self.seen:
+        ``within``: the folder walked, which a symbolic link must not leave.
+        A file whose (root, source) another file already has is set aside:
+        two names that differ only in bytes that are not UTF-8 (written
+        ``\\xNN``) and a name spelled with those escapes. Of the latter the
+        one whose name is not UTF-8 is set aside, whichever comes first:
+        the name in the index leads back to the other."""
+        spelled = safe_name(str(path))
+        if spelled != str(path) and os.path.lexists(spelled):  # not registered in seen: the other file is read
+            if path not in self.shadowed:
+                self.shadowed.add(path)
+                self.found.ignored.append((source, SAME_NAME))
             return
-        self.seen.add((root, source))
+        first = self.seen.setdefault((root, source), path)
+        if first is not path:
+            if first != path:  # not the same file named twice: another file with the same printable name
+                self.found.ignored.append((source, SAME_NAME))
+            return
         excluded = matches(source, self.exclude) or (not named and matches(source, DEFAULT_EXCLUDE))
         if excluded:
             self.used.add(excluded)

@@ -2,7 +2,10 @@
 this set-up (started in the background if none runs, see ``lifecycle``) and
 ask, search and keep conversations through it, offering the part of
 :class:`~rag.qa.pipeline.Pipeline` that ``rag ask``, ``rag chat`` and
-``rag search`` use, so they print the same thing either way.
+``rag search`` use, so they print the same thing either way. A request
+that the server took nothing from (it was stopping, or went away before
+answering) is sent again to a fresh server, so an idle server stopping as
+a question arrives loses no question.
 
 Does not: import the index, the engine, numpy or the models (a question
 through a running server imports none of them; ``search`` imports the
@@ -23,7 +26,9 @@ from ..retrieval.scope import Scope
 from ..settings import Settings
 from .address import Address
 from .lifecycle import ensure_running
-from .wire import BROKEN, call, error_of, events, exchange
+from .wire import BROKEN, Unanswered, call, error_of, events, exchange
+
+ATTEMPTS = 3  # servers a request is sent to when each one goes away before answering it
 
 
 class ResidentClient:
@@ -33,8 +38,9 @@ class ResidentClient:
 
     via = "server"
 
-    def __init__(self, address: Address, settings: Settings, info: dict) -> None:
-        self.address, self.settings, self.info = address, settings, info
+    def __init__(self, address: Address, settings: Settings, info: dict,
+                 notice: Callable[[str], None] = lambda message: None) -> None:
+        self.address, self.settings, self.info, self._notice = address, settings, info, notice
         self.server_pid: int = info["pid"]
         self._socket = str(address.socket)
         self._sessions: set[str] = set()  # the conversations this client asked in
@@ -44,17 +50,29 @@ class ResidentClient:
         """The server of the set-up ``settings`` describe, started if none
         runs; ``notice`` is told what it noted while starting."""
         address = Address.of(settings)
-        return cls(address, settings, ensure_running(address, settings, notice))
+        return cls(address, settings, ensure_running(address, settings, notice), notice)
 
     def _gone(self, exc: BaseException) -> RagError:
         return RagError(f"the rag server (pid {self.server_pid}) stopped answering ({exc or type(exc).__name__}); "
                         f"its log: {self.address.log}; try again, or use --no-server")
 
-    def _call(self, method: str, path: str, body: dict | None = None, **options) -> dict | None:
-        try:
-            return call(self._socket, method, path, body, **options)
-        except BROKEN as exc:
+    def _another(self, attempt: int, exc: Unanswered) -> None:
+        """After the server took nothing from a request: reach a fresh one
+        (started if need be) to send it again, or the error when this was
+        the last attempt."""
+        if attempt + 1 >= ATTEMPTS:
             raise self._gone(exc) from None
+        self.info = ensure_running(self.address, self.settings, self._notice)
+        self.server_pid = self.info["pid"]
+
+    def _call(self, method: str, path: str, body: dict | None = None, **options) -> dict | None:
+        for attempt in range(ATTEMPTS):
+            try:
+                return call(self._socket, method, path, body, **options)
+            except Unanswered as exc:
+                self._another(attempt, exc)
+            except BROKEN as exc:
+                raise self._gone(exc) from None
 
     # -- what the question commands use of a Pipeline ---------------------------
 
@@ -80,19 +98,23 @@ class ResidentClient:
         return body | ({"no_target": True} if target is None else {"target_ttft_s": target})
 
     def _answer(self, body: dict) -> Generator[str, None, Answer]:
-        try:
-            with exchange(self._socket, "POST", "/v1/ask", body, timeout=None) as response:
-                if response.status != 200:
-                    raise error_of(response, response.read())
-                for event in events(response):
-                    if "delta" in event:
-                        yield event["delta"]
-                    elif "answer" in event:
-                        return Answer.from_dict(event["answer"])
-                    elif "error" in event:
-                        raise RagError(event["error"]["message"])
-        except BROKEN as exc:
-            raise self._gone(exc) from None
+        for attempt in range(ATTEMPTS):
+            try:
+                with exchange(self._socket, "POST", "/v1/ask", body, timeout=None) as response:
+                    if response.status != 200:
+                        raise error_of(response, response.read())  # Unanswered (nothing yielded) if stopping
+                    for event in events(response):
+                        if "delta" in event:
+                            yield event["delta"]
+                        elif "answer" in event:
+                            return Answer.from_dict(event["answer"])
+                        elif "error" in event:
+                            raise RagError(event["error"]["message"])
+                break
+            except Unanswered as exc:  # raised only before the status line: nothing was yielded yet
+                self._another(attempt, exc)
+            except BROKEN as exc:
+                raise self._gone(exc) from None
         raise RagError(f"the rag server ended the answer without its sources and timings; its log: {self.address.log}")
 
     def search(self, query: str, k: int = 5, *, mode: str | None = None, scope: Scope | None = None) -> list:

@@ -1,7 +1,8 @@
 """A resident server's life, from the client's side: whether one answers
 at an address, starting one in the background (one client starts it while
-the others wait for it, and a stale socket is replaced), listing the ones
-that run, and stopping them.
+the others wait for it, a stale socket is replaced, and a server that is
+stopping is waited out and replaced), listing the ones that run, and
+stopping them.
 
 Does not: ask questions (``client``) or serve (``server``).
 """
@@ -19,7 +20,7 @@ from typing import Callable
 from ..errors import RagError
 from ..settings import Settings
 from .address import CODE, EXIT_ALREADY_RUNNING, SETTINGS_VARIABLE, Address, held, server_settings
-from .wire import BROKEN, Unreachable, call
+from .wire import BROKEN, Unanswered, call
 
 START_WAIT_S = 900  # a first start may index the sample corpus; Ctrl-C ends the wait sooner
 PROBE_S = 30.0
@@ -27,10 +28,11 @@ PROBE_S = 30.0
 
 def probe(address: Address) -> dict | None:
     """The status of the server at ``address`` (``GET /v1/resident``), or
-    None when none answers there: no socket, or a stale one (refused)."""
+    None when none answers there: no socket, a stale one (refused), or a
+    server going away (the connection closed before an answer)."""
     try:
         return call(str(address.socket), "GET", "/v1/resident", timeout=PROBE_S)
-    except Unreachable:
+    except Unanswered:
         return None
     except BROKEN as exc:
         pid = address.pid()
@@ -38,23 +40,20 @@ def probe(address: Address) -> dict | None:
                        f"({exc}); stop it with `rag server stop`, or use --no-server") from None
 
 
+def _serving(info: dict | None) -> bool:
+    return info is not None and not info.get("stopping")
+
+
 def ensure_running(address: Address, settings: Settings, notice: Callable[[str], None]) -> dict:
-    """The status of the server at ``address``, started in the background
-    first if none runs; a RagError saying why when it cannot start.
-    ``notice`` is told what a server this call started noted while starting."""
+    """The status of a server at ``address`` that is not stopping, started
+    in the background first if none runs (after the one stopping there has
+    gone); a RagError saying why when it cannot start. ``notice`` is told
+    what a server this call started noted while starting."""
     info = probe(address)
-    if info is not None:
+    if _serving(info):
         return info
     with held(address.start_lock, wait_s=START_WAIT_S, what="start lock"):
-        info = probe(address)
-        if info is not None:
-            return info
-        process = None
-        if not address.alive():  # nobody holds the server's lock: whatever socket is left is stale
-            with contextlib.suppress(FileNotFoundError):
-                address.socket.unlink()
-            process = _spawn(address, settings)
-        info = _wait_ready(address, process)
+        info = _wait_ready(address, settings)
     for line in _log_lines(address):
         if line.startswith("note: "):
             notice(line.removeprefix("note: "))
@@ -75,18 +74,26 @@ def _spawn(address: Address, settings: Settings) -> subprocess.Popen:
         os.close(fd)
 
 
-def _wait_ready(address: Address, process: subprocess.Popen | None) -> dict:
+def _wait_ready(address: Address, settings: Settings) -> dict:
+    """With the start lock held: the status of the server at ``address``
+    once it serves, started here when none lives (a server still holding
+    its lock is starting or stopping: it is waited for, and replaced once
+    it has gone)."""
     deadline = time.monotonic() + START_WAIT_S
+    process = None
     while time.monotonic() < deadline:
         info = probe(address)
-        if info is not None:
+        if _serving(info):
             return info
         if process is not None and process.poll() is not None:
             if process.returncode != EXIT_ALREADY_RUNNING:
                 raise _start_failure(address, process.returncode)
-            process = None  # another one is starting: wait for it
+            process = None  # another one lives: wait for it to serve, or to go
         elif process is None and not address.alive():
-            raise _start_failure(address, None)
+            # Nobody holds the server's lock: whatever socket is left is stale.
+            with contextlib.suppress(FileNotFoundError):
+                address.socket.unlink()
+            process = _spawn(address, settings)
         time.sleep(0.05)
     raise RagError(f"the rag server did not answer within {START_WAIT_S} s; its log: {address.log}")
 

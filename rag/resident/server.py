@@ -10,9 +10,15 @@ lock for its whole life (a second server of the same key exits at once with
 log for the client to show, and removes its socket when it ends.
 
 Besides the service's routes it answers ``GET /v1/resident`` (who it is,
-requests served, idle time), ``GET /v1/resident/background`` (its
-background work, as ``rag chat``'s ``/stats`` shows it) and
-``POST /v1/resident/stop``.
+requests served, idle time, whether it is stopping),
+``GET /v1/resident/background`` (its background work, as ``rag chat``'s
+``/stats`` shows it) and ``POST /v1/resident/stop``.
+
+Stopping (idle, or told to) is decided on the event loop, where requests
+are admitted too, so the two never race: once it has decided, every new
+request is refused with 503 ``server_stopping`` before anything is done
+for it (the client then asks a fresh server), and it only decides to stop
+when idle while nothing is in flight; the answers in progress are finished.
 
 Does not: listen on TCP, start itself (the client does) or answer by
 itself (the service's routes and the pipeline do).
@@ -23,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import socket
 import sys
@@ -37,6 +44,7 @@ from ..index.generations import current_name
 from ..qa.pipeline import Pipeline
 from ..service import ServiceSettings, create_app
 from ..settings import Settings
+from . import wire
 from .address import EXIT_ALREADY_RUNNING, PROTOCOL, SETTINGS_VARIABLE, Address, held
 
 QUIET = frozenset({"/healthz", "/v1/resident", "/v1/resident/background", "/v1/resident/stop"})  # not activity
@@ -55,11 +63,20 @@ class Life:
     in_flight: int = 0
     last_activity: float = field(default_factory=time.monotonic)
     notes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=20))
+    stopping: bool = False  # decided to stop: every new request is refused (503 server_stopping)
     server: object = None  # the uvicorn server, told to exit by /v1/resident/stop
 
     def idle_for(self) -> float:
         """Seconds since the last request ended (0 while one runs)."""
         return 0.0 if self.in_flight else time.monotonic() - self.last_activity
+
+    def stop(self, why: str) -> None:
+        """Decide to stop: new requests are refused from now on, the ones in
+        flight are finished, then the server exits."""
+        if not self.stopping:
+            print(f"{why}: stopping", file=sys.stderr, flush=True)
+        self.stopping = True
+        self.server.should_exit = True
 
     def note(self, message: str) -> None:
         """Something the pipeline did on its own or found wrong: to the log and the status."""
@@ -67,10 +84,16 @@ class Life:
         print(f"note: {message}", file=sys.stderr, flush=True)
 
 
+STOPPING = json.dumps({"error": {"message": "the rag server is stopping; ask another",
+                                  "type": wire.STOPPING}}).encode("utf-8")
+
+
 class Tracked:
     """ASGI middleware: counts requests and the time since the last one
-    ended, and before a question opens the index anew when another process
-    published a new generation of it (``rag ingest`` in another shell)."""
+    ended, refuses every request once the server decided to stop (503
+    ``server_stopping``: nothing was done for it), and before a question
+    opens the index anew when another process published a new generation
+    of it (``rag ingest`` in another shell)."""
 
     def __init__(self, app, life: Life, pipeline: Pipeline) -> None:
         self.app, self.life, self.pipeline = app, life, pipeline
@@ -89,6 +112,14 @@ class Tracked:
             await self.app(scope, receive, send)
             return
         life = self.life
+        if life.stopping:
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(STOPPING)).encode("ascii"))]})
+            await send({"type": "http.response.body", "body": STOPPING})
+            return
+        # No await between the check above and this count: the idle check (on
+        # the same loop) sees either a request in flight or a stopping server.
         life.requests += 1
         life.in_flight += 1
         try:
@@ -115,7 +146,8 @@ async def status(request: Request) -> dict:
         "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),
         "log": str(life.address.log), "started_at": life.started_at, "uptime_s": time.time() - life.started_at,
         "requests": life.requests, "in_flight": life.in_flight, "idle_s": life.idle_for(),
-        "idle_timeout_s": life.idle_timeout_s, "index": str(pipeline.index_dir), "sample": pipeline.use_sample,
+        "idle_timeout_s": life.idle_timeout_s, "stopping": life.stopping, "index": str(pipeline.index_dir),
+        "sample": pipeline.use_sample,
         "model": str(pipeline.settings.model) if pipeline.settings.model else None,
         "engine": backend.name if backend is not None else None, "notes": list(life.notes),
         "engine_stats": engine_stats() if engine_stats is not None else None,
@@ -130,9 +162,9 @@ async def background(request: Request) -> dict:
 
 @resident.post("/v1/resident/stop")
 async def stop(request: Request) -> dict:
-    """Stop once the answers in progress are finished."""
+    """Stop once the answers in progress are finished; new requests are refused from now on."""
     life: Life = request.app.state.life
-    life.server.should_exit = True
+    life.stop("told to stop")
     return {"stopping": os.getpid(), "in_flight": life.in_flight}
 
 
@@ -169,8 +201,7 @@ async def _stop_when_idle(life: Life, pipeline: Pipeline) -> None:
         await asyncio.sleep(tick)
         # A summary still being written in the background is not idleness.
         if life.idle_for() >= life.idle_timeout_s and not pipeline.background_busy():
-            print(f"idle for {life.idle_timeout_s:g} s: stopping", file=sys.stderr, flush=True)
-            life.server.should_exit = True
+            life.stop(f"idle for {life.idle_timeout_s:g} s")
 
 
 async def _run(app: FastAPI, sock: socket.socket, life: Life, pipeline: Pipeline) -> None:
@@ -178,6 +209,7 @@ async def _run(app: FastAPI, sock: socket.socket, life: Life, pipeline: Pipeline
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     life.server = server
+    life.last_activity = time.monotonic()  # idle from now: loading took its time, and no client has been served yet
     idle = asyncio.create_task(_stop_when_idle(life, pipeline))
     try:
         await server.serve(sockets=[sock])

@@ -22,10 +22,20 @@ from ..errors import RagError
 
 CONNECT_S = 5.0
 Response = http.client.HTTPResponse
+STOPPING = "server_stopping"  # the error type of a request refused by a server that decided to stop
 BROKEN = (OSError, http.client.HTTPException)  # a server that went away or does not answer (timeouts are OSErrors)
 
 
-class Unreachable(RagError):
+class Unanswered(RagError):
+    """The server took nothing from the request: the connection was
+    refused, reset or closed before a status line came (a server going
+    away), or it answered 503 ``server_stopping``. A server stopping on its
+    own refuses new requests and finishes the admitted ones, so such a
+    request may be sent again to a fresh server. (A timeout is not this: the
+    server may still be working on the request.)"""
+
+
+class Unreachable(Unanswered):
     """No server listens on the socket (missing, or stale: refused)."""
 
 
@@ -53,13 +63,18 @@ def exchange(socket_path: str, method: str, path: str, body: dict | None = None,
     response, open for reading; closed when the block ends (which, in the
     middle of an answer, tells the server the client went away).
     Unreachable when nothing listens there; ``socket.timeout`` and OSError
-    as they come."""
+    as they come; Unanswered when the connection is reset or closed
+    before the response's status line."""
     connection = _UnixConnection(socket_path, timeout)
     try:
         payload = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json"} if payload is not None else {}
-        connection.request(method, path + (f"?{params}" if params else ""), body=payload, headers=headers)
-        response = connection.getresponse()
+        try:
+            connection.request(method, path + (f"?{params}" if params else ""), body=payload, headers=headers)
+            response = connection.getresponse()
+        except ConnectionError as exc:  # reset, broken pipe, or closed without a response (RemoteDisconnected)
+            raise Unanswered(f"the rag server at {socket_path} closed the connection before answering "
+                             f"({exc or type(exc).__name__})") from None
         try:
             yield response
         finally:
@@ -70,10 +85,11 @@ def exchange(socket_path: str, method: str, path: str, body: dict | None = None,
 
 def error_of(response: Response, data: bytes) -> RagError:
     """The one-line error a failed response carries (the service's
-    ``{"error": {"message", "type"}}``)."""
+    ``{"error": {"message", "type"}}``); Unanswered for a server stopping."""
     try:
-        return RagError(json.loads(data)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
+        error = json.loads(data)["error"]
+        return (Unanswered if error.get("type") == STOPPING else RagError)(error["message"])
+    except (ValueError, KeyError, TypeError, AttributeError):
         return RagError(f"the rag server answered {response.status} {response.reason}")
 
 
