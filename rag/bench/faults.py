@@ -50,6 +50,64 @@ def _busy(ticks: int | None) -> bool:
     return ticks is not None and ticks > IDLE_WINDOW_S * os.sysconf("SC_CLK_TCK") / 10
 
 
+def _pin_system(backend, faults: Faults, bound_s: float) -> list[int]:
+    """Pin the system prompt and store three passages with faults off (the
+    set-up itself does not fail); the system prompt's tokens."""
+    faults.active = False
+    system = backend.tokenize(backend.render(build_messages("x", [])))
+    system = system[: system.index(backend.tokenize("<|im_start|>")[0], 1)]
+    backend.prefill(system, session="system", pin=True)
+    backend.precompute_passages([passage_body(p) for p in PASSAGES[:3]])
+    settle(backend.loop, bound_s)
+    faults.active = True
+    return system
+
+
+def _ask(backend, system: list[int], kind: str, ending: str, n: int, shown: list[ContextPassage],
+         max_tokens: int) -> str:
+    """Run request ``n`` of ``kind`` and end it as ``ending`` says; how it ended."""
+    if kind == "pin":
+        backend.prefill(system, session="system", pin=True)
+        return "done"
+    if kind == "warm":
+        backend.keep_passages([passage_body(p) for p in shown])
+        return "done"
+    shown = shown if kind == "passages" else []
+    prompt = backend.render(build_messages(QUESTIONS[n % len(QUESTIONS)], shown))
+    generation = backend.generate(prompt, max_tokens=max_tokens, passages=[passage_body(p) for p in shown],
+                                  session=f"soak:{n % 3}" if kind == "session" else None)
+    if ending == "disconnect":
+        generation.close()
+        return "disconnected"
+    if ending == "cancel":
+        next(generation, None)
+        generation.close()
+        return "cancelled"
+    generation.result()
+    return "done"
+
+
+def _check_settled(loop, system: list[int], bound_s: float, checks: dict[str, int]) -> None:
+    """Check, once a round's requests ended, that cells are conserved, the
+    system prompt is held and the idle loop does not spin (counted in
+    ``checks``); raises InvariantBroken for the first that fails."""
+    settle(loop, bound_s)
+    checks["cells_conserved"] += 1
+    if loop.system != system:
+        raise InvariantBroken(f"the system prompt is not held ({len(loop.system)} of {len(system)} tokens)")
+    checks["system_restored"] += 1
+    # A spinning loop uses every tick; one finishing its last publish, or charged a tick on a
+    # busy machine, a few: more than a tenth of the window is spinning.
+    # A spin goes on: busy in each of three windows in a row. (Seen once, unexplained: 7 ticks in
+    # one 0.5 s window after a round; a later window tells a spin from a tail.)
+    used: list[int | None] = []
+    while len(used) < 3 and (not used or _busy(used[-1])):
+        used.append(idle_cpu_ticks(loop, IDLE_WINDOW_S))
+    if all(_busy(t) for t in used):
+        raise InvariantBroken(f"the idle engine used {used} CPU ticks in three {IDLE_WINDOW_S:g} s windows")
+    checks["idle_no_cpu"] += 1
+
+
 def bench_faults(
     backend,
     *,
@@ -67,13 +125,7 @@ def bench_faults(
     rng = random.Random(seed)
     faults = inject(backend, Faults(seed, DEFAULT_RATES if rates is None else rates))
     loop = backend.loop
-    faults.active = False  # the set-up itself does not fail
-    system = backend.tokenize(backend.render(build_messages("x", [])))
-    system = system[: system.index(backend.tokenize("<|im_start|>")[0], 1)]
-    backend.prefill(system, session="system", pin=True)
-    backend.precompute_passages([passage_body(p) for p in PASSAGES[:3]])
-    settle(loop, bound_s)
-    faults.active = True
+    system = _pin_system(backend, faults, bound_s)
     start = loop.stats.counters["steps"]
     ended = {"done": 0, "error": 0, "cancelled": 0, "disconnected": 0}
     checks = {"ended_within_bound": 0, "cells_conserved": 0, "system_restored": 0, "idle_no_cpu": 0}
@@ -81,30 +133,9 @@ def bench_faults(
     requests = rounds = 0
     lock = threading.Lock()
 
-    def run_one(kind: str, ending: str, n: int, rng_passages: list[ContextPassage]) -> None:
-        question = QUESTIONS[n % len(QUESTIONS)]
+    def run_one(*args) -> None:
         try:
-            if kind == "pin":
-                backend.prefill(system, session="system", pin=True)
-                how = "done"
-            elif kind == "warm":
-                backend.keep_passages([passage_body(p) for p in rng_passages])
-                how = "done"
-            else:
-                shown = rng_passages if kind == "passages" else []
-                prompt = backend.render(build_messages(question, shown))
-                generation = backend.generate(prompt, max_tokens=max_tokens, passages=[passage_body(p) for p in shown],
-                                              session=f"soak:{n % 3}" if kind == "session" else None)
-                if ending == "disconnect":
-                    generation.close()
-                    how = "disconnected"
-                elif ending == "cancel":
-                    next(generation, None)
-                    generation.close()
-                    how = "cancelled"
-                else:
-                    generation.result()
-                    how = "done"
+            how = _ask(backend, system, *args, max_tokens=max_tokens)
         except EngineError:
             how = "error"
         with lock:
@@ -119,8 +150,8 @@ def bench_faults(
         threads = []
         for _ in range(rng.randint(1, loop.slots.size + 1)):
             kind = rng.choices(KINDS, weights=(4, 3, 3, 1, 1))[0]
-            rng_passages = rng.sample(PASSAGES, 2)
-            t = threading.Thread(target=run_one, args=(kind, rng.choice(ENDINGS), requests, rng_passages), daemon=True)
+            shown = rng.sample(PASSAGES, 2)
+            t = threading.Thread(target=run_one, args=(kind, rng.choice(ENDINGS), requests, shown), daemon=True)
             requests += 1
             threads.append(t)
             t.start()
@@ -133,22 +164,7 @@ def bench_faults(
             break
         checks["ended_within_bound"] += len(threads)
         try:
-            settle(loop, bound_s)
-            checks["cells_conserved"] += 1
-            if loop.system != system:
-                raise InvariantBroken(f"the system prompt is not held after round {rounds} "
-                                      f"({len(loop.system)} of {len(system)} tokens)")
-            checks["system_restored"] += 1
-            # A spinning loop uses every tick; one finishing its last publish, or charged a tick on a
-            # busy machine, a few: more than a tenth of the window is spinning.
-            # A spin goes on: busy in each of three windows in a row. (Seen once, unexplained: 7 ticks in
-            # one 0.5 s window after a round; a later window tells a spin from a tail.)
-            used: list[int | None] = []
-            while len(used) < 3 and (not used or _busy(used[-1])):
-                used.append(idle_cpu_ticks(loop, IDLE_WINDOW_S))
-            if all(_busy(t) for t in used):
-                raise InvariantBroken(f"the idle engine used {used} CPU ticks in three {IDLE_WINDOW_S:g} s windows")
-            checks["idle_no_cpu"] += 1
+            _check_settled(loop, system, bound_s, checks)
         except InvariantBroken as exc:
             broken.append(f"round {rounds}: {exc}")
         if progress:
