@@ -114,6 +114,34 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
                     step_beside(load, wait, cost.predict))
 
 
+def under_load(idle: BudgetRequest, load: LoadPlan, bare_s: float, idle_bare_s: float,
+               refuse_late: bool) -> tuple[BudgetRequest, bool]:
+    """The budget request ``idle`` as ``load`` changes it, and whether the
+    engine is busy; ``bare_s`` and ``idle_bare_s`` are the seconds of the
+    prompt without passages under this load and on an idle engine. Raises
+    Overloaded when ``refuse_late`` and only the load keeps even that prompt
+    from meeting the target."""
+    target = idle.target_ttft
+    # Refused only for what is still ahead (the load), not for time already spent here.
+    bare = load.wait_s + bare_s
+    request = replace(idle, overhead_s=idle.overhead_s + load.wait_s)
+    busy = load.wait_s > 0 or load.slowdown > 1 or load.behind > 0
+    if busy and (target is None or bare <= target):
+        # Under load an answer on time without passages beats a late one with them
+        # (one that is late anyway keeps its least context).
+        request = replace(request, min_k=0)
+    if busy and target is not None and load.behind:
+        # Those who arrived before this plan are planned after it: leave each the time of a
+        # question without passages, so a burst is answered by all, not richly by its first.
+        request = replace(request, target_ttft=max(target - load.behind * bare_s, 1e-3))
+    # Refused only when the load is why: a question that misses the target on an idle
+    # engine too is answered late (retrying would not help), never "busy" (issue 27).
+    if refuse_late and target is not None and bare > target and busy and idle_bare_s <= target:
+        raise Overloaded(f"the engine is busy: even without passages the answer would start in {bare:.1f} s, "
+                         f"past the {target:g} s target", bare - target)
+    return request, busy
+
+
 def routing_prefix(backend: Backend, question: str, history: History) -> list[int]:
     """The tokens of ``question``'s prompt without passages: its system
     prompt, summary and recent turns come first whatever passages it gets,
@@ -183,26 +211,9 @@ class PromptPlanner:
         def loaded(n_new: int, n_cached: int) -> float:
             return load.slowdown * cost.predict(n_new, n_cached)
 
-        # Refused only for what is still ahead (the load), not for time already spent here.
-        bare_prefill = cost.overhead() + loaded(max(len(fixed_tokens) - cached, 0), cached)
-        bare = load.wait_s + bare_prefill
-        request = replace(idle, overhead_s=idle.overhead_s + load.wait_s)
-        busy = load.wait_s > 0 or load.slowdown > 1 or load.behind > 0
-        if busy and (target_ttft is None or bare <= target_ttft):
-            # Under load an answer on time without passages beats a late one with them
-            # (one that is late anyway keeps its least context).
-            request = replace(request, min_k=0)
-        if busy and target_ttft is not None and load.behind:
-            # Those who arrived before this plan are planned after it: leave each the time of a
-            # question without passages, so a burst is answered by all, not richly by its first.
-            request = replace(request, target_ttft=max(target_ttft - load.behind * bare_prefill, 1e-3))
-        # Refused only when the load is why: a question that misses the target on an idle
-        # engine too is answered late (retrying would not help), never "busy" (issue 27).
-        idle_bare = cost.overhead() + cost.predict(max(len(fixed_tokens) - cached, 0), cached)
-        if options.refuse_late and target_ttft is not None and bare > target_ttft and busy and \
-                idle_bare <= target_ttft:
-            raise Overloaded(f"the engine is busy: even without passages the answer would start in {bare:.1f} s, "
-                             f"past the {target_ttft:g} s target", bare - target_ttft)
+        new = max(len(fixed_tokens) - cached, 0)
+        request, busy = under_load(idle, load, cost.overhead() + loaded(new, cached),
+                                   cost.overhead() + cost.predict(new, cached), options.refuse_late)
         passages, candidates = self._candidates(question, hits, request, loaded,
                                                 lambda kept: cost.splice_seconds(kept) + load.step_s)
         try:
