@@ -150,3 +150,23 @@ def test_the_command_line_reports_every_file_it_passed_over(run, tmp_path):
     assert "'*.nothing' matched no file" in result.stderr
     bad = run("ingest", corpus, "--index", tmp_path / "index", "--max-file-mb", "-1")
     assert bad.exit_code == 1 and "--max-file-mb" in bad.stderr and "Traceback" not in bad.output
+
+
+def test_a_file_whose_name_is_not_utf8_is_found_again_by_its_printable_name(tmp_path, embedder, chunker):
+    """The index spells ``b"caf\\xe9.md"`` as ``caf\\xe9.md``; reading the
+    document back (``/v1/documents/{id}/file``, ``/text``) finds the file
+    that name stands for, and a file really named so still comes first."""
+    from rag.ingest.content import DocumentFile, file_in
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    raw = corpus / os.fsdecode(b"caf\xe9.md")
+    raw.write_text("Espresso is brewed under pressure.\n")
+    index = tmp_path / "index"
+    assert ingest(index, [corpus], embedder=embedder, chunker=chunker).added == ["caf\\xe9.md"]
+    (record,) = _records(index, embedder)
+    found = DocumentFile("id", record.source, file_in(record.root, record.source), record.sha256)
+    assert found.read() == raw.read_bytes() and found.text().current
+    spelled = corpus / "caf\\xe9.md"
+    spelled.write_text("Filter coffee drips through paper.\n")
+    assert file_in(record.root, record.source) == spelled

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,21 @@ class DocumentFile:
         return DocumentText(self.id, self.source, loaded.text, loaded.page_starts, current)
 
 
+_ESCAPED_BYTE = re.compile(r"\\x([89a-f][0-9a-f])")  # how a byte that is not UTF-8 is written in a name
+
+
+def raw_name(source: str) -> str:
+    """The file system name that ``source`` spells, bytes that are not UTF-8
+    written as ``\\xNN`` (the reverse of ``files.safe_name``).
+
+    ``raw_name("caf\\xe9.md") -> os.fsdecode(b"caf\\xe9.md")``
+    """
+    parts = _ESCAPED_BYTE.split(source)
+    data = b"".join(bytes([int(part, 16)]) if i % 2 else part.encode("utf-8", "surrogateescape")
+                    for i, part in enumerate(parts))
+    return os.fsdecode(data)
+
+
 def file_in(root: str, source: str) -> Path:
     """Where the document ``source`` ingested from ``root`` lies. Both come
     from the index, never from a client; still, a source that would lead
@@ -87,6 +103,8 @@ def file_in(root: str, source: str) -> Path:
     (DocumentNotFound)."""
     base = os.path.normpath(root)
     path = os.path.normpath(os.path.join(base, source))
+    if not os.path.lexists(path):  # a name that is not UTF-8 is indexed spelled with \xNN
+        path = os.path.normpath(os.path.join(base, raw_name(source)))
     if os.path.commonpath([base, path]) != base or path == base:
         raise DocumentNotFound(f"{source}: not a file inside {root}")
     real_base, real = os.path.realpath(base), os.path.realpath(path)
