@@ -110,6 +110,14 @@ def fit_samples(samples: Sequence[PrefillSample], form: str = "attention", *, ou
     return Fit(form, tuple(coef), _mape(form, coef, kept), len(kept), len(usable) - len(kept))
 
 
+def plausible(fit: Fit) -> bool:
+    """Whether ``fit`` can plan a budget: each new token costs time (and the
+    attention term does not make long prompts cheaper). A fit that predicts
+    prompts as free or falling would overshoot the target many times over;
+    calibration, online refits and saved profiles all keep to this rule."""
+    return fit.coef[1] > 0 and (fit.form != "attention" or fit.coef[2] >= 0)
+
+
 def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
     """The form the samples support best, and the fit of every form tried.
 
@@ -127,7 +135,7 @@ def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
         raise ValueError("no samples to fit")
     attention = fits.get("attention")
     linear = fits.get("linear")
-    if attention and attention.coef[2] > 0 and attention.coef[1] >= 0 and (linear is None or attention.mape < linear.mape):
+    if attention and attention.coef[2] > 0 and plausible(attention) and (linear is None or attention.mape < linear.mape):
         return attention, fits
     return (linear or attention), fits
 
@@ -356,8 +364,12 @@ class PrefillCostModel:
             if len({s.n_new for s in samples}) < 3:
                 return
             form = self.fit.form if self.calibrated else "linear"
-            try:
-                self.fit = fit_samples(samples, form)
-            except ValueError:
-                pass
+            for tried in dict.fromkeys((form, "linear")):  # a refit that is not plausible: the simpler form, else the last fit
+                try:
+                    fit = fit_samples(samples, tried)
+                except ValueError:
+                    continue
+                if plausible(fit):
+                    self.fit = fit
+                    break
             self._update_corrections()

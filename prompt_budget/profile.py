@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cost import FORMS, Fit, PrefillCostModel, PrefillSample, features
+from .cost import FORMS, Fit, PrefillCostModel, PrefillSample, features, plausible
 
 PROFILE_FORMAT = "rag-budget-prefill-profile"
 PROFILE_VERSION = 1
@@ -121,7 +121,7 @@ class Profile:
             def planned(fit: Fit) -> Fit:
                 # A time per new token (and an attention term) of zero or less predicts
                 # prompts as free: the budget would overshoot its target many times over.
-                if fit.coef[1] <= 0 or (fit.form == "attention" and fit.coef[2] < 0):
+                if not plausible(fit):
                     raise ValueError(f"a {fit.form} fit whose cost per token is not positive {list(fit.coef)}")
                 return fit
 

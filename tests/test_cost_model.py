@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from prompt_budget.cost import PrefillCostModel, PrefillSample, best_fit, fit_samples, prior_fit, quantile
+from prompt_budget.cost import PrefillCostModel, PrefillSample, best_fit, fit_samples, plausible, prior_fit, quantile
 from prompt_budget.profile import Profile, load_profile, profile_id, save_profile
 
 A, B, C = 0.015, 1 / 210, 2.5e-7  # seconds, s/token, s/token² (about 158 tok/s at 4k tokens)
@@ -186,3 +186,16 @@ def test_a_slow_repeat_on_a_busy_machine_does_not_bend_the_quick_calibration():
     fit = calibrate(Busy(seconds_per_token=0.005), quick=True).fit
     curve = [fit.predict(n) for n in range(1, 1025, 8)]
     assert all(a < b for a, b in zip(curve, curve[1:])), fit
+
+
+def test_an_online_refit_that_would_make_long_prompts_cheaper_is_not_kept():
+    # Samples where a longer prompt took less time (a noisy busy machine): the attention form fitted
+    # to them has a falling quadratic term, which a saved profile refuses; the model keeps a fit
+    # that can plan, so what it saves loads again (the CI failure of 2026-12-04).
+    start = fit_samples(_samples(random.Random(5), 60, 0.02), "attention")
+    model = PrefillCostModel(start, window=16)
+    for n, seconds in [(100, 0.40), (200, 0.75), (400, 1.30), (800, 1.90), (1600, 2.60), (3000, 3.1)] * 3:
+        model.observe(PrefillSample(0, n, seconds))
+    assert fit_samples(list(model.samples), "attention").coef[2] < 0  # the data would bend the curve down
+    assert plausible(model.fit)
+    assert model.predict(100) < model.predict(1600) < model.predict(3000)
