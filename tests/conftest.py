@@ -59,12 +59,42 @@ def write_corpus(root: Path, files: dict[str, str | bytes] = CORPUS) -> Path:
     return root
 
 
+def prepared_pipeline(root: Path, embedder, backend, files: dict[str, str | bytes] = CORPUS):
+    """A pipeline over ``files`` written and ingested under ``root``, warmed
+    up as a service would be; the caller closes it."""
+    from rag import Pipeline
+
+    p = Pipeline.open(root / "index", embedder=embedder, backend=backend, conversations=root / "c.sqlite")
+    p.ingest([write_corpus(root / "corpus", files)])
+    p.prepare()
+    return p
+
+
+def indexed_sources(index_dir: Path, embedder) -> set[str]:
+    """The sources of the documents in the index at ``index_dir``."""
+    from rag.index.store import Index
+
+    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    try:
+        return {source for _, source in index.files()}
+    finally:
+        index.close()
+
+
 @pytest.fixture(scope="session")
 def embedder():
     """The real all-MiniLM-L6-v2 embedder from its package."""
     from rag.ingest.embed import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def chunker(embedder):
+    """The default chunker for the shared embedder's tokenizer."""
+    from rag.ingest.chunking import Chunker
+
+    return Chunker(embedder.count_tokens)
 
 
 @pytest.fixture(scope="session")

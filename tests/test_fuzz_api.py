@@ -17,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag import Pipeline
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
-from .conftest import write_corpus
+from .conftest import prepared_pipeline
 
 TALLY: Counter[str] = Counter()
 FUZZ = settings(deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -28,10 +27,7 @@ FUZZ = settings(deadline=None, database=None, derandomize=True, suppress_health_
 
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory, embedder, backend):
-    root = tmp_path_factory.mktemp("fuzz")
-    p = Pipeline.open(root / "index", embedder=embedder, backend=backend, conversations=root / "c.sqlite")
-    p.ingest([write_corpus(root / "corpus")])
-    p.prepare()
+    p = prepared_pipeline(tmp_path_factory.mktemp("fuzz"), embedder, backend)
     s = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0, max_tokens_limit=2)))
     yield s
     s.stop()

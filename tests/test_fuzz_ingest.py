@@ -49,11 +49,6 @@ def _bounded(seconds: int = BOUND_S):
         signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.fixture(scope="module")
-def chunker(embedder):
-    return Chunker(embedder.count_tokens)
-
-
 def _load_or_refuse(name: str, suffix: str, data: bytes, chunker: Chunker) -> None:
     """The property: loaded (and chunked) or refused with one line."""
     with _bounded():

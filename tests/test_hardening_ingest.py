@@ -16,13 +16,8 @@ import pytest
 
 from rag.errors import RagError
 from rag.ingest import find_files, ingest
-from rag.ingest.chunking import Chunker
 
-from .conftest import write_corpus
-
-@pytest.fixture
-def chunker(embedder):
-    return Chunker(embedder.count_tokens)
+from .conftest import indexed_sources, write_corpus
 
 
 def _records(index_dir: Path, embedder) -> list:
@@ -31,16 +26,6 @@ def _records(index_dir: Path, embedder) -> list:
     index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     try:
         return list(index.files().values())
-    finally:
-        index.close()
-
-
-def _sources(index_dir: Path, embedder) -> set[str]:
-    from rag.index.store import Index
-
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
-    try:
-        return {source for _, source in index.files()}
     finally:
         index.close()
 
@@ -59,7 +44,6 @@ def test_special_files_and_bad_names_are_reported_not_read(tmp_path, embedder, c
     json.dumps(report.to_dict())  # every name can be written out
     again = ingest(tmp_path / "index", [corpus], embedder=embedder, chunker=chunker, max_file_bytes=16 << 20)
     assert again.added == [] and again.removed == [] and "caf\\xe9 \\xff\\xfe.md" in again.skipped
-
 
 
 def test_names_that_differ_only_in_bytes_that_are_not_utf8_do_not_collide_silently(tmp_path, embedder, chunker):
@@ -135,7 +119,7 @@ def test_globs_as_people_write_them(tmp_path, embedder, chunker):
     ingest(index, [corpus], embedder=embedder, chunker=chunker)
     narrowed = ingest(index, [corpus], embedder=embedder, chunker=chunker, include=["*.md"])
     assert narrowed.removed == ["sub/d.txt"]
-    assert _sources(index, embedder) == {"A.md", "B.MD", "sub/c.md"}
+    assert indexed_sources(index, embedder) == {"A.md", "B.MD", "sub/c.md"}
 
 
 def test_the_command_line_reports_every_file_it_passed_over(run, tmp_path):

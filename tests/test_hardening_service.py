@@ -11,18 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from rag import Pipeline
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
-from .conftest import write_corpus
+from .conftest import prepared_pipeline, write_corpus
 
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory, embedder, backend):
-    root = tmp_path_factory.mktemp("hostile")
-    p = Pipeline.open(root / "index", embedder=embedder, backend=backend, conversations=root / "c.sqlite")
-    p.ingest([write_corpus(root / "corpus")])
-    p.prepare()
+    p = prepared_pipeline(tmp_path_factory.mktemp("hostile"), embedder, backend)
     yield p
     p.close()
 

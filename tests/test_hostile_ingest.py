@@ -22,31 +22,15 @@ import pytest
 from rag.bench.samples import make_docx, make_epub, make_xlsx
 from rag.errors import DocumentNotFound
 from rag.ingest import find_files, ingest
-from rag.ingest.chunking import Chunker
 from rag.ingest.content import file_in
 from rag.ingest.library import DocumentLibrary
 
-from .conftest import write_corpus
+from .conftest import indexed_sources, write_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 BOMB_BYTES = 200 << 20  # expanded: under the 256 MiB cap the directory is checked against
 MEMORY_LIMIT = 3 << 30  # the subprocess's address space: the old code reached 4-6 GB
 GROWTH_BOUND_MB = 400  # well below the GBs the old code took, above what a real document needs
-
-
-@pytest.fixture
-def chunker(embedder):
-    return Chunker(embedder.count_tokens)
-
-
-def _sources(index_dir: Path, embedder) -> set[str]:
-    from rag.index.store import Index
-
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
-    try:
-        return {source for _, source in index.files()}
-    finally:
-        index.close()
 
 
 # -- 2: text that makes a pattern backtrack ----------------------------------
@@ -207,7 +191,7 @@ def test_a_link_out_of_the_folder_is_refused_and_reported(tmp_path, embedder, ch
     assert "outside the folder" in ignored["passwd.txt"]
     assert "not followed" in ignored["etc"]
     assert "inside.md" in report.added
-    sources = _sources(tmp_path / "index", embedder)
+    sources = indexed_sources(tmp_path / "index", embedder)
     assert "passwd.txt" not in sources and not any(s.startswith("etc/") for s in sources)
     # An index made before this fix may hold such a link: its file is not served.
     with pytest.raises(DocumentNotFound, match="symbolic link"):
@@ -222,7 +206,7 @@ def test_links_are_never_followed_in_the_uploads_folder(tmp_path, embedder):
     (library.uploads_dir / "planted.md").symlink_to(other)
     report = library.add("llamas.md", b"Llamas are camelids from South America.\n")
     assert report.added == ["llamas.md"]
-    assert _sources(tmp_path / "index", embedder) == {"llamas.md"}
+    assert indexed_sources(tmp_path / "index", embedder) == {"llamas.md"}
     assert any("planted.md" in note and "symbolic link" in note for note in report.notes)
 
 
@@ -295,7 +279,7 @@ def test_a_file_left_by_a_killed_upload_is_accounted_for(tmp_path, embedder):
     (library.uploads_dir / "first.md").write_text("An unconfirmed new version.\n")
     report = library.add("second.md", b"Alpacas are smaller.\n")
     assert report.added == ["second.md"] and report.updated == []
-    assert _sources(tmp_path / "index", embedder) == {"first.md", "second.md"}
+    assert indexed_sources(tmp_path / "index", embedder) == {"first.md", "second.md"}
     notes = " | ".join(report.notes)
     assert "orphan.md" in notes and "half.md" in notes and "restored first.md" in notes
     assert (library.uploads_dir / "first.md").read_text() == "Llamas are camelids.\n"

@@ -17,7 +17,7 @@ import pytest
 from rag import Pipeline
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
-from .conftest import CORPUS, write_corpus
+from .conftest import CORPUS, prepared_pipeline, write_corpus
 
 LONG_NAME = "a" * 240 + ".md"  # near the longest name a file system allows
 CATASTROPHIC = "*a" * 14 + "*b"  # a backtracking matcher takes ~n^14 steps over LONG_NAME
@@ -28,9 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def pipeline(tmp_path_factory, embedder, backend):
     root = tmp_path_factory.mktemp("hostile27")
     files = dict(CORPUS) | {LONG_NAME: "Aardvarks eat ants at night and sleep in burrows by day.\n"}
-    p = Pipeline.open(root / "index", embedder=embedder, backend=backend, conversations=root / "c.sqlite")
-    p.ingest([write_corpus(root / "corpus", files)])
-    p.prepare()
+    p = prepared_pipeline(root, embedder, backend, files)
     yield p
     p.close()
 

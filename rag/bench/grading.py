@@ -14,13 +14,13 @@ Does not: judge fluency, or whether the citations support the text (see
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RagError
+from .questions import json_lines
 
 
 @dataclass(frozen=True)
@@ -34,29 +34,24 @@ class GoldQuestion:
     reference: str = ""
 
 
+def _gold_question(raw: dict) -> GoldQuestion:
+    facts = tuple(tuple(str(a) for a in fact) for fact in raw["facts"])
+    try:
+        for fact in facts:
+            for alternative in fact:
+                re.compile(alternative)
+    except re.error as exc:
+        raise ValueError(f"a fact that is not a regular expression: {exc}") from None
+    if not facts or not all(facts):
+        raise ValueError("each question needs facts, each fact an alternative")
+    return GoldQuestion(str(raw["question"]), tuple(str(g) for g in raw["gold"]), facts,
+                        str(raw.get("reference", "")))
+
+
 def load_gold(path: Path) -> list[GoldQuestion]:
     """The questions of a JSON-lines file; RagError naming the line if one
     is malformed, has no facts, or holds a pattern that is not a regex."""
-    questions = []
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RagError(f"{path}: cannot read the questions file ({exc})") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            facts = tuple(tuple(str(a) for a in fact) for fact in raw["facts"])
-            for fact in facts:
-                for alternative in fact:
-                    re.compile(alternative)
-            if not facts or not all(facts):
-                raise ValueError("each question needs facts, each fact an alternative")
-            questions.append(GoldQuestion(str(raw["question"]), tuple(str(g) for g in raw["gold"]), facts,
-                                          str(raw.get("reference", ""))))
-        except (ValueError, KeyError, TypeError, re.error) as exc:
-            raise RagError(f"{path}:{number}: not a question with 'question', 'gold' and 'facts' ({exc})") from None
+    questions = json_lines(path, _gold_question, "a question with 'question', 'gold' and 'facts'")
     if not questions:
         raise RagError(f"{path}: no questions in the file")
     return questions

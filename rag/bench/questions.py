@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 from ..errors import RagError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -26,22 +28,30 @@ class Question:
     gold: tuple[str, ...]
 
 
-def load_questions(path: Path) -> list[Question]:
-    """The questions of a JSON-lines file; RagError naming the line if one is malformed."""
-    questions = []
+def json_lines(path: Path, parse: Callable[[dict], T], what: str) -> list[T]:
+    """``parse`` of each object of a JSON-lines file, blank lines skipped;
+    RagError naming the file if it cannot be read, or the line where
+    ``parse`` fails (ValueError, KeyError, TypeError), saying ``what`` a line
+    should be."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise RagError(f"{path}: cannot read the questions file ({exc})") from None
+    parsed = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            raw = json.loads(line)
-            questions.append(Question(str(raw["question"]), tuple(str(g) for g in raw["gold"])))
+            parsed.append(parse(json.loads(line)))
         except (ValueError, KeyError, TypeError) as exc:
-            raise RagError(f"{path}:{number}: not a question object with 'question' and 'gold' ({exc})") from None
-    return questions
+            raise RagError(f"{path}:{number}: not {what} ({exc})") from None
+    return parsed
+
+
+def load_questions(path: Path) -> list[Question]:
+    """The questions of a JSON-lines file; RagError naming the line if one is malformed."""
+    return json_lines(path, lambda raw: Question(str(raw["question"]), tuple(str(g) for g in raw["gold"])),
+                      "a question object with 'question' and 'gold'")
 
 
 def gold_ranks(search: Callable[[str, int], Sequence[str]], questions: Sequence[Question], depth: int) -> list[int | None]:
