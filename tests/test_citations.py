@@ -42,6 +42,10 @@ def test_the_opening_word_is_shown_at_once_and_later_words_when_settled():
     assert guard.feed("The") == "The"  # the first text the reader sees waits for no second token
     assert guard.feed(" notes") == ""  # may still become "notes.md"
     assert guard.feed(".md say [4]") + guard.finish() == " notes.md say"
+    guard = GroundedText(SHOWN)
+    assert guard.feed("preload") == "preload"
+    assert guard.feed("-cache.md says [1]") + guard.finish() == " says [1]"  # the invented name goes
+    assert guard.removed == ["preload-cache.md"]
     for opening in ("[4]", "(preload-cache.md)", "\nQuestion:", "2024"):
         assert GroundedText(SHOWN).feed(opening) == ""  # what may be invented or a stop still waits
 

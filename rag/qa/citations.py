@@ -102,6 +102,7 @@ class GroundedText:
         self.stopped = False
         self._held = ""
         self._shown = False
+        self._opening = ""  # the opening word shown before it ended: what follows may still complete it
 
     def feed(self, piece: str) -> str:
         """The text that can be shown now, ``piece`` included as far as it is known."""
@@ -117,9 +118,12 @@ class GroundedText:
         if not self._shown and _OPENING_WORD.match(self._held):
             # The answer's first word, letters only, is shown at once: holding
             # it until the next token costs every reader one decode step (a
-            # third of a second on a busy engine) of time to first text, and
-            # an answer that opens with a file name is too rare to pay that.
-            safe = len(self._held)
+            # third of a second on a busy engine) of time to first text. Should
+            # it grow into an invented file name, the rest of that name is removed.
+            out, self._held = self._held, ""
+            self._opening += out
+            self._shown = True
+            return out
         out, self._held = self._held[:safe], self._held[safe:]
         out = self._clean(out)
         self._shown = self._shown or bool(out)
@@ -131,6 +135,12 @@ class GroundedText:
         return self._clean(out)
 
     def _clean(self, text: str) -> str:
+        opening, self._opening = self._opening, ""
+        if opening and text[:1].strip():  # the opening word goes on: judge the whole word
+            whole, removed = self.grounding.clean(opening + text)
+            self.removed += removed
+            # What was shown stays; a removed name takes the rest of itself with it.
+            return whole[len(opening):] if whole.startswith(opening) else whole
         text, removed = self.grounding.clean(text)
         self.removed += removed
         return text
