@@ -343,6 +343,26 @@ class PassageKV(Protocol):
 
 
 @runtime_checkable
+class ExactPassages(Protocol):
+    """An optional ability: an engine that keeps the exact KV of the
+    passages of prompts it answered, cut at passage boundaries, and reuses
+    it in a later prompt that begins with the same tokens up to a
+    passage's end (its ``generate`` takes ``passages=`` as for
+    :class:`PassageKV`). ``exact_passages``: whether it does now."""
+
+    exact_passages: bool
+
+    def held_passages(self, texts: Sequence[str]) -> list[bool]:
+        """For each passage: whether the engine may hold it (a hint)."""
+        ...
+
+    def held_prefix(self, tokens: Sequence[int], texts: Sequence[str]) -> tuple[int, int]:
+        """Leading prompt tokens that will not be evaluated (cached, then
+        held passages following on), and how many of ``texts`` lie inside."""
+        ...
+
+
+@runtime_checkable
 class Routing(Protocol):
     """An optional ability: several engines behind one backend (a pool,
     ``engine.remote.pool``), each request routed to one of them. The caller plans

@@ -48,6 +48,7 @@ class EngineSettings(BaseModel):
     slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
     kv_cells: Optional[int] = Field(None, ge=256, description="KV cells all of them share (default: twice the context)")
     splice_fresh: Optional[int] = Field(None, ge=0, description="tokens at a spliced passage's head evaluated again; None: splicing off")
+    exact_passages: bool = Field(True, description="reuse the exact KV of passages held from earlier prompts (lossless)")
     passage_ram_bytes: int = Field(1 << 30, ge=0, description="stored passage KV kept in RAM, bytes")
     passage_disk_bytes: int = Field(8 << 30, ge=0, description="stored passage KV kept on disk, bytes")
 
@@ -87,6 +88,6 @@ def open_backend(
         model, n_ctx=n_ctx or DEFAULT_N_CTX, n_gpu_layers=settings.gpu_layers, flash_attn=settings.flash_attn,
         kv_type=settings.kv_type, slots=settings.slots, kv_cells=settings.kv_cells, snapshot_dir=snapshot_dir,
         snapshot_ram_bytes=snapshot_ram_bytes, snapshot_disk_bytes=snapshot_disk_bytes,
-        splice_fresh=settings.splice_fresh, passage_ram_bytes=settings.passage_ram_bytes,
+        splice_fresh=settings.splice_fresh, exact_passages=settings.exact_passages, passage_ram_bytes=settings.passage_ram_bytes,
         passage_disk_bytes=settings.passage_disk_bytes,
     )

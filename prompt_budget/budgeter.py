@@ -85,6 +85,7 @@ class BudgetRequest:
     max_k: int = 8
     relevance_floor: float = float("-inf")
     min_trim_tokens: int = 32
+    prefer_stored: float = 0.0  # a stored candidate goes ahead of unstored ones at most this much more relevant
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,24 @@ class _Selection:
                 self.drop(i, "context" if self.ctx_limit - self.used < self.candidates[i].tokens else "ttft")
 
 
+def prefer_stored(order: Sequence[int], candidates: Sequence[Candidate], margin: float) -> list[int]:
+    """``order`` (candidate indices, best first) with each stored candidate
+    moved ahead of the unstored ones just before it whose score beats its
+    own by at most ``margin``; stored ones keep their order among themselves.
+
+    With scores 0.9, 0.88 (stored), 0.5 and margin 0.05: ``[1, 0, 2]``.
+    """
+    out: list[int] = []
+    for i in order:
+        c = candidates[i]
+        at = len(out)
+        if c.spliced:
+            while at > 0 and not candidates[out[at - 1]].spliced and candidates[out[at - 1]].score - c.score <= margin:
+                at -= 1
+        out.insert(at, i)
+    return out
+
+
 def plan_budget(candidates: Sequence[Candidate], request: BudgetRequest, cost: CostFn) -> Plan:
     """Choose passages from ``candidates`` (best first) under ``request``.
 
@@ -294,7 +313,7 @@ def plan_budget(candidates: Sequence[Candidate], request: BudgetRequest, cost: C
     if r.fixed_tokens > r.n_ctx - r.reserve_tokens:
         raise ContextTooSmall(r.fixed_tokens, r.reserve_tokens, r.n_ctx)
     selection = _Selection(candidates, r, cost)
-    queue = selection.eligible()
+    queue = prefer_stored(selection.eligible(), candidates, r.prefer_stored)
     if not selection.take_first(queue):
         selection.fill(queue)
     selection.leave(queue)

@@ -35,7 +35,7 @@ FLAGS = {
     "engine_url": "--engine-url", "engine_routing": "--engine-routing", "engine_model": "--engine-model",
     "gpu_layers": "--gpu-layers", "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
     "no_server": "--no-server",
-    "splice_fresh": "--splice-fresh",
+    "splice_fresh": "--splice-fresh", "exact_passages": "--exact-passages",
 }
 OFF = ("none", "off")
 
@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     splice_fresh: Optional[int] = Field(
         DEFAULT_SPLICE_FRESH, ge=0,
         description="passage KV reuse: tokens at a spliced passage's head evaluated again; off (the default) for none")
+    exact_passages: bool = Field(
+        True, description="lossless passage KV reuse: a prompt takes the exact KV of passages an earlier prompt "
+                          "evaluated after the same tokens (ignored while --splice-fresh is set)")
     passage_ram_bytes: int = Field(1 << 30, ge=0, description="bytes of stored passage KV kept in RAM")
     passage_disk_bytes: int = Field(8 << 30, ge=0, description="bytes of stored passage KV kept on disk")
 
@@ -126,7 +129,8 @@ class Settings(BaseSettings):
         return EngineSettings(
             engine_url=self.engine_url, engine_routing=self.engine_routing, engine_model=self.engine_model,
             engine_api_key=self.engine_api_key, gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
-            kv_cells=self.kv_cells, splice_fresh=self.splice_fresh, passage_ram_bytes=self.passage_ram_bytes,
+            kv_cells=self.kv_cells, splice_fresh=self.splice_fresh, exact_passages=self.exact_passages,
+            passage_ram_bytes=self.passage_ram_bytes,
             passage_disk_bytes=self.passage_disk_bytes,
         )
 

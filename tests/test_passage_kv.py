@@ -264,7 +264,7 @@ def test_an_engine_without_passage_kv_says_so(pipeline_factory, embedder, tmp_pa
 def test_ingest_precompute_kv_reports_the_bytes(run, corpus, tmp_path):
     index = tmp_path / "index"
     refused = run("ingest", corpus, "--index", index, "--precompute-kv")
-    assert_clean_error(refused, "passage KV reuse is off", "--splice-fresh")
+    assert_clean_error(refused, "only for lossy splicing", "--splice-fresh")
     assert not index.exists()  # refused before anything was ingested
     result = run("--splice-fresh", "4", "ingest", corpus, "--index", index, "--precompute-kv", "--json")
     assert result.exit_code == 0, result.output

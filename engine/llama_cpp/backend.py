@@ -37,7 +37,7 @@ from .internals import chat_formatter, model_pointer, vocab_pointer
 from .native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from ..models import default_model_path, model_file, model_identity, read_metadata
-from .passage_kv import PassageStore, find_spans
+from .passage_kv import PassageStore, find_spans, segments
 from .passage_shelf import PassageShelf
 from ..scheduler import Load
 
@@ -105,6 +105,7 @@ class LlamaCppBackend:
         snapshot_ram_bytes: int = 512 << 20,
         snapshot_disk_bytes: int = 2 << 30,
         splice_fresh: int | None = None,
+        exact_passages: bool = True,
         passage_ram_bytes: int = 1 << 30,
         passage_disk_bytes: int = 8 << 30,
     ) -> None:
@@ -143,7 +144,7 @@ class LlamaCppBackend:
             snapshots = SnapshotCache(snapshot_ram_bytes, disk, snapshot_disk_bytes)
         self.snapshots = snapshots
         self.passages = PassageStore.open(identity, disk / "passages" if disk else None, passage_ram_bytes,
-                                          passage_disk_bytes, fresh=splice_fresh)
+                                          passage_disk_bytes, fresh=splice_fresh, exact=exact_passages)
         kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
         self._ctx = NativeContext(model_pointer(self._llm), n_ctx=self.kv_cells, n_seq_max=slots + 2,
                                   n_batch=n_batch, n_threads=self.n_threads, flash_attn=self.flash_attn,
@@ -287,6 +288,31 @@ class LlamaCppBackend:
     def splice_fresh(self) -> int | None:
         """Tokens at the head of a spliced passage evaluated again (None: splicing is off)."""
         return self.passages.fresh
+
+    @property
+    def exact_passages(self) -> bool:
+        """Whether prompts reuse the exact KV of passages held from earlier prompts."""
+        return self.passages.exact
+
+    def held_passages(self, texts: Sequence[str]) -> list[bool]:
+        """For each passage text (as :meth:`stored_passages` takes it):
+        whether a kept exact segment may hold it (a hint for the planner;
+        :meth:`held_prefix` says what a prompt really finds)."""
+        if not self.passages.exact:
+            return [False] * len(texts)
+        return [self.passages.may_hold(self.tokenize(t)) for t in texts]
+
+    def held_prefix(self, tokens: Sequence[int], texts: Sequence[str]) -> tuple[int, int]:
+        """Leading ``tokens`` (a prompt holding the passages ``texts``, in
+        order) that will not be evaluated: the cached prefix, then the held
+        exact segments that follow on from it; and how many of the passages
+        lie inside that."""
+        cached = self.cached_prefix(tokens)
+        if not self.passages.exact or not texts or not self.loop.system:
+            return cached, 0
+        spans = [s for s in find_spans(tokens, [self.tokenize(t) for t in texts]) if s is not None]
+        held, count = self.passages.held_chain(tokens, segments(tokens, spans, len(self.loop.system)), cached)
+        return min(held, len(tokens) - 1), count
 
     def stored_passages(self, texts: Sequence[str]) -> list[int]:
         """For each passage text (as a prompt shows it, less its number): the

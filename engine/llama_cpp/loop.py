@@ -396,6 +396,13 @@ class EngineLoop:
             if ok and req.store is not None:
                 held = []
                 self.splicer.keep(a, self.system)
+            elif ok:
+                began = time.perf_counter()
+                try:
+                    self.splicer.keep_segments(a, self.system)
+                except Exception as exc:  # noqa: BLE001 - the answer stands; its segments are not kept
+                    log.warning("keeping the passages of a prompt failed: %r", exc)
+                snapshot_s += time.perf_counter() - began  # saving state, like a session's snapshot
         except Exception as exc:  # noqa: BLE001 - told below, never left hanging
             log.warning("finishing a request failed: %r", exc)
             ok, held = False, []

@@ -18,6 +18,15 @@ therefore evaluated over the spliced cells, which restores attention across
 the passage boundary (as EPIC does); ``rag bench splice`` measures what is
 left of the difference.
 
+Exact reuse (the default) keeps no canonical copies: a prompt's passages cut
+it into segments, each from the end of the passage before (or of the system
+prompt) to the end of its own passage, and a segment's cells are kept under
+the tokens of the whole prompt up to its end, at their own positions. A
+later prompt that begins with the same tokens up to a segment's end takes
+that segment's cells as they are: the KV a full prefill would compute, since
+every cell attended to exactly the tokens it attends to there (a prefix
+cache cut at passage boundaries, as RAGCache keeps its knowledge tree).
+
 Does not: evaluate, load or place anything (``loop`` does), or choose
 which passages to keep (the caller asks for them).
 """
@@ -44,6 +53,7 @@ class Splice:
     end: int
     key: str
     fresh: int
+    origin: int | None = None  # where the stored cells begin; None: the canonical place behind the system prompt
 
     @property
     def point(self) -> int:
@@ -82,29 +92,105 @@ def find_spans(prompt: Sequence[int], passages: Sequence[Sequence[int]], start: 
     return spans
 
 
+def segments(prompt: Sequence[int], spans: Sequence[tuple[int, int]], origin: int) -> list[tuple[int, int]]:
+    """The exact-reuse segments of ``prompt`` whose passages lie at
+    ``spans`` (in order): each from the end of the one before (the first
+    from ``origin``, the end of the system prompt) to the end of its
+    passage; a passage that ends the prompt makes none (its last token is
+    always evaluated, for the answer's first logits).
+
+    ``segments(range(10), [(3, 5), (6, 8)], 2) -> [(2, 5), (5, 8)]``
+    """
+    found, at = [], origin
+    for _, end in spans:
+        if end >= len(prompt):
+            break
+        if end > at:
+            found.append((at, end))
+            at = end
+    return found
+
+
+def body_digest(tokens: Sequence[int]) -> str:
+    """A short name for a passage's tokens (what the planner is told is held)."""
+    return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:32]
+
+
 class PassageStore:
     """Passage KV by key, in RAM and optionally on disk (a :class:`SnapshotCache`
     of its own); ``fresh`` is the number of tokens at the head of a spliced
-    passage that are evaluated again (None: splicing is off, the store is
-    not used). Thread safe."""
+    passage that are evaluated again (None: no lossy splicing); ``exact``
+    keeps and reuses exact segments instead (ignored when ``fresh`` is set).
+    Neither: the store is not used. Thread safe."""
 
-    def __init__(self, identity: str, cache: SnapshotCache, *, fresh: int | None) -> None:
+    def __init__(self, identity: str, cache: SnapshotCache, *, fresh: int | None, exact: bool = False) -> None:
         self.identity, self.cache, self.fresh = identity, cache, fresh
+        self.exact = exact and fresh is None
         self.hits = self.misses = 0
+        # Passages inside kept segments (this process's): a hint for the planner, checked exactly by the keys.
+        self._bodies: set[str] = set()
 
     @classmethod
     def open(cls, identity: str, disk_dir: Path | None, ram_bytes: int, disk_bytes: int, *,
-             fresh: int | None) -> "PassageStore":
+             fresh: int | None, exact: bool = False) -> "PassageStore":
         """A store of at most ``ram_bytes`` in RAM and, under ``disk_dir``,
         ``disk_bytes`` on disk; EngineSettingsError for a negative ``fresh``."""
         if fresh is not None and fresh < 0:
             raise EngineSettingsError(f"splice_fresh must be 0 or more tokens, not {fresh}")
-        return cls(identity, SnapshotCache(ram_bytes, disk_dir, disk_bytes), fresh=fresh)
+        return cls(identity, SnapshotCache(ram_bytes, disk_dir, disk_bytes), fresh=fresh, exact=exact)
 
     @property
     def enabled(self) -> bool:
-        """Whether prompts are spliced from the store."""
-        return self.fresh is not None
+        """Whether prompts take passages' KV from the store (lossy or exact)."""
+        return self.fresh is not None or self.exact
+
+    def segment_keys(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]]) -> list[str]:
+        """The key of each exact segment ``bounds`` of ``prompt``: the
+        engine's set-up, every prompt token up to the segment's end, and
+        where it starts."""
+        digest = hashlib.sha256(self.identity.encode("utf-8") + b"|exact|")
+        hay = np.asarray(prompt, dtype="<i4")
+        keys, at = [], 0
+        for start, end in bounds:
+            digest.update(hay[at:end].tobytes())
+            at = end
+            mine = digest.copy()
+            mine.update(f"|{start}".encode())
+            keys.append("segment:" + mine.hexdigest())
+        return keys
+
+    def exact_splices(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int) -> list[Splice]:
+        """The held segments among ``bounds`` of ``prompt`` that end after
+        ``after`` (what precedes is cached already), in order; one whose
+        head is cached is taken from where the cache ends."""
+        found = []
+        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds)):
+            if end > after and self.holds(key):
+                found.append(Splice(start, end, key, max(after - start, 0), origin=start))
+        return found
+
+    def held_chain(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int) -> tuple[int, int]:
+        """How far ``prompt`` is held when its first ``after`` tokens are
+        cached: the end of the last of the held segments that follow on
+        without a gap, and how many segments end inside that."""
+        held, count = after, 0
+        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds)):
+            if end <= held:
+                count += 1
+            elif start <= held and self.holds(key):
+                held, count = end, count + 1
+            else:
+                break
+        return held, count
+
+    def note_bodies(self, bodies: Sequence[Sequence[int]]) -> None:
+        """Remember that these passages lie inside kept segments."""
+        self._bodies.update(body_digest(b) for b in bodies)
+
+    def may_hold(self, body: Sequence[int]) -> bool:
+        """Whether a kept segment may hold this passage (a hint: only the
+        segment keys say whether a prompt's passages are held)."""
+        return body_digest(body) in self._bodies
 
     def key(self, system: Sequence[int], tokens: Sequence[int]) -> str:
         """The key of a passage of ``tokens`` computed behind ``system``."""
@@ -138,17 +224,21 @@ class PassageStore:
     def stats(self) -> dict[str, object]:
         """Entries and bytes in RAM and on disk, hits and misses, and ``fresh``."""
         return {f"passage_{k}": v for k, v in self.cache.stats().items()} | {
-            "passage_hits": self.hits, "passage_misses": self.misses, "splice_fresh_tokens": self.fresh}
+            "passage_hits": self.hits, "passage_misses": self.misses, "splice_fresh_tokens": self.fresh,
+            "exact_passages": self.exact}
 
     def splices(self, system: Sequence[int], prompt: Sequence[int], spans: Sequence[tuple[int, int]],
                 after: int) -> list[Splice]:
         """The stored passages among ``spans`` of ``prompt`` that end after
-        position ``after`` (what precedes is cached already), in order;
-        nothing when splicing is off. A passage whose head is cached already
-        is spliced from where the cache ends; one that ends the prompt is
-        not spliced."""
-        if self.fresh is None or not system:
+        position ``after`` (what precedes is cached already), in order:
+        passages stored behind the system prompt when splicing is lossy,
+        held exact segments when it is exact, nothing when the store is off.
+        A passage whose head is cached already is spliced from where the
+        cache ends; one that ends the prompt is not spliced."""
+        if not system:
             return []
+        if self.fresh is None:
+            return self.exact_splices(prompt, segments(prompt, spans, len(system)), after) if self.exact else []
         found = []
         for start, end in spans:
             # A cached prefix often runs into the first passage (the previous prompt began with

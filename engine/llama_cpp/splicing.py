@@ -24,7 +24,7 @@ from collections import OrderedDict
 from typing import Callable, Sequence
 
 from .native import NativeContext
-from .passage_kv import PassageStore, Splice
+from .passage_kv import PassageStore, Splice, segments
 from .requests import Active, Request
 from ..scheduler import Step
 
@@ -99,10 +99,12 @@ class Splicer:
                     alone = self.make_room()
                     loaded = ctx.load(self.scratch, data)
                     refused = not loaded and alone  # refused with room: not a state of this set-up
+                origin = canonical if splice.origin is None else splice.origin
                 # A state of another length or place is not this passage: never use it.
-                if loaded and ctx.first_pos(self.scratch) == canonical and \
-                        ctx.last_pos(self.scratch) == canonical + n - 1:
-                    ctx.shift(self.scratch, canonical, canonical + n, splice.start - canonical)
+                if loaded and ctx.first_pos(self.scratch) == origin and \
+                        ctx.last_pos(self.scratch) == origin + n - 1:
+                    if splice.start != origin:
+                        ctx.shift(self.scratch, origin, origin + n, splice.start - origin)
                     ctx.share(self.scratch, a.seq, splice.point, splice.end)
                     placed = True
                 refused = refused or (loaded and not placed)
@@ -128,12 +130,38 @@ class Splicer:
             self.store.put(a.req.store, a.req.tokens[canonical:], data)
         self.ctx.remove(a.seq)
 
+    def keep_segments(self, a: Active, system: Sequence[int]) -> int:
+        """Keep the exact segments of ``a``'s answered prompt that the store
+        does not hold yet (its sequence still holds them); how many were kept.
+        Runs before its sequence is given back; a segment that cannot be
+        saved is only a cache entry lost."""
+        store = self.store
+        if store is None or not store.exact or not a.req.spans:
+            return 0
+        prompt = a.req.tokens
+        bounds = [(s, e) for s, e in segments(prompt, a.req.spans, len(system)) if e <= a.n_past]
+        kept = 0
+        for (start, end), key in zip(bounds, store.segment_keys(prompt, bounds)):
+            if store.holds(key):
+                continue
+            try:
+                self.ctx.share(a.seq, self.scratch, start, end)
+                data = self.ctx.save(self.scratch)
+            finally:
+                self.ctx.remove(self.scratch)
+            if data:
+                store.put(key, prompt[start:end], data)
+                kept += 1
+        ends = {e for _, e in bounds}
+        store.note_bodies([prompt[s:e] for s, e in a.req.spans if e in ends])
+        return kept
+
     # -- warming ---------------------------------------------------------------------
 
     def wanted(self, passages: Sequence[tuple[str, list[int]]]) -> int:
         """Queue ``(key, tokens)`` passages to warm when the engine is idle
         (those stored or queued already are left out); how many were queued."""
-        if not self.enabled:
+        if not self.enabled or self.store.fresh is None:  # exact segments are kept as prompts are answered
             return 0
         queued = 0
         with self._lock:

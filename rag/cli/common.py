@@ -91,12 +91,17 @@ def _engine_options(
         None, "--splice-fresh",
         help="Passage KV reuse: splice stored passages into prompts, evaluating this many tokens at each one's head "
              "again; off for none (default: $RAG_SPLICE_FRESH, else off; see README)."),
+    exact_passages: Optional[bool] = typer.Option(
+        None, "--exact-passages/--no-exact-passages",
+        help="Lossless passage KV reuse: keep the exact KV of prompts' passages and reuse it where a later prompt "
+             "begins the same way (default: $RAG_EXACT_PASSAGES, else on; see README)."),
 ) -> None:
     """Local document question answering that treats the prompt as a cost."""
     clock.invoked()
     _ENGINE_FLAGS.clear()
     _ENGINE_FLAGS.update(engine_url=engine_url, engine_routing=engine_routing, engine_model=engine_model,
-                         gpu_layers=gpu_layers, flash_attn=flash_attn, kv_type=kv_type, splice_fresh=splice_fresh)
+                         gpu_layers=gpu_layers, flash_attn=flash_attn, kv_type=kv_type, splice_fresh=splice_fresh,
+                         exact_passages=exact_passages)
 
 
 def settings(**flags) -> Settings:

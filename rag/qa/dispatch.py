@@ -21,7 +21,7 @@ from ..conversations import Conversation, ConversationKeeper, kv_key
 from ..index.store import Hit
 from .engines import EngineDesk
 from .options import AskOptions
-from .passages import splicing
+from .passages import splicing, takes_passages
 from .planner import PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
 
 
@@ -73,7 +73,7 @@ class Dispatcher:
         engine = splicing(route.engine)
         generation = route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
                                     session=kv_key(session) if session is not None else None,
-                                    **({"passages": tuple(prompt.passages)} if engine else {}))
+                                    **({"passages": tuple(prompt.passages)} if takes_passages(route.engine) else {}))
         if engine is not None and prompt.to_keep:
             engine.keep_passages(tuple(prompt.to_keep))
         return generation

@@ -15,15 +15,21 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.backend import Backend, PassageKV, PrefixCache
+from engine.backend import Backend, ExactPassages, PassageKV, PrefixCache
 from prompt_budget import ContextPassage, passage_body
 
 from ..errors import RagError
 
 
 def splicing(backend: Backend) -> PassageKV | None:
-    """``backend`` if it splices stored passages into prompts now, else None."""
+    """``backend`` if it splices stored passages into prompts now (lossy), else None."""
     return backend if isinstance(backend, PassageKV) and backend.splice_fresh is not None else None
+
+
+def takes_passages(backend: Backend) -> bool:
+    """Whether ``backend`` wants a prompt's passages with it: it splices
+    stored passages, or reuses exact ones held from earlier prompts."""
+    return splicing(backend) is not None or (isinstance(backend, ExactPassages) and backend.exact_passages)
 
 
 class PassageKeeper:
@@ -50,7 +56,8 @@ class PassageKeeper:
             raise RagError(f"{backend.name} keeps no passage KV (only the in-process llama.cpp engine does); "
                            "drop --precompute-kv or --engine-url")
         if backend.splice_fresh is None:
-            raise RagError("passage KV reuse is off: set --splice-fresh N (or RAG_SPLICE_FRESH) to precompute passages")
+            raise RagError("passages are precomputed only for lossy splicing: set --splice-fresh N (or RAG_SPLICE_FRESH); "
+                           "exact reuse (the default) keeps passages as prompts are answered")
         return backend
 
     def describe(self) -> dict[str, object]:
@@ -60,7 +67,9 @@ class PassageKeeper:
         if not isinstance(backend, PassageKV):
             return {"splicing": "unsupported (this engine keeps no passage KV)"}
         stats = backend.cache_stats() if isinstance(backend, PrefixCache) else {}
+        exact = isinstance(backend, ExactPassages) and backend.exact_passages
         return {"splicing": "on" if backend.splice_fresh is not None else "off", "splice_fresh": backend.splice_fresh,
+                "exact_passages": "on" if exact else "off",
                 **{k: v for k, v in stats.items() if k.startswith("passage_")}}
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.backend import Backend, LoadAware, PassageKV, PrefixCache
+from engine.backend import Backend, ExactPassages, LoadAware, PassageKV, PrefixCache
 from engine.scheduler import expected_wait, slowdown, step_beside
 from prompt_budget import (
     BudgetRequest,
@@ -48,6 +48,9 @@ from .options import AskOptions
 
 HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
 KEEP_AT_MOST = 8  # passages one question asks the engine to store
+# A passage whose exact KV the engine holds goes ahead of unheld ones at most this share of the best
+# score more relevant (RRF scores: about 3 ranks of one ranking): near-equal, so nearly free wins.
+PREFER_HELD = 0.05
 
 
 @dataclass(frozen=True)
@@ -214,8 +217,11 @@ class PromptPlanner:
         new = max(len(fixed_tokens) - cached, 0)
         request, busy = under_load(idle, load, cost.overhead() + loaded(new, cached),
                                    cost.overhead() + cost.predict(new, cached), options.refuse_late)
-        passages, candidates = self._candidates(question, hits, request, loaded,
-                                                lambda kept: cost.splice_seconds(kept) + load.step_s)
+        passages, candidates, path = self._candidates(question, hits, request, loaded,
+                                                      lambda kept: cost.splice_seconds(kept) + load.step_s,
+                                                      render, cached)
+        if path and hits:
+            request = replace(request, prefer_stored=PREFER_HELD * abs(hits[0].score))
         try:
             plan = plan_budget(candidates, request, loaded)
             cut = 0
@@ -224,11 +230,17 @@ class PromptPlanner:
         except ContextTooSmall as exc:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages)
-        text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens, options.passage_order)
+        text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens, options.passage_order, path)
         # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
-        spliced = [candidates[i] for i in chosen if i not in plan.trim and candidates[i].spliced]
-        held = cached + sum(c.spliced for c in spliced)
-        seconds = loaded(max(n - held, 0), held) + sum(c.splice_s for c in spliced)
+        if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
+            held, _ = backend.held_prefix(backend.tokenize(text), [passage_body(p) for p in shown])
+            held = max(held, cached)
+            extra_s = cost.splice_seconds(held - cached) + load.step_s if held > cached else 0.0
+        else:
+            spliced = [candidates[i] for i in chosen if i not in plan.trim and candidates[i].spliced]
+            held = cached + sum(c.spliced for c in spliced)
+            extra_s = sum(c.splice_s for c in spliced)
+        seconds = loaded(max(n - held, 0), held) + extra_s
         budget = Budget(
             target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
             chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
@@ -271,29 +283,59 @@ class PromptPlanner:
         worth += [i for i, reason in plan.dropped if reason in ("ttft", "max_k") and not candidates[i].spliced]
         return tuple(passage_body(ContextPassage(hits[i].source, hits[i].text, hits[i].page)) for i in worth[:KEEP_AT_MOST])
 
+    def _held_path(self, passages: Sequence[ContextPassage], render, cached: int) -> list[tuple[int, int]]:
+        """The passages (indices, with the prompt tokens each adds to what is
+        held) that, first in a prompt in this order, the engine holds the
+        exact KV of, following on from the ``cached`` prefix; best first at
+        each place. Empty for an engine without exact passage reuse."""
+        backend = self.backend
+        if not passages or not isinstance(backend, ExactPassages) or not backend.exact_passages:
+            return []
+        bodies = [passage_body(p) for p in passages]
+        hinted = [i for i, h in enumerate(backend.held_passages(bodies)) if h]
+        path: list[tuple[int, int]] = []
+        held = cached
+        while hinted:
+            for i in hinted:
+                shown = [passages[j] for j, _ in path] + [passages[i]]
+                reach, inside = backend.held_prefix(backend.tokenize(render(shown)), [passage_body(p) for p in shown])
+                if inside == len(shown):
+                    path.append((i, max(reach - held, 0)))
+                    held = max(reach, held)
+                    hinted.remove(i)
+                    break
+            else:
+                break
+        return path
+
     def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
                     cost: Callable[[int, int], float], splice_seconds: Callable[[int], float],
-                    ) -> tuple[list[ContextPassage], list[Candidate]]:
+                    render, cached: int) -> tuple[list[ContextPassage], list[Candidate], list[int]]:
         """The passages of ``hits`` (each focused on the question when the
         room is too small for three whole ones, unless the engine holds it
-        stored whole: then it costs its load, not its prefill) and their
-        budget candidates, with what the engine holds stored of each."""
+        stored whole: then it costs its load, not its prefill), their
+        budget candidates, with what the engine holds stored of each, and
+        the held exact path (see :meth:`_held_path`) in prompt order."""
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
-        stored = self._stored(passages)
+        path = self._held_path(passages, render, cached)
+        held = dict(path)
+        stored = [min(held[i], size) if i in held else 0 for i, size in enumerate(sizes)] if path \
+            else self._stored(passages)
         if cap is not None:
             terms = set(lexical_terms(question))
             passages = [p if kept else self._focused(p, terms, cap, n)
                         for n, (p, kept) in enumerate(zip(passages, stored), start=1)]
             sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
-            stored = self._stored(passages)
+            if not path:
+                stored = self._stored(passages)
         candidates = [
             Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end,
                       spliced=kept, splice_s=splice_seconds(kept) if kept else 0.0)
             for size, h, kept in zip(sizes, hits, stored)
         ]
-        return passages, candidates
+        return passages, candidates, [i for i, _ in path]
 
     def _picked(self, plan, passages: Sequence[ContextPassage]) -> list[tuple[int, ContextPassage]]:
         """The chosen passages in relevance order, trimmed where the plan says."""
@@ -311,10 +353,11 @@ class PromptPlanner:
         return picked
 
     def _fitted(self, picked: list[tuple[int, ContextPassage]], hits: Sequence[Hit], render, max_tokens: int,
-                passage_order: str = "source"):
+                passage_order: str = "source", first: Sequence[int] = ()):
         """The prompt text, its passages in prompt order, their indices in
         ``hits`` and its token count (``passage_order`` as in
-        :class:`AskOptions`). Token counts of separately tokenized
+        :class:`AskOptions`; the held exact path ``first``, as far as it
+        was picked, goes ahead of the rest). Token counts of separately tokenized
         parts can differ slightly from the whole: the real prompt is checked
         and the least relevant passages dropped until it fits."""
         n_ctx = self.backend.n_ctx
@@ -325,6 +368,7 @@ class PromptPlanner:
                 order = list(range(len(picked)))[::-1]
             else:
                 order = canonical_order([(hits[i].source, hits[i].position) for i, _ in picked])
+            order = held_first(order, [i for i, _ in picked], first)
             shown = [picked[j][1] for j in order]
             text = render(shown)
             n = self._tokens(text)
@@ -351,6 +395,22 @@ class PromptPlanner:
         if not window:  # one sentence longer than the room: its head
             window = trim_to_tokens(text, room, self._tokens)
         return ContextPassage(passage.source, window, passage.page)
+
+
+def held_first(order: Sequence[int], picked: Sequence[int], first: Sequence[int]) -> list[int]:
+    """``order`` (positions in ``picked``, a list of candidate indices) with
+    the picked ones of the held path ``first`` ahead, in path order, up to
+    the first of it not picked (those after it are held only behind it).
+
+    ``held_first([0, 1, 2], [7, 5, 9], [9, 7, 4, 5]) -> [2, 0, 1]``
+    """
+    where = {i: j for j, i in enumerate(picked)}
+    lead = []
+    for i in first:
+        if i not in where:
+            break
+        lead.append(where[i])
+    return lead + [j for j in order if j not in lead]
 
 
 def _decisions(plan, hits: Sequence[Hit], candidates: Sequence[Candidate], chosen: Sequence[int]) -> tuple[BudgetDecision, ...]:
