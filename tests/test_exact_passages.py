@@ -7,9 +7,11 @@ The pure parts (prefer_stored, held_first, segments) are tested here too."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine.llama_cpp.passage_kv import segments
+from engine.llama_cpp.requests import Trace
 from engine.llama_cpp.snapshots import SnapshotCache
 from prompt_budget import Candidate, ContextPassage, build_messages, system_message
 from prompt_budget.budgeter import prefer_stored
@@ -41,7 +43,7 @@ def exact(tmp_path_factory):
 @pytest.fixture
 def store(exact, tmp_path):
     """A fresh, empty store for one test."""
-    exact.passages.cache = SnapshotCache(1 << 30, tmp_path / "passages", 1 << 30)
+    exact.passages.start_over(SnapshotCache(1 << 30, tmp_path / "passages", 1 << 30))
     exact.passages.exact = True
     return exact.passages
 
@@ -66,7 +68,20 @@ def test_exact_reuse_is_on_by_default(exact):
     assert exact.exact_passages and exact.splice_fresh is None
 
 
-def test_a_prompt_that_begins_as_an_answered_one_takes_its_passages_and_answers_as_a_full_prefill(exact, store):
+def forced_logits(b, passages, forced, *, cached_by_prefix: int = 0):
+    """The logits of ``forced`` as the answer to the prompt of ``passages``,
+    from the system prompt alone or, with ``cached_by_prefix``, with that
+    many prompt tokens left cached by an idle sequence (llama.cpp's prefix cache)."""
+    b.forget_prompts()
+    prompt = b.tokenize(b.render(build_messages(QUESTION, passages)))
+    if cached_by_prefix:
+        b.generate(prompt[:cached_by_prefix], max_tokens=1).result()
+    trace = Trace(forced=tuple(forced))
+    _, timings = b.generate(prompt, max_tokens=len(forced), trace=trace, passages=bodies(passages)).result()
+    return np.asarray(trace.logits), timings
+
+
+def test_a_prompt_that_begins_as_an_answered_one_takes_its_passages_exactly(exact, store):
     cold_text, cold, _, _ = answer(exact, PASSAGES)
     assert cold.spliced_tokens == 0
     warm_text, warm, predicted, inside = answer(exact, PASSAGES)
@@ -74,10 +89,16 @@ def test_a_prompt_that_begins_as_an_answered_one_takes_its_passages_and_answers_
     assert warm.spliced_passages == 4 and inside == 4
     assert warm.spliced_tokens > 0.8 * (warm.prompt_tokens - len(exact.loop.system))
     assert predicted == warm.cached_tokens  # the planner's figure is what the engine found
+    # Lossless: bit for bit what llama.cpp's own prefix cache gives when it holds the same tokens.
+    # (A prompt evaluated in two parts is not bit for bit one evaluated at once, reuse or not:
+    # README, "Passage KV reuse"; rag bench reuse judges the answers.)
+    forced = exact.tokenize(warm_text)[:6]
+    reused, t = forced_logits(exact, PASSAGES, forced)
+    assert t.spliced_passages == 4
     store.exact = False
-    full_text, full, _, _ = answer(exact, PASSAGES)
-    assert full.spliced_tokens == 0
-    assert warm_text == cold_text == full_text
+    by_prefix, t = forced_logits(exact, PASSAGES, forced, cached_by_prefix=warm.cached_tokens)
+    assert t.cached_tokens == warm.cached_tokens and t.spliced_tokens == 0
+    assert np.array_equal(reused, by_prefix)
 
 
 def test_only_passages_behind_the_same_tokens_are_taken(exact, store):
@@ -108,6 +129,7 @@ def test_with_exact_reuse_off_nothing_is_kept(exact, store):
 
 def test_the_second_ask_of_a_question_takes_its_passages_held_and_says_so(tmp_path, embedder, backend):
     p = prepared_pipeline(tmp_path, embedder, backend)
+    backend.passages.start_over(SnapshotCache(1 << 30))  # what earlier tests left is not found
     try:
         first = p.ask("What does prefill fill, and what limits decode?", target_ttft=None, max_tokens=8)
         backend.forget_prompts()  # idle sequences forget: the store alone holds the passages
@@ -137,3 +159,24 @@ def test_a_held_candidate_goes_ahead_of_near_equal_ones_only():
 def test_the_held_path_goes_first_as_far_as_it_was_picked():
     assert held_first([0, 1, 2], [7, 5, 9], [9, 7, 4, 5]) == [2, 0, 1]
     assert held_first([1, 0], [7, 5], [3, 7]) == [1, 0]  # its first not picked: nothing goes ahead
+
+
+def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(tmp_path, embedder, backend):
+    from rag.bench.grading import GoldQuestion
+    from rag.bench.reuse import bench_reuse
+
+    questions = [GoldQuestion("What does prefill fill?", ("prefill.md",), (("kv", "cache"),)),
+                 GoldQuestion("What limits decode?", ("decode.txt",), (("bandwidth", "memory"),))]
+    p = prepared_pipeline(tmp_path, embedder, backend)
+    try:
+        result = bench_reuse(p, questions, fresh=(0,), target_ttft=5.0, max_tokens=12)
+    finally:
+        p.close()
+    fidelity = {row["mode"]: row for row in result["summary"]["fidelity"]}
+    assert set(fidelity) == {"full", "exact", "R=0"}
+    assert fidelity["full"]["spliced_tokens"] == 0 and fidelity["exact"]["spliced_tokens"] > 0
+    for row in result["summary"]["fidelity"]:
+        assert row["right"] - row["only_it_right"] + row["only_full_right"] == fidelity["full"]["right"]
+    passes = {(row["reuse"], row["pass"]): row for row in result["summary"]["passes"]}
+    assert passes[("off", 2)]["spliced_tokens"] == 0 and passes[("on", 2)]["spliced_tokens"] > 0
+    assert backend.exact_passages and backend.splice_fresh is None  # the engine's settings are given back

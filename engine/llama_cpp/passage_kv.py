@@ -183,6 +183,11 @@ class PassageStore:
                 break
         return held, count
 
+    def start_over(self, cache: SnapshotCache) -> None:
+        """Keep passages in ``cache`` from now on: nothing stored before is found (measurements)."""
+        self.cache = cache
+        self._bodies.clear()
+
     def note_bodies(self, bodies: Sequence[Sequence[int]]) -> None:
         """Remember that these passages lie inside kept segments."""
         self._bodies.update(body_digest(b) for b in bodies)

@@ -1,5 +1,7 @@
-"""``rag bench splice``: the fidelity and the time saved of passage KV
-reuse, for each R; runs ``rag.bench.splice`` and prints its figures.
+"""``rag bench splice`` and ``rag bench reuse``: the fidelity and the time
+saved of passage KV reuse (greedy agreement and KL for each R; answers
+right, paired against a full prefill, for exact reuse and each R); run
+``rag.bench.splice`` and ``rag.bench.reuse`` and print their figures.
 
 Does not: measure anything itself.
 """
@@ -71,3 +73,72 @@ def print_splice(result: dict) -> None:
     console.print(f"default R: {default} (agreement {summary['agreement_at_default']:.3f})" if default is not None
                   else "default R: none reaches agreement 0.95 while it still splices and saves time: "
                        "splicing stays off by default", soft_wrap=True)
+
+
+@bench_app.command("reuse")
+def bench_reuse(
+    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="JSON lines of {question, gold, facts, reference} (default: the bundled Python-docs answer set)."),
+    fresh: str = typer.Option("0", "--fresh", help="Comma-separated R of lossy splicing to compare too ('' for none)."),
+    limit: int = typer.Option(0, "--limit", help="Only the first N questions (0: all)."),
+    max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Answer tokens per question."),
+    target_ttft: float = typer.Option(2.0, "--target-ttft", help="The TTFT target the prompts are planned for."),
+    passes: bool = typer.Option(True, "--passes/--no-passes", help="Also ask everything twice with exact reuse off, then on."),
+    index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    model: Optional[Path] = MODEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+) -> None:
+    """Passage KV reuse judged by answers: each prompt answered by a full
+    prefill, with exact reuse and spliced at each R, scored by its key facts
+    and paired against the full prefill; then the passages a second pass
+    affords with exact reuse, and whether its answers stay right."""
+    from ..bench.grading import load_gold
+    from ..bench.reuse import bench_reuse as run_bench
+
+    with user_errors():
+        try:
+            values = [int(x) for x in fresh.split(",") if x.strip()]
+        except ValueError:
+            values = [-1]
+        if values and min(values) < 0:
+            raise RagError(f"--fresh {fresh!r}: expected whole numbers of tokens, 0 or more, e.g. 0,32")
+        if limit < 0 or target_ttft <= 0:
+            raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
+        qs = load_gold(questions or BENCH_DATA / "python_docs_answers.jsonl")
+        qs = qs[:limit] if limit else qs
+        pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)  # leaves no stored passage behind
+        pipeline.prepare()  # calibrate, if needed, before anything is timed
+        with counting("questions") as update:
+            result = run_bench(pipeline, qs, fresh=values, target_ttft=target_ttft, max_tokens=max_tokens,
+                               passes=passes, progress=update)
+    echo_json(result) if as_json else print_reuse(result)
+
+
+def print_reuse(result: dict) -> None:
+    """The tables of a ``rag bench reuse`` object: answers per mode against
+    the full prefill, and the passes with exact reuse off and on."""
+    config, summary = result["config"], result["summary"]
+    console = Console(highlight=False)
+    table = Table(title=f"rag bench reuse ({config['questions']} questions, target {config['target_ttft_s']:g} s, "
+                        f"{config['model']})", title_justify="left")
+    for c in ("mode", "right", "only it right", "only full right", "accuracy diff (95 % CI)", "identical",
+              "TTFT p50 s", "spliced tok"):
+        table.add_column(c, justify="right")
+    for row in summary["fidelity"]:
+        ci = row["accuracy_diff_ci95"]
+        table.add_row(row["mode"], f"{row['right']}/{row['questions']}", str(row["only_it_right"]),
+                      str(row["only_full_right"]), f"{row['accuracy_diff']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "-",
+                      f"{row['identical'] * 100:.0f}%", f"{row['ttft_p50_s']:.3f}", f"{row['spliced_tokens']:.0f}")
+    console.print(table)
+    if not summary["passes"]:
+        return
+    table = Table(title="asked twice at the target, exact reuse off, then on", title_justify="left")
+    for c in ("reuse", "pass", "right", "mean chunks", "TTFT p50 s", "TTFT p95 s", "spliced tok", "vs off: only on / only off right"):
+        table.add_column(c, justify="right")
+    for row in summary["passes"]:
+        vs = row.get("vs_off")
+        table.add_row(row["reuse"], str(row["pass"]), f"{row['right']}/{row['questions']}", f"{row['mean_chunks']:.2f}",
+                      f"{row['ttft_p50_s']:.3f}", f"{row['ttft_p95_s']:.3f}", f"{row['spliced_tokens']:.0f}",
+                      f"{vs['only_it_right']} / {vs['only_off_right']}" if vs else "")
+    console.print(table)
