@@ -127,9 +127,9 @@ def test_with_exact_reuse_off_nothing_is_kept(exact, store):
     assert t.spliced_tokens == 0 and inside == 0
 
 
-def test_the_second_ask_of_a_question_takes_its_passages_held_and_says_so(tmp_path, embedder, backend):
+def test_the_second_ask_of_a_question_takes_its_passages_held_and_says_so(tmp_path, embedder, exact, store):
+    backend = exact  # an engine of its own: no other test's conversations or snapshots in it
     p = prepared_pipeline(tmp_path, embedder, backend)
-    backend.passages.start_over(SnapshotCache(1 << 30))  # what earlier tests left is not found
     try:
         first = p.ask("What does prefill fill, and what limits decode?", target_ttft=None, max_tokens=8)
         backend.forget_prompts()  # idle sequences forget: the store alone holds the passages

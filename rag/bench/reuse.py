@@ -21,6 +21,8 @@ Passes. The questions are asked twice in turn through the pipeline at the
 target with exact reuse off, then twice with it on (its store emptied
 first), answers graded: the passages each pass could afford, and whether
 the answers stay as right when the second pass takes the passages it holds.
+Idle sequences forget their prompts before each question, so what a prompt
+finds held comes from the store, not from the question just before.
 
 Does not: choose a default (the figures are for people), or grade with a model.
 """
@@ -118,10 +120,12 @@ def _passes(pipeline: Pipeline, questions: Sequence[GoldQuestion], exact: bool, 
     """The questions asked ``PASSES`` times in turn with exact reuse on or off."""
     backend = pipeline.backend
     _empty_store(backend, fresh=None, exact=exact)
-    backend.forget_prompts()
     rows = []
     for p in range(1, PASSES + 1):
         for number, q in enumerate(questions, 1):
+            # Idle sequences forget: what is held comes from the store alone, as on a busy engine
+            # whose sequences have served others since (off: the system prompt only).
+            backend.forget_prompts()
             a = pipeline.ask(q.question, target_ttft=target, max_tokens=max_tokens)
             rows.append({"reuse": "on" if exact else "off", "pass": p, "question": number,
                          "right": is_right(a.answer, q), "chunks": a.budget.chosen, "ttft_s": round(a.timings.ttft_s, 4),

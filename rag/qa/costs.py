@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from engine.backend import Backend, Timings
+from engine.backend import Backend, ExactPassages, Timings
 from prompt_budget import PrefillCostModel, PrefillSample
 from prompt_budget.profile import Profile, load_profile, save_profile
 
@@ -106,7 +106,9 @@ class CostKeeper:
             plain = model.predict(timings.prefill_tokens, timings.cached_tokens)
             model.observe_splice(timings.spliced_tokens, timings.spliced_passages, timings.splice_s,
                                  timings.prefill_s - plain)
-        else:
+        backend = self._backend()
+        if not timings.spliced_tokens or (isinstance(backend, ExactPassages) and backend.exact_passages):
+            # Exact passages follow on from the cache: the rest is one plain prefill over them.
             model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s),
                           refit=self.learn)
         # A snapshot restore and a wait in the queue are their own costs,
