@@ -12,7 +12,9 @@ prompt alone (no idle sequence holds the prompt):
 * ``R=n``: each passage stored behind the system prompt alone and spliced
   in, its first n tokens evaluated again (lossy, off by default).
 
-Each answer is scored against the question's key facts (``grading``).
+Each answer, as the pipeline would show it (cut at a stop sequence,
+invented citations removed), is scored against the question's key facts
+(``grading``).
 Per mode: answers right, the questions only it or only the full prefill got
 right, the share of answers identical to the full prefill's, and a paired
 bootstrap interval of the accuracy difference.
@@ -34,7 +36,9 @@ from typing import Callable, Sequence
 from engine.llama_cpp.snapshots import SnapshotCache
 
 from ..errors import RagError
+from ..qa.citations import Grounding, GroundedText
 from ..qa.pipeline import Pipeline
+from ..qa.planner import PlannedPrompt
 from .grading import GoldQuestion, is_right
 from .stats import bootstrap_interval, mean, percentile
 
@@ -64,6 +68,14 @@ class _Prompt:
                                      passages=self.passages if reuse else ()).result()
 
 
+def shown(text: str, planned: PlannedPrompt) -> str:
+    """``text`` as the pipeline shows an answer to ``planned``: cut at a stop
+    sequence, citations to passages or files it did not show removed."""
+    guard = GroundedText(Grounding(len(planned.hits), tuple(h.source for h in planned.hits), planned.text))
+    out = guard.feed(text)
+    return out if guard.stopped else out + guard.finish()
+
+
 def _fidelity(pipeline: Pipeline, number: int, q: GoldQuestion, fresh: Sequence[int], target: float | None,
               max_tokens: int) -> list[dict[str, object]]:
     """One question's rows: the full prefill, exact reuse and each R."""
@@ -71,7 +83,8 @@ def _fidelity(pipeline: Pipeline, number: int, q: GoldQuestion, fresh: Sequence[
     _empty_store(backend, fresh=None, exact=False)  # planned and answered with nothing held
     planned = pipeline.planned(q.question, target_ttft=target, no_target=target is None, max_tokens=max_tokens)
     prompt = _Prompt(backend, backend.tokenize(planned.text), planned.passages, max_tokens)
-    full_text, cold = prompt.answer()
+    raw, cold = prompt.answer()
+    full_text = shown(raw, planned)
     prompt.answer(exact=True)  # a full prefill too (the store is empty) that keeps the prompt's segments
     runs = [(EXACT, prompt.answer(exact=True))]
     for r in fresh:
@@ -82,7 +95,8 @@ def _fidelity(pipeline: Pipeline, number: int, q: GoldQuestion, fresh: Sequence[
     rows = [{"question": number, "mode": FULL, "right": full_right, "same_as_full": True,
              "ttft_s": round(cold.ttft_s, 4), "spliced_tokens": 0, "prompt_tokens": cold.prompt_tokens,
              "passages": len(planned.passages), "answer": full_text[:300]}]
-    for mode, (text, t) in runs:
+    for mode, (raw, t) in runs:
+        text = shown(raw, planned)
         rows.append({"question": number, "mode": mode, "right": is_right(text, q), "same_as_full": text == full_text,
                      "ttft_s": round(t.ttft_s, 4), "spliced_tokens": t.spliced_tokens, "prompt_tokens": t.prompt_tokens,
                      "passages": len(planned.passages), "answer": text[:300]})

@@ -283,29 +283,42 @@ class PromptPlanner:
         worth += [i for i, reason in plan.dropped if reason in ("ttft", "max_k") and not candidates[i].spliced]
         return tuple(passage_body(ContextPassage(hits[i].source, hits[i].text, hits[i].page)) for i in worth[:KEEP_AT_MOST])
 
-    def _held_path(self, passages: Sequence[ContextPassage], render, cached: int) -> list[tuple[int, int]]:
-        """The passages (indices, with the prompt tokens each adds to what is
-        held) that, first in a prompt in this order, the engine holds the
-        exact KV of, following on from the ``cached`` prefix; best first at
-        each place. Empty for an engine without exact passage reuse."""
+    def _held_path(self, variants: Sequence[Sequence[ContextPassage]], render,
+                   cached: int) -> list[tuple[int, ContextPassage, int]]:
+        """The passages that, first in a prompt in this order, the engine
+        holds the exact KV of, following on from the ``cached`` prefix:
+        each as an index, the form it is held in (one of ``variants``, e.g.
+        whole or focused, each a list over the candidates) and the prompt
+        tokens it adds to what is held; best first at each place. Empty for
+        an engine without exact passage reuse."""
         backend = self.backend
-        if not passages or not isinstance(backend, ExactPassages) or not backend.exact_passages:
+        if not variants or not variants[0] or not isinstance(backend, ExactPassages) or not backend.exact_passages:
             return []
-        bodies = [passage_body(p) for p in passages]
-        hinted = [i for i, h in enumerate(backend.held_passages(bodies)) if h]
-        path: list[tuple[int, int]] = []
+        forms: dict[int, list[ContextPassage]] = {}
+        for variant in variants:
+            for i, (p, hinted) in enumerate(zip(variant, backend.held_passages([passage_body(v) for v in variant]))):
+                if hinted and p not in forms.setdefault(i, []):
+                    forms[i].append(p)
+        forms = {i: f for i, f in forms.items() if f}
+        path: list[tuple[int, ContextPassage, int]] = []
         held = cached
-        while hinted:
-            for i in hinted:
-                shown = [passages[j] for j, _ in path] + [passages[i]]
-                reach, inside = backend.held_prefix(backend.tokenize(render(shown)), [passage_body(p) for p in shown])
-                if inside == len(shown):
-                    path.append((i, max(reach - held, 0)))
-                    held = max(reach, held)
-                    hinted.remove(i)
+        while forms:
+            found = None
+            for i, candidates in forms.items():  # best first
+                for form in candidates:
+                    shown = [p for _, p, _ in path] + [form]
+                    reach, inside = backend.held_prefix(backend.tokenize(render(shown)),
+                                                        [passage_body(p) for p in shown])
+                    if inside == len(shown):
+                        found = (i, form, max(reach - held, 0))
+                        held = max(reach, held)
+                        break
+                if found:
                     break
-            else:
+            if found is None:
                 break
+            path.append(found)
+            del forms[found[0]]
         return path
 
     def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
@@ -313,29 +326,35 @@ class PromptPlanner:
                     render, cached: int) -> tuple[list[ContextPassage], list[Candidate], list[int]]:
         """The passages of ``hits`` (each focused on the question when the
         room is too small for three whole ones, unless the engine holds it
-        stored whole: then it costs its load, not its prefill), their
-        budget candidates, with what the engine holds stored of each, and
-        the held exact path (see :meth:`_held_path`) in prompt order."""
+        stored whole, or holds its exact KV whole or focused: then it costs
+        its load, not its prefill), their budget candidates, with what the
+        engine holds of each, and the held exact path (see
+        :meth:`_held_path`) in prompt order."""
         passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
-        path = self._held_path(passages, render, cached)
-        held = dict(path)
-        stored = [min(held[i], size) if i in held else 0 for i, size in enumerate(sizes)] if path \
-            else self._stored(passages)
+        focused = passages
         if cap is not None:
             terms = set(lexical_terms(question))
-            passages = [p if kept else self._focused(p, terms, cap, n)
-                        for n, (p, kept) in enumerate(zip(passages, stored), start=1)]
+            focused = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
+        path = self._held_path([passages, focused] if cap is not None else [passages], render, cached)
+        if path:
+            held = {i: (form, extra) for i, form, extra in path}
+            passages = [held[i][0] if i in held else f for i, f in enumerate(focused)]
             sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
-            if not path:
+            stored = [min(held[i][1], size) if i in held else 0 for i, size in enumerate(sizes)]
+        else:
+            stored = self._stored(passages)
+            if cap is not None:
+                passages = [p if kept else f for p, f, kept in zip(passages, focused, stored)]
+                sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
                 stored = self._stored(passages)
         candidates = [
             Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end,
                       spliced=kept, splice_s=splice_seconds(kept) if kept else 0.0)
             for size, h, kept in zip(sizes, hits, stored)
         ]
-        return passages, candidates, [i for i, _ in path]
+        return passages, candidates, [i for i, _, _ in path]
 
     def _picked(self, plan, passages: Sequence[ContextPassage]) -> list[tuple[int, ContextPassage]]:
         """The chosen passages in relevance order, trimmed where the plan says."""
