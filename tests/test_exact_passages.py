@@ -173,10 +173,24 @@ def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(tmp
     finally:
         p.close()
     fidelity = {row["mode"]: row for row in result["summary"]["fidelity"]}
-    assert set(fidelity) == {"full", "exact", "R=0"}
+    assert set(fidelity) == {"full", "exact", "prefix cache", "R=0"}
+    # Lossless: answer for answer what llama.cpp's prefix cache gives when it holds as many tokens.
+    assert fidelity["exact"]["identical_to_prefix_cache"] == 1.0
     assert fidelity["full"]["spliced_tokens"] == 0 and fidelity["exact"]["spliced_tokens"] > 0
     for row in result["summary"]["fidelity"]:
         assert row["right"] - row["only_it_right"] + row["only_full_right"] == fidelity["full"]["right"]
     passes = {(row["reuse"], row["pass"]): row for row in result["summary"]["passes"]}
     assert passes[("off", 2)]["spliced_tokens"] == 0 and passes[("on", 2)]["spliced_tokens"] > 0
     assert backend.exact_passages and backend.splice_fresh is None  # the engine's settings are given back
+
+
+def test_the_forms_recent_prompts_showed_are_remembered_and_bounded():
+    from rag.qa.planner import ShownForms
+
+    forms = ShownForms(size=2)
+    window = ContextPassage("a.md", "a window")
+    forms.note([("c1", window), ("c2", ContextPassage("b.md", "b"))])
+    assert forms.get("c1") == window
+    forms.note([("c3", ContextPassage("c.md", "c"))])
+    assert forms.get("c2") is None and forms.get("c3") is not None  # c1 was used last, so c2 went first
+    assert forms.get("c1") == window

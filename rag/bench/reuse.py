@@ -9,6 +9,10 @@ prompt alone (no idle sequence holds the prompt):
 * ``full``: a full prefill;
 * ``exact``: the prompt's segments taken from the store as an earlier run
   of the same prompt left them (lossless reuse, the default);
+* ``prefix cache``: as many leading tokens as ``exact`` found held, left
+  cached by an idle sequence instead (llama.cpp's own prefix cache): a
+  prompt evaluated in two parts is not bit for bit one evaluated at once,
+  so this is what ``exact`` must equal, answer for answer;
 * ``R=n``: each passage stored behind the system prompt alone and spliced
   in, its first n tokens evaluated again (lossy, off by default).
 
@@ -42,7 +46,7 @@ from ..qa.planner import PlannedPrompt
 from .grading import GoldQuestion, is_right
 from .stats import bootstrap_interval, mean, percentile
 
-FULL, EXACT = "full", "exact"
+FULL, EXACT, PREFIX = "full", "exact", "prefix cache"
 PASSES = 2
 
 
@@ -59,10 +63,14 @@ class _Prompt:
     def __init__(self, backend, tokens: list[int], passages: Sequence[str], max_tokens: int) -> None:
         self.backend, self.tokens, self.passages, self.max_tokens = backend, tokens, tuple(passages), max_tokens
 
-    def answer(self, *, fresh: int | None = None, exact: bool = False):
+    def answer(self, *, fresh: int | None = None, exact: bool = False, prefix: int = 0):
+        """The answer and timings; with ``prefix``, the prompt's first
+        ``prefix`` tokens are left cached by an idle sequence first."""
         store = self.backend.passages
         store.fresh, store.exact = fresh, exact and fresh is None
         self.backend.forget_prompts()
+        if prefix:
+            self.backend.generate(self.tokens[:prefix], max_tokens=1).result()
         reuse = fresh is not None or exact
         return self.backend.generate(self.tokens, max_tokens=self.max_tokens,
                                      passages=self.passages if reuse else ()).result()
@@ -87,6 +95,8 @@ def _fidelity(pipeline: Pipeline, number: int, q: GoldQuestion, fresh: Sequence[
     full_text = shown(raw, planned)
     prompt.answer(exact=True)  # a full prefill too (the store is empty) that keeps the prompt's segments
     runs = [(EXACT, prompt.answer(exact=True))]
+    # llama.cpp's own prefix cache holding as many tokens: what exact reuse must equal.
+    runs.append((PREFIX, prompt.answer(prefix=runs[0][1][1].cached_tokens)))
     for r in fresh:
         backend.passages.fresh = r
         backend.precompute_passages(planned.passages)
@@ -94,12 +104,12 @@ def _fidelity(pipeline: Pipeline, number: int, q: GoldQuestion, fresh: Sequence[
     full_right = is_right(full_text, q)
     rows = [{"question": number, "mode": FULL, "right": full_right, "same_as_full": True,
              "ttft_s": round(cold.ttft_s, 4), "spliced_tokens": 0, "prompt_tokens": cold.prompt_tokens,
-             "passages": len(planned.passages), "answer": full_text[:300]}]
+             "passages": len(planned.passages), "answer": full_text}]
     for mode, (raw, t) in runs:
         text = shown(raw, planned)
         rows.append({"question": number, "mode": mode, "right": is_right(text, q), "same_as_full": text == full_text,
                      "ttft_s": round(t.ttft_s, 4), "spliced_tokens": t.spliced_tokens, "prompt_tokens": t.prompt_tokens,
-                     "passages": len(planned.passages), "answer": text[:300]})
+                     "passages": len(planned.passages), "answer": text})
     return rows
 
 
@@ -122,8 +132,11 @@ def fidelity_summary(rows: Sequence[dict], modes: Sequence[str]) -> list[dict[st
     table = []
     for mode in modes:
         mine = [r for r in rows if r["mode"] == mode]
+        by = {(r["mode"], r["question"]): r["answer"] for r in rows}
         table.append({"mode": mode, "questions": len(mine), **_paired(rows, mode, FULL),
                       "identical": round(mean(1.0 if r["same_as_full"] else 0.0 for r in mine), 3),
+                      "identical_to_prefix_cache": round(mean(
+                          1.0 if by.get((PREFIX, r["question"])) == r["answer"] else 0.0 for r in mine), 3),
                       "ttft_p50_s": percentile([r["ttft_s"] for r in mine], 0.5),
                       "spliced_tokens": round(mean(r["spliced_tokens"] for r in mine), 1)})
     return table
@@ -209,7 +222,7 @@ def bench_reuse(
                 pass_rows += _passes(pipeline, questions, exact, target_ttft, max_tokens, tick)
     finally:
         _empty_store(backend, fresh=before[0], exact=before[1])
-    modes = [EXACT, *(f"R={r}" for r in fresh)]
+    modes = [EXACT, PREFIX, *(f"R={r}" for r in fresh)]
     return {
         "bench": "reuse",
         "config": {"questions": len(questions), "fresh": list(fresh), "target_ttft_s": target_ttft,

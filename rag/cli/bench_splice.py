@@ -122,14 +122,15 @@ def print_reuse(result: dict) -> None:
     console = Console(highlight=False)
     table = Table(title=f"rag bench reuse ({config['questions']} questions, target {config['target_ttft_s']:g} s, "
                         f"{config['model']})", title_justify="left")
-    for c in ("mode", "right", "only it right", "only full right", "accuracy diff (95 % CI)", "identical",
-              "TTFT p50 s", "spliced tok"):
+    for c in ("mode", "right", "only it right", "only full right", "accuracy diff (95 % CI)", "same as full",
+              "same as prefix cache", "TTFT p50 s", "spliced tok"):
         table.add_column(c, justify="right")
     for row in summary["fidelity"]:
         ci = row["accuracy_diff_ci95"]
         table.add_row(row["mode"], f"{row['right']}/{row['questions']}", str(row["only_it_right"]),
                       str(row["only_full_right"]), f"{row['accuracy_diff']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "-",
-                      f"{row['identical'] * 100:.0f}%", f"{row['ttft_p50_s']:.3f}", f"{row['spliced_tokens']:.0f}")
+                      f"{row['identical'] * 100:.0f}%", f"{row['identical_to_prefix_cache'] * 100:.0f}%",
+                      f"{row['ttft_p50_s']:.3f}", f"{row['spliced_tokens']:.0f}")
     console.print(table)
     if not summary["passes"]:
         return

@@ -22,7 +22,7 @@ from ..index.store import Hit
 from .engines import EngineDesk
 from .options import AskOptions
 from .passages import splicing, takes_passages
-from .planner import PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
+from .planner import ShownForms, PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
 
 
 def deadline_of(received: float, target: float | None) -> float | None:
@@ -37,6 +37,7 @@ class Dispatcher:
         self.desk, self.keeper, self._backend = desk, keeper, backend
         self._planning = threading.Lock()
         self._unplanned = Unplanned()  # questions received and not yet submitted to an engine
+        self._forms = ShownForms()  # how recent prompts showed each chunk (exact passage reuse finds them)
 
     def arriving(self) -> Unplanned:
         """``with dispatcher.arriving():`` counts a question from its arrival
@@ -52,7 +53,7 @@ class Dispatcher:
                                 kv_key(conversation.session) if conversation is not None else None)
         cost = self.desk.keeper(route.engine).model
         behind = max(self._unplanned.count - 1, 0)  # other questions on their way, less this one
-        return PromptPlanner(route.engine).plan(
+        return PromptPlanner(route.engine, self._forms).plan(
             question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
             history=history, load=load_plan(route.engine, cost, deadline, behind),
         ), route

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -161,11 +162,41 @@ def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong
     )
 
 
-class PromptPlanner:
-    """Plans prompts for ``backend``'s template, tokenizer and cache."""
+class ShownForms:
+    """The forms (whole or a focused window) in which recent prompts showed
+    each chunk, by chunk id, bounded: a chunk held by the engine in a window
+    cut for another target is found again in that form. Thread safe."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._forms: OrderedDict[str, ContextPassage] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, chunk_id: str) -> ContextPassage | None:
+        """The form ``chunk_id`` was last shown in, or None (a use keeps it longer)."""
+        with self._lock:
+            form = self._forms.get(chunk_id)
+            if form is not None:
+                self._forms.move_to_end(chunk_id)
+            return form
+
+    def note(self, shown: Sequence[tuple[str, ContextPassage]]) -> None:
+        """Remember these ``(chunk id, passage as shown)``."""
+        with self._lock:
+            for chunk_id, passage in shown:
+                self._forms[chunk_id] = passage
+                self._forms.move_to_end(chunk_id)
+            while len(self._forms) > self.size:
+                self._forms.popitem(last=False)
+
+
+class PromptPlanner:
+    """Plans prompts for ``backend``'s template, tokenizer and cache
+    (``forms``: where the chunks recent prompts showed are remembered)."""
+
+    def __init__(self, backend: Backend, forms: ShownForms | None = None) -> None:
         self.backend = backend
+        self.forms = forms
 
     def _tokens(self, text: str) -> int:
         return len(self.backend.tokenize(text))
@@ -248,6 +279,8 @@ class PromptPlanner:
             safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
             load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
         )
+        if self.forms is not None:
+            self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
         user = build_messages(question, shown)[-1].content
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at,
                              tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates))
@@ -337,7 +370,10 @@ class PromptPlanner:
         if cap is not None:
             terms = set(lexical_terms(question))
             focused = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
-        path = self._held_path([passages, focused] if cap is not None else [passages], render, cached)
+        variants = [passages, focused] if cap is not None else [passages]
+        if self.forms is not None and isinstance(self.backend, ExactPassages) and self.backend.exact_passages:
+            variants.append([self.forms.get(h.chunk_id) or p for h, p in zip(hits, passages)])
+        path = self._held_path(variants, render, cached)
         if path:
             held = {i: (form, extra) for i, form, extra in path}
             passages = [held[i][0] if i in held else f for i, f in enumerate(focused)]
