@@ -37,7 +37,7 @@ from .internals import chat_formatter, model_pointer, vocab_pointer
 from .native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from ..models import default_model_path, model_file, model_identity, read_metadata
-from .passage_kv import PassageStore, find_spans, segments
+from .passage_kv import PassageStore, find_spans
 from .passage_shelf import PassageShelf
 from ..scheduler import Load
 
@@ -298,21 +298,14 @@ class LlamaCppBackend:
         """For each passage text (as :meth:`stored_passages` takes it):
         whether a kept exact segment may hold it (a hint for the planner;
         :meth:`held_prefix` says what a prompt really finds)."""
-        if not self.passages.exact:
-            return [False] * len(texts)
-        return [self.passages.may_hold(self.tokenize(t)) for t in texts]
+        return self.shelf.held(texts)
 
     def held_prefix(self, tokens: Sequence[int], texts: Sequence[str]) -> tuple[int, int]:
         """Leading ``tokens`` (a prompt holding the passages ``texts``, in
         order) that will not be evaluated: the cached prefix, then the held
         exact segments that follow on from it; and how many of the passages
         lie inside that."""
-        cached = self.cached_prefix(tokens)
-        if not self.passages.exact or not texts or not self.loop.system:
-            return cached, 0
-        spans = [s for s in find_spans(tokens, [self.tokenize(t) for t in texts]) if s is not None]
-        held, count = self.passages.held_chain(tokens, segments(tokens, spans, len(self.loop.system)), cached)
-        return min(held, len(tokens) - 1), count
+        return self.shelf.held_prefix(tokens, texts, self.cached_prefix(tokens))
 
     def stored_passages(self, texts: Sequence[str]) -> list[int]:
         """For each passage text (as a prompt shows it, less its number): the

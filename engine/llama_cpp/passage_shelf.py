@@ -1,5 +1,6 @@
 """The engine's stored passages as its callers see them: which passages a
-prompt would take from the store, and asking the loop to evaluate and keep
+prompt would take from the store (stored behind the system prompt, or held
+exactly after the same tokens), and asking the loop to evaluate and keep
 more (in idle time, or now for ``rag ingest --precompute-kv``).
 
 Does not: store bytes (``passage_kv``) or splice them (``splicing``).
@@ -11,7 +12,7 @@ from typing import Callable, Sequence
 
 from .loop import EngineLoop
 from ..errors import EngineSettingsError
-from .passage_kv import PassageStore
+from .passage_kv import PassageStore, find_spans, segments
 from .requests import Request
 
 
@@ -33,6 +34,23 @@ class PassageShelf:
             return [0] * len(texts)
         fresh = self.store.fresh or 0
         return [max(len(t) - fresh, 0) if self.store.holds(k) else 0 for k, t in self._keys(texts)]
+
+    def held(self, texts: Sequence[str]) -> list[bool]:
+        """For each passage text: whether a kept exact segment may hold it (a hint)."""
+        if not self.store.exact:
+            return [False] * len(texts)
+        return [self.store.may_hold(self._tokenize(t)) for t in texts]
+
+    def held_prefix(self, tokens: Sequence[int], texts: Sequence[str], cached: int) -> tuple[int, int]:
+        """How far a prompt of ``tokens`` holding the passages ``texts`` (in
+        order) is held when its first ``cached`` tokens are cached: the end
+        of the held exact segments that follow on, and how many passages
+        lie inside that."""
+        if not self.store.exact or not texts or not self.loop.system:
+            return cached, 0
+        spans = [s for s in find_spans(tokens, [self._tokenize(t) for t in texts]) if s is not None]
+        held, count = self.store.held_chain(tokens, segments(tokens, spans, len(self.loop.system)), cached)
+        return min(held, len(tokens) - 1), count
 
     def keep(self, texts: Sequence[str]) -> int:
         """Queue these passages to be evaluated and kept while the engine is
