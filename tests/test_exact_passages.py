@@ -194,3 +194,19 @@ def test_the_forms_recent_prompts_showed_are_remembered_and_bounded():
     forms.note([("c3", ContextPassage("c.md", "c"))])
     assert forms.get("c2") is None and forms.get("c3") is not None  # c1 was used last, so c2 went first
     assert forms.get("c1") == window
+
+
+def test_a_held_passage_after_one_left_out_is_not_counted_as_held():
+    from prompt_budget import BudgetRequest
+    from rag.qa.planner import held_budget
+
+    # Path [0, 1]: passage 1 is held only behind passage 0, which is below the relevance floor.
+    cands = [Candidate(100, 0.1, spliced=100, splice_s=0.0), Candidate(100, 0.9, spliced=100, splice_s=0.0),
+             Candidate(100, 0.8)]
+    request = BudgetRequest(fixed_tokens=50, n_ctx=2048, reserve_tokens=64, target_ttft=1.0,
+                            relevance_floor=0.5, min_k=0)
+    plan, used = held_budget(cands, [0, 1], request, lambda new, cached: new * 0.006)
+    assert 0 not in plan.chosen and used[1].spliced == 0  # evaluated: what it costs is counted
+    assert plan.chosen == (1,)  # 100 evaluated tokens fit the target, a second 100 do not
+    plan, used = held_budget(cands, [1, 0], request, lambda new, cached: new * 0.006)
+    assert used[1].spliced == 100  # first in the path: held whatever follows

@@ -23,9 +23,10 @@ it into segments, each from the end of the passage before (or of the system
 prompt) to the end of its own passage, and a segment's cells are kept under
 the tokens of the whole prompt up to its end, at their own positions. A
 later prompt that begins with the same tokens up to a segment's end takes
-that segment's cells as they are: the KV a full prefill would compute, since
-every cell attended to exactly the tokens it attends to there (a prefix
-cache cut at passage boundaries, as RAGCache keeps its knowledge tree).
+that segment's cells as they are: every cell attended to exactly the tokens
+it attends to there, so it is as exact as a prefix cache (up to the
+summation order of the batch that computed it), a prefix cache cut at
+passage boundaries, as RAGCache keeps its knowledge tree.
 
 Does not: evaluate, load or place anything (``loop`` does), or choose
 which passages to keep (the caller asks for them).

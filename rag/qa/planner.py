@@ -254,7 +254,7 @@ class PromptPlanner:
         if path and hits:
             request = replace(request, prefer_stored=PREFER_HELD * abs(hits[0].score))
         try:
-            plan = plan_budget(candidates, request, loaded)
+            plan, candidates = held_budget(candidates, path, request, loaded)
             cut = 0
             if busy:
                 cut = max(len(plan_budget(candidates, idle, cost.predict).chosen) - len(plan.chosen), 0)
@@ -337,7 +337,7 @@ class PromptPlanner:
         held = cached
         while forms:
             found = None
-            for i, candidates in forms.items():  # best first
+            for i, candidates in sorted(forms.items()):  # best first
                 for form in candidates:
                     shown = [p for _, p, _ in path] + [form]
                     reach, inside = backend.held_prefix(backend.tokenize(render(shown)),
@@ -450,6 +450,21 @@ class PromptPlanner:
         if not window:  # one sentence longer than the room: its head
             window = trim_to_tokens(text, room, self._tokens)
         return ContextPassage(passage.source, window, passage.page)
+
+
+def held_budget(candidates: list[Candidate], path: Sequence[int], request: BudgetRequest,
+                cost: Callable[[int, int], float]):
+    """The budget plan for ``candidates`` and the candidates it was made
+    with: a passage of the held ``path`` counts as held only while every
+    one before it in the path is taken whole (after a gap it is evaluated),
+    so the plan is made again without that saving until it holds."""
+    while True:
+        plan = plan_budget(candidates, request, cost)
+        gap = next((k for k, i in enumerate(path) if i not in plan.chosen or i in plan.trim), len(path))
+        after = [i for i in path[gap + 1:] if candidates[i].spliced]
+        if not after:
+            return plan, candidates
+        candidates = [replace(c, spliced=0, splice_s=0.0) if i in after else c for i, c in enumerate(candidates)]
 
 
 def held_first(order: Sequence[int], picked: Sequence[int], first: Sequence[int]) -> list[int]:
