@@ -125,8 +125,8 @@ class PassageStore:
     Neither: the store is not used. Thread safe."""
 
     def __init__(self, identity: str, cache: SnapshotCache, *, fresh: int | None, exact: bool = False) -> None:
-        self.identity, self.cache, self.fresh = identity, cache, fresh
-        self.exact = exact and fresh is None
+        self.identity, self.cache = identity, cache
+        self.use(fresh=fresh, exact=exact)
         self.hits = self.misses = 0
         # Passages inside kept segments (this process's): a hint for the planner, checked exactly by the keys.
         self._bodies: set[str] = set()
@@ -139,6 +139,11 @@ class PassageStore:
         if fresh is not None and fresh < 0:
             raise EngineSettingsError(f"splice_fresh must be 0 or more tokens, not {fresh}")
         return cls(identity, SnapshotCache(ram_bytes, disk_dir, disk_bytes), fresh=fresh, exact=exact)
+
+    def use(self, *, fresh: int | None, exact: bool) -> None:
+        """Splice lossily with ``fresh`` tokens evaluated again, or (``fresh``
+        None) reuse exact segments when ``exact``, or neither."""
+        self.fresh, self.exact = fresh, exact and fresh is None
 
     @property
     def enabled(self) -> bool:

@@ -54,7 +54,7 @@ def _empty_store(backend, *, fresh: int | None, exact: bool) -> None:
     """The engine's passage store emptied (RAM only) and set to ``fresh`` and ``exact``."""
     store = backend.passages
     store.start_over(SnapshotCache(store.cache.max_bytes, None, 0))
-    store.fresh, store.exact = fresh, exact and fresh is None
+    store.use(fresh=fresh, exact=exact)
 
 
 class _Prompt:
@@ -66,8 +66,7 @@ class _Prompt:
     def answer(self, *, fresh: int | None = None, exact: bool = False, prefix: int = 0):
         """The answer and timings; with ``prefix``, the prompt's first
         ``prefix`` tokens are left cached by an idle sequence first."""
-        store = self.backend.passages
-        store.fresh, store.exact = fresh, exact and fresh is None
+        self.backend.passages.use(fresh=fresh, exact=exact)
         self.backend.forget_prompts()
         if prefix:
             self.backend.generate(self.tokens[:prefix], max_tokens=1).result()
@@ -98,7 +97,6 @@ def _fidelity(pipeline: Pipeline, number: int, q: GoldQuestion, fresh: Sequence[
     # llama.cpp's own prefix cache holding as many tokens: what exact reuse must equal.
     runs.append((PREFIX, prompt.answer(prefix=runs[0][1][1].cached_tokens)))
     for r in fresh:
-        backend.passages.fresh = r
         backend.precompute_passages(planned.passages)
         runs.append((f"R={r}", prompt.answer(fresh=r)))
     full_right = is_right(full_text, q)

@@ -87,7 +87,7 @@ class _Runner:
     def run(self, fresh: int | None, forced: Sequence[int] = ()):
         """A traced greedy (or teacher-forced) answer with splicing at
         ``fresh`` (None: a full prefill); the trace and the timings."""
-        self.backend.passages.fresh = fresh
+        self.backend.passages.use(fresh=fresh, exact=False)
         self.backend.forget_prompts()  # no idle sequence may hold this prompt from the run before
         trace = Trace(forced=tuple(forced))
         n = len(forced) or self.answer_tokens
@@ -100,7 +100,7 @@ def _question_rows(pipeline: Pipeline, number: int, question: str, fresh: Sequen
                    answer_tokens: int) -> list[dict[str, object]]:
     """The rows of one question: its full prefill and one per R."""
     backend = pipeline.backend
-    backend.passages.fresh = None  # planned as without splicing: the prompt is the same whatever is stored
+    backend.passages.use(fresh=None, exact=False)  # planned without reuse: the prompt is the same whatever is stored
     prompt = pipeline.planned(question, target_ttft=target, no_target=target is None, max_tokens=answer_tokens)
     tokens = backend.tokenize(prompt.text)
     found = [s for s in find_spans(tokens, [backend.tokenize(p) for p in prompt.passages]) if s is not None]
@@ -141,7 +141,7 @@ def bench_splice(
     if not hasattr(backend, "passages") or not hasattr(backend, "forget_prompts"):
         raise RagError(f"rag bench splice needs the in-process llama.cpp engine, not {backend.name}")
     pipeline.prepare()
-    before = backend.passages.fresh
+    before = backend.passages.fresh, backend.passages.exact
     rows: list[dict[str, object]] = []
     try:
         for number, q in enumerate(questions, start=1):
@@ -149,7 +149,7 @@ def bench_splice(
             if progress:
                 progress(number, len(questions))
     finally:
-        backend.passages.fresh = before
+        backend.passages.use(fresh=before[0], exact=before[1])
     return {
         "bench": "splice",
         "config": {"fresh": list(fresh), "questions": len(questions), "answer_tokens": answer_tokens,

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from ..errors import RagError
 from .bench_answers import BENCH_DATA, DEFAULT_CHAT_CORPUS, bench_pipeline, questions_of
-from .common import MODEL_OPTION, bench_app, counting, echo_json, user_errors
+from .common import MODEL_OPTION, bench_app, counting, echo_json, int_list, user_errors
 
 
 @bench_app.command("splice")
@@ -38,12 +38,7 @@ def bench_splice(
     from ..bench.splice import bench_splice as run_bench
 
     with user_errors():
-        try:
-            values = [int(x) for x in fresh.split(",") if x.strip()]
-        except ValueError:
-            values = []
-        if not values or min(values) < 0:
-            raise RagError(f"--fresh {fresh!r}: expected whole numbers of tokens, 0 or more, e.g. 0,4,16,32")
+        values = int_list(fresh, "--fresh", least=0)
         if limit < 0 or target_ttft <= 0:
             raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
         qs = questions_of(questions or BENCH_DATA / "python_docs_dev.jsonl")
@@ -97,12 +92,7 @@ def bench_reuse(
     from ..bench.reuse import bench_reuse as run_bench
 
     with user_errors():
-        try:
-            values = [int(x) for x in fresh.split(",") if x.strip()]
-        except ValueError:
-            values = [-1]
-        if values and min(values) < 0:
-            raise RagError(f"--fresh {fresh!r}: expected whole numbers of tokens, 0 or more, e.g. 0,32")
+        values = int_list(fresh, "--fresh", least=0, empty_ok=True)
         if limit < 0 or target_ttft <= 0:
             raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
         qs = load_gold(questions or BENCH_DATA / "python_docs_answers.jsonl")

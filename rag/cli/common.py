@@ -181,14 +181,15 @@ def echo_json(obj: object) -> None:
     sys.stdout.flush()
 
 
-def int_list(raw: str, option: str) -> list[int]:
-    """``"1,3,5" -> [1, 3, 5]``; a RagError naming ``option`` for anything else."""
+def int_list(raw: str, option: str, *, least: int = 1, empty_ok: bool = False) -> list[int]:
+    """``"1,3,5" -> [1, 3, 5]``, each at least ``least`` (none only if
+    ``empty_ok``); a RagError naming ``option`` for anything else."""
     try:
         values = [int(x) for x in raw.split(",") if x.strip()]
     except ValueError:
         raise RagError(f"{option} {raw!r}: expected whole numbers separated by commas, e.g. 1,3,5") from None
-    if not values or min(values) < 1:
-        raise RagError(f"{option}: give at least one number, each at least 1")
+    if (not values and not empty_ok) or (values and min(values) < least):
+        raise RagError(f"{option}: give {'numbers' if empty_ok else 'at least one number'}, each at least {least}")
     return values
 
 

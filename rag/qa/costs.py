@@ -13,9 +13,11 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from engine.backend import Backend, ExactPassages, Timings
+from engine.backend import Backend, Timings
 from prompt_budget import PrefillCostModel, PrefillSample
 from prompt_budget.profile import Profile, load_profile, save_profile
+
+from .passages import exact_reuse
 
 
 class CostKeeper:
@@ -106,8 +108,7 @@ class CostKeeper:
             plain = model.predict(timings.prefill_tokens, timings.cached_tokens)
             model.observe_splice(timings.spliced_tokens, timings.spliced_passages, timings.splice_s,
                                  timings.prefill_s - plain)
-        backend = self._backend()
-        if not timings.spliced_tokens or (isinstance(backend, ExactPassages) and backend.exact_passages):
+        if not timings.spliced_tokens or exact_reuse(self._backend()):
             # Exact passages follow on from the cache: the rest is one plain prefill over them.
             model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s),
                           refit=self.learn)

@@ -26,10 +26,15 @@ def splicing(backend: Backend) -> PassageKV | None:
     return backend if isinstance(backend, PassageKV) and backend.splice_fresh is not None else None
 
 
+def exact_reuse(backend: Backend) -> ExactPassages | None:
+    """``backend`` if it reuses the exact KV of passages held from earlier prompts now, else None."""
+    return backend if isinstance(backend, ExactPassages) and backend.exact_passages else None
+
+
 def takes_passages(backend: Backend) -> bool:
     """Whether ``backend`` wants a prompt's passages with it: it splices
     stored passages, or reuses exact ones held from earlier prompts."""
-    return splicing(backend) is not None or (isinstance(backend, ExactPassages) and backend.exact_passages)
+    return splicing(backend) is not None or exact_reuse(backend) is not None
 
 
 class PassageKeeper:
@@ -67,9 +72,8 @@ class PassageKeeper:
         if not isinstance(backend, PassageKV):
             return {"splicing": "unsupported (this engine keeps no passage KV)"}
         stats = backend.cache_stats() if isinstance(backend, PrefixCache) else {}
-        exact = isinstance(backend, ExactPassages) and backend.exact_passages
         return {"splicing": "on" if backend.splice_fresh is not None else "off", "splice_fresh": backend.splice_fresh,
-                "exact_passages": "on" if exact else "off",
+                "exact_passages": "on" if exact_reuse(backend) else "off",
                 **{k: v for k, v in stats.items() if k.startswith("passage_")}}
 
 

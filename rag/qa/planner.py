@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.backend import Backend, ExactPassages, LoadAware, PassageKV, PrefixCache
+from engine.backend import Backend, LoadAware, PassageKV, PrefixCache
 from engine.scheduler import expected_wait, slowdown, step_beside
 from prompt_budget import (
     BudgetRequest,
@@ -46,6 +46,7 @@ from ..index.store import Hit
 from ..index.lexical import tokenize as lexical_terms
 from .answer import Budget, BudgetDecision
 from .options import AskOptions
+from .passages import exact_reuse
 
 HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
 KEEP_AT_MOST = 8  # passages one question asks the engine to store
@@ -261,17 +262,17 @@ class PromptPlanner:
         except ContextTooSmall as exc:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages)
-        text, shown, chosen, n = self._fitted(picked, hits, render, max_tokens, options.passage_order, path)
+        text, shown, chosen, tokens = self._fitted(picked, hits, render, max_tokens, options.passage_order, path)
         # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
-            held, _ = backend.held_prefix(backend.tokenize(text), [passage_body(p) for p in shown])
+            held, _ = backend.held_prefix(tokens, [passage_body(p) for p in shown])
             held = max(held, cached)
             extra_s = cost.splice_seconds(held - cached) + load.step_s if held > cached else 0.0
         else:
             spliced = [candidates[i] for i in chosen if i not in plan.trim and candidates[i].spliced]
             held = cached + sum(c.spliced for c in spliced)
             extra_s = sum(c.splice_s for c in spliced)
-        seconds = loaded(max(n - held, 0), held) + extra_s
+        seconds = loaded(max(len(tokens) - held, 0), held) + extra_s
         budget = Budget(
             target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
             chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
@@ -325,7 +326,7 @@ class PromptPlanner:
         tokens it adds to what is held; best first at each place. Empty for
         an engine without exact passage reuse."""
         backend = self.backend
-        if not variants or not variants[0] or not isinstance(backend, ExactPassages) or not backend.exact_passages:
+        if not variants or not variants[0] or exact_reuse(backend) is None:
             return []
         forms: dict[int, list[ContextPassage]] = {}
         for variant in variants:
@@ -371,7 +372,7 @@ class PromptPlanner:
             terms = set(lexical_terms(question))
             focused = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
         variants = [passages, focused] if cap is not None else [passages]
-        if self.forms is not None and isinstance(self.backend, ExactPassages) and self.backend.exact_passages:
+        if self.forms is not None and exact_reuse(self.backend) is not None:
             variants.append([self.forms.get(h.chunk_id) or p for h, p in zip(hits, passages)])
         path = self._held_path(variants, render, cached)
         if path:
@@ -410,7 +411,7 @@ class PromptPlanner:
     def _fitted(self, picked: list[tuple[int, ContextPassage]], hits: Sequence[Hit], render, max_tokens: int,
                 passage_order: str = "source", first: Sequence[int] = ()):
         """The prompt text, its passages in prompt order, their indices in
-        ``hits`` and its token count (``passage_order`` as in
+        ``hits`` and its tokens (``passage_order`` as in
         :class:`AskOptions`; the held exact path ``first``, as far as it
         was picked, goes ahead of the rest). Token counts of separately tokenized
         parts can differ slightly from the whole: the real prompt is checked
@@ -426,13 +427,14 @@ class PromptPlanner:
             order = held_first(order, [i for i, _ in picked], first)
             shown = [picked[j][1] for j in order]
             text = render(shown)
-            n = self._tokens(text)
+            tokens = self.backend.tokenize(text)
+            n = len(tokens)
             if n + max_tokens <= n_ctx or not picked:
                 break
             picked.pop()
         if n + max_tokens > n_ctx:
             raise too_long(n, max_tokens, n_ctx)
-        return text, shown, [picked[j][0] for j in order], n
+        return text, shown, [picked[j][0] for j in order], tokens
 
     def _focused(self, passage: ContextPassage, terms: set[str], cap: int, number: int) -> ContextPassage:
         """``passage`` cut to the run of its sentences that shares the most
