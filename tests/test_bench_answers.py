@@ -65,17 +65,22 @@ def test_bench_answers_scores_ours_beside_langchain(run, corpus, tmp_path):
     questions.write_text(json.dumps({"question": "How long should bread dough rise?", "gold": ["guide/cooking.rst"],
                                      "facts": [["two hours|2 hours"]], "reference": "Two hours."}) + "\n")
     result = run("bench", "answers", "--corpus", corpus, "--include", "*", "--questions", questions,
-                 "--max-tokens", "4", "--index", tmp_path / "index", "--json")
+                 "--max-tokens", "4", "--index", tmp_path / "index", "--also-targets", "2.5", "--json")
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
     assert d["bench"] == "answers" and d["config"]["target_ttft_s"] == 2.0
     systems = d["summary"]["systems"]
-    assert [s["name"] for s in systems] == ["rag-budget", "rag-budget, no target", "langchain k=4"]
+    assert [s["name"] for s in systems] == ["rag-budget", "rag-budget, 2.5 s", "rag-budget, no target", "langchain k=4"]
+    # Each of ours answers from its own passage store, the turn before forgotten: each finds the
+    # system prompt cached and nothing of the passages another's turn just evaluated.
+    ours = [r for r in d["rows"] if r["system"].startswith("rag-budget")]
+    assert len(ours) == 3 and all(r["chunks"] > 0 for r in ours)
+    assert ours[0]["cached_tokens"] > 0 and len({r["cached_tokens"] for r in ours}) == 1
     for s in systems:
         assert s["questions"] == 1 and s["accuracy"] in (0.0, 1.0) and len(s["accuracy_ci95"]) == 2
         assert s["median_ttft_s"] > 0 and s["invented_citations"] >= 0
     assert {"only_ours_right", "only_theirs_right", "ttft_ratio"} <= set(d["summary"]["vs_langchain_k4"])
-    assert len(d["rows"]) == 3 and all(isinstance(r["right"], bool) and "answer" in r for r in d["rows"])
+    assert len(d["rows"]) == 4 and all(isinstance(r["right"], bool) and "answer" in r for r in d["rows"])
     table = run("bench", "answers", "--corpus", corpus, "--include", "*", "--questions", questions,
                 "--max-tokens", "2", "--index", tmp_path / "index", "--no-peer")
     assert table.exit_code == 0, table.output

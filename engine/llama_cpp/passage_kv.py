@@ -189,10 +189,13 @@ class PassageStore:
                 break
         return held, count
 
-    def start_over(self, cache: SnapshotCache) -> None:
-        """Keep passages in ``cache`` from now on: nothing stored before is found (measurements)."""
-        self.cache = cache
-        self._bodies.clear()
+    def start_over(self, cache: SnapshotCache, held: set[str] | None = None) -> tuple[SnapshotCache, set[str]]:
+        """Keep passages in ``cache`` from now on, ``held`` the hint of what
+        it holds (None: nothing stored before is found); returns what the
+        store held until now, to be put back the same way (measurements)."""
+        before = self.cache, self._bodies
+        self.cache, self._bodies = cache, held if held is not None else set()
+        return before
 
     def note_bodies(self, bodies: Sequence[Sequence[int]]) -> None:
         """Remember that these passages lie inside kept segments."""

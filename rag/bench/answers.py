@@ -6,12 +6,19 @@ taking turns; each answer is scored against the question's key facts
 95 % interval over questions, token F1 against the reference answer, and
 the citations an answer made to passages or files its prompt did not show.
 
+Each of our systems keeps its own passage KV store, and idle sequences
+forget the prompt of the turn before: with exact reuse on (the default), a
+system reuses what its own earlier questions left, never the passages
+another system's turn at the same question just evaluated.
+
 Does not: grade with a model, or tune anything; the figures are for people.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
+
+from engine.llama_cpp.snapshots import SnapshotCache
 
 from ..qa.citations import Grounding
 from ..qa.pipeline import Pipeline
@@ -24,12 +31,46 @@ OURS_FREE = "rag-budget, no target"
 PEER_K = 4
 
 
+def at_target(target: float) -> str:
+    """The name of ours at a target other than the bench's own."""
+    return f"rag-budget, {target:g} s"
+
+
 def _ours(pipeline: Pipeline, question: str, max_tokens: int, target: float | None, **options) -> dict[str, object]:
     extra = {"target_ttft": target} if target is not None else {"no_target": True}
     answer = pipeline.ask(question, max_tokens=max_tokens, **extra, **options)
     return {"ttft_s": answer.timings.ttft_s, "prompt_tokens": answer.timings.prompt_tokens,
+            "cached_tokens": answer.timings.cached_tokens,
             "sources": [s.source for s in answer.sources], "answer": answer.answer,
             "invented": len(answer.ungrounded)}
+
+
+class OwnStores:
+    """Each of our systems with a passage store of its own (RAM only),
+    swapped in for its turn; ``close`` puts the engine's own back."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.store = getattr(backend, "passages", None) if hasattr(backend, "forget_prompts") else None
+        self.kept: dict[str, tuple] = {}
+        self.current: str | None = None
+
+    def turn(self, name: str) -> None:
+        """Make ``name``'s store the engine's, with no prompt of the turn before held by an idle sequence."""
+        if self.store is None:
+            return
+        self.backend.forget_prompts()
+        if name == self.current:
+            return
+        mine = self.kept.pop(name, None) or (SnapshotCache(self.store.cache.max_bytes, None, 0), None)
+        self.kept[self.current or ""] = self.store.start_over(*mine)
+        self.current = name
+
+    def close(self) -> None:
+        """Put back the store the engine had before the first turn."""
+        if self.store is not None and "" in self.kept:
+            self.store.start_over(*self.kept.pop(""))
+            self.current = None
 
 
 def _theirs(peer: LangChainRag, question: str) -> dict[str, object]:
@@ -47,6 +88,7 @@ def bench_answers(
     target_ttft: float,
     max_tokens: int = 64,
     peer: bool = True,
+    also_targets: Sequence[float] = (),
     options: dict | None = None,
     progress: Callable[[int, int], None] | None = None,
     notice: Callable[[str], None] | None = None,
@@ -54,11 +96,13 @@ def bench_answers(
     """Answer every question with each system, taking turns; score each
     answer; per system accuracy and median TTFT with bootstrap 95 %
     intervals, mean token F1, mean passages, prompt recall and invented
-    citations; then ours at the target against the others."""
+    citations; then ours at the target against the others. ``also_targets``
+    adds ours at each of those targets: the accuracy bought by waiting."""
     options = options or {}
+    extra = {at_target(t): t for t in also_targets if t != target_ttft}
     pipeline.cost_model  # calibrated, if needed, before anything is timed
     pipeline.warm_up()
-    systems = [OURS, OURS_FREE] + ([f"langchain k={PEER_K}"] if peer else [])
+    systems = [OURS, *extra, OURS_FREE] + ([f"langchain k={PEER_K}"] if peer else [])
     theirs = LangChainRag(pipeline, max_tokens=max_tokens, progress=notice) if peer else None
     # One untimed question each, not one of the set: model pages and the system prefix warm for all.
     _ours(pipeline, WARM_UP_QUESTION, max_tokens, target_ttft, **options)
@@ -66,24 +110,28 @@ def bench_answers(
         theirs.answer(WARM_UP_QUESTION, PEER_K)
     rows: list[dict[str, object]] = []
     total, done = len(questions) * len(systems), 0
-    for number, q in enumerate(questions, 1):
-        for name in systems:
-            if name == OURS:
-                result = _ours(pipeline, q.question, max_tokens, target_ttft, **options)
-            elif name == OURS_FREE:
-                result = _ours(pipeline, q.question, max_tokens, None, **options)
-            else:
-                result = _theirs(theirs, q.question)
-            rows.append(_row(name, number, q, result))
-            done += 1
-            if progress:
-                progress(done, total)
+    stores = OwnStores(pipeline.backend)
+    try:
+        for number, q in enumerate(questions, 1):
+            for name in systems:
+                if name == OURS or name == OURS_FREE or name in extra:
+                    stores.turn(name)
+                    target = target_ttft if name == OURS else extra.get(name)
+                    result = _ours(pipeline, q.question, max_tokens, target, **options)
+                else:
+                    result = _theirs(theirs, q.question)
+                rows.append(_row(name, number, q, result))
+                done += 1
+                if progress:
+                    progress(done, total)
+    finally:
+        stores.close()
     summary_rows = [_summary_row(name, [r for r in rows if r["system"] == name]) for name in systems]
     return {
         "bench": "answers",
         "config": {
             "questions": len(questions), "max_tokens": max_tokens, "target_ttft_s": target_ttft,
-            "peer_k": PEER_K if peer else None, "retrieval": pipeline.retrieval, "index": str(pipeline.index_dir),
+            "also_targets_s": sorted(extra.values()), "peer_k": PEER_K if peer else None, "retrieval": pipeline.retrieval, "index": str(pipeline.index_dir),
             "model": str(pipeline.backend.describe().get("model_path", pipeline.backend.name)),
             "options": options, "interval": "bootstrap 95 % over questions, 2,000 resamples, seed 0",
         },
@@ -100,6 +148,7 @@ def _row(system: str, number: int, q: GoldQuestion, result: dict[str, object]) -
         "system": system, "question": number, "right": all(found), "facts_found": sum(found),
         "facts": len(found), "f1": round(token_f1(answer, q.reference), 4) if q.reference else None,
         "ttft_s": round(float(result["ttft_s"]), 4), "prompt_tokens": result["prompt_tokens"],
+        "cached_tokens": result.get("cached_tokens", 0),
         "chunks": len(result["sources"]), "prompt_has_gold": any(s in q.gold for s in result["sources"]),
         "invented_citations": int(result["invented"]), "answer": answer[:400],
     }
@@ -130,7 +179,7 @@ def _versus(rows: Sequence[dict[str, object]], systems: Sequence[str]) -> dict[s
     out: dict[str, object] = {}
     ours_ttft = percentile([float(by[(OURS, n)]["ttft_s"]) for n in numbers], 0.5)
     for other in systems[1:]:
-        key = other.replace("rag-budget, ", "").replace(" ", "_").replace("=", "")
+        key = other.replace("rag-budget, ", "").replace(" ", "_").replace("=", "").replace(".", "_")
         out[f"vs_{key}"] = {
             "only_ours_right": sum(1 for n in numbers if by[(OURS, n)]["right"] and not by[(other, n)]["right"]),
             "only_theirs_right": sum(1 for n in numbers if by[(other, n)]["right"] and not by[(OURS, n)]["right"]),

@@ -43,6 +43,10 @@ def _row(number: int, target: float, pass_: int, answer) -> dict[str, object]:
         "spliced_tokens": t.spliced_tokens, "planned_spliced": sum(1 for d in b.decisions if d.spliced),
         "ratio": round(t.ttft_s / target, 4),
         "pred_err": round(abs(b.predicted_ttft_s - t.ttft_s) / t.ttft_s, 4),
+        # Where the error lies: the prompt's evaluation, or the time around it (planning, queue, first step).
+        "predicted_prefill_s": round(b.predicted_prefill_s, 4),
+        "other_s": round(t.ttft_s - t.prefill_s, 4),
+        "predicted_other_s": round(b.predicted_ttft_s - b.predicted_prefill_s, 4),
     }
 
 

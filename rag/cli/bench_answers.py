@@ -19,7 +19,7 @@ from rich.table import Table
 
 from ..bench.questions import Question, load_questions
 from ..errors import RagError
-from .common import MODEL_OPTION, IngestBar, bench_app, counting, echo_json, err, int_list, command_pipeline, settings, user_errors
+from .common import MODEL_OPTION, IngestBar, bench_app, counting, echo_json, err, int_list, seconds_list, command_pipeline, settings, user_errors
 
 if TYPE_CHECKING:
     from ..qa.pipeline import Pipeline
@@ -70,12 +70,7 @@ def bench_ttft(
     from ..bench.ttft import bench_ttft as run_bench
 
     with user_errors():
-        try:
-            wanted = [float(t) for t in targets.split(",") if t.strip()]
-        except ValueError:
-            raise RagError(f"--targets {targets!r}: expected seconds separated by commas, e.g. 0.5,1,2,4") from None
-        if not wanted or min(wanted) <= 0:
-            raise RagError("--targets: give at least one positive number of seconds")
+        wanted = seconds_list(targets, "--targets", empty_ok=False)
         qs = questions_of(questions)
         pipeline = bench_pipeline(corpus, include, index, model, learn=not no_learn, kv_dir=False)
         pipeline.prepare()  # calibrate, if needed, before anything is timed

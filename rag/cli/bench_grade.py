@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ..errors import RagError
 from .bench_answers import BENCH_DATA, DEFAULT_CHAT_CORPUS, bench_pipeline
-from .common import MODEL_OPTION, bench_app, counting, echo_json, err, settings, user_errors
+from .common import MODEL_OPTION, bench_app, counting, echo_json, err, seconds_list, settings, user_errors
 
 
 @bench_app.command("answers")
@@ -27,6 +27,7 @@ def bench_answers(
     target_ttft: Optional[float] = typer.Option(None, "--target-ttft", help="rag-budget's TTFT target (default: $RAG_TARGET_TTFT, else 2.0)."),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Answer tokens per question."),
     peer: bool = typer.Option(True, "--peer/--no-peer", help="Also answer with the classic LangChain RAG (k=4)."),
+    also_targets: str = typer.Option("", "--also-targets", help="Also answer with rag-budget at these targets (seconds, comma-separated)."),
     index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
     model: Optional[Path] = MODEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
@@ -44,10 +45,11 @@ def bench_answers(
         qs = load_gold(questions or BENCH_DATA / "python_docs_answers.jsonl")
         qs = qs[:limit] if limit else qs
         target = target_ttft or settings(model=model).target_ttft or 2.0
+        extra = seconds_list(also_targets, "--also-targets")
         pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)
         pipeline.prepare()  # calibrate, if needed, before anything is timed
         with counting("answers") as update:
-            result = run_bench(pipeline, qs, target_ttft=target, max_tokens=max_tokens, peer=peer,
+            result = run_bench(pipeline, qs, target_ttft=target, max_tokens=max_tokens, peer=peer, also_targets=extra,
                                progress=update, notice=lambda m: err().print(m))
     echo_json(result) if as_json else print_answers(result)
 

@@ -193,6 +193,18 @@ def int_list(raw: str, option: str, *, least: int = 1, empty_ok: bool = False) -
     return values
 
 
+def seconds_list(raw: str, option: str, *, empty_ok: bool = True) -> list[float]:
+    """``"0.5,1,2" -> [0.5, 1.0, 2.0]``, each positive (none only if
+    ``empty_ok``); a RagError naming ``option`` for anything else."""
+    try:
+        values = [float(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise RagError(f"{option} {raw!r}: expected seconds separated by commas, e.g. 0.5,1,2,4") from None
+    if (not values and not empty_ok) or (values and min(values) <= 0):
+        raise RagError(f"{option}: give {'positive numbers' if empty_ok else 'at least one positive number'} of seconds")
+    return values
+
+
 class _RateColumn(ProgressColumn):
     """Files done of all, and chunks and chunks per second since the start."""
 

@@ -108,6 +108,7 @@ class Budget:
     load_wait_s: float = 0.0  # expected wait behind other requests, planned for
     cut_for_load: int = 0  # passages fewer than an idle engine would have taken
     turns_left_out: int = 0  # recent turns the context could not hold beside passages (the summary is behind)
+    predicted_prefill_s: float = 0.0  # of predicted_ttft_s, the prompt's evaluation (and loads of held passages)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -122,6 +123,7 @@ class Budget:
             "load_wait_s": self.load_wait_s,
             "cut_for_load": self.cut_for_load,
             "turns_left_out": self.turns_left_out,
+            "predicted_prefill_s": self.predicted_prefill_s,
             "decisions": [d.to_dict() for d in self.decisions],
         }
 

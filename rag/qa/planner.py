@@ -279,6 +279,7 @@ class PromptPlanner:
             feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
             safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
             load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
+            predicted_prefill_s=seconds,
         )
         if self.forms is not None:
             self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
