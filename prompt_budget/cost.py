@@ -30,6 +30,11 @@ PRIOR_TOKENS_PER_S = 200.0
 # SmolLM2-135M from a snapshot here; used until this machine has spliced one.
 PRIOR_SPLICE_S_PER_TOKEN = 25e-6
 FORMS = ("linear", "attention")
+# How far past the target an answer may start before the budget counts as missed: the margin is
+# planned so that 95 % of answers start within this multiple of the target (issue 24). Held to
+# the target itself, the margin must cover this machine's rare 20-30 % slow prefills, and the
+# median answer then starts at three quarters of the target: a quarter of the budget unused.
+TARGET_TOLERANCE = 1.10
 
 
 @dataclass(frozen=True)
@@ -326,10 +331,14 @@ class PrefillCostModel:
                 self._levels[b] = min(max(quantile(near, 0.5), 0.7), 1.4)
 
     def safety_factor(
-        self, q: float = 0.95, min_ratios: int = 8, default: float = 1.15, stall: float = 2.0, cap: float = 1.5
+        self, q: float = 0.95, min_ratios: int = 8, default: float = 1.15, stall: float = 2.0, cap: float = 1.5,
+        tolerance: float = TARGET_TOLERANCE,
     ) -> float:
-        """The ``q`` quantile of recent measured ÷ predicted ratios, between
-        1 and ``cap``, or ``default`` until ``min_ratios`` have been seen.
+        """The ``q`` quantile of recent measured ÷ predicted ratios over
+        ``tolerance``, between 1 and ``cap``, or ``default`` until
+        ``min_ratios`` have been seen: planned with it, a ``q`` share of
+        prompts start within ``tolerance`` times the target, and none is
+        planned past the central prediction.
 
         Ratios beyond ``stall`` times the median are left out: they are the
         machine stalling (another process, a page fault), not the model's
@@ -341,7 +350,7 @@ class PrefillCostModel:
             ratios = list(self._ratios)
             typical = quantile(ratios, 0.5)
             kept = [r for r in ratios if r <= stall * typical]
-            return min(max(quantile(kept, q), 1.0), cap)
+            return min(max(quantile(kept, q) / tolerance, 1.0), cap)
 
     def observe(self, sample: PrefillSample, *, refit: bool = True) -> None:
         """Record a measurement: its ratio to the prediction made now, then
