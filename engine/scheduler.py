@@ -21,6 +21,7 @@ Does not: touch llama.cpp, measure time, or plan prompts.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -116,6 +117,9 @@ class Load:
     n_batch: int = 512
     decode_steps: tuple[tuple[int, float], ...] = ()  # (batch size, seconds), measured
     busy_s: float = 0.0  # left of a step of background work running now: a step is never interrupted
+    in_flight: "Step | None" = None  # the step of requests running now (``active`` is as it was before it)
+    in_flight_s: float = 0.0  # how long it has run
+    mixed_steps: tuple[tuple[int, int, float], ...] = ()  # (prompt tokens, decodes, seconds) of recent mixed steps
 
     def decode_s(self, batch: int, seconds_per_token: float) -> float:
         """Seconds of a decode step with ``batch`` sequences: the nearest size
@@ -153,6 +157,14 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
     active = {w.key: w for w in load.active}
     queue = [*load.waiting, Work(_NEW, deadline, math.inf, 1, 1)]
     elapsed = load.busy_s
+    running = load.in_flight
+    if running is not None and running.tokens:
+        # A step is never interrupted: a request due sooner than those in it still waits for the rest of it.
+        prompt = sum(n for _, n in running.prefill)
+        elapsed += max((cost(prompt, 0) if prompt else 0.0) + load.decode_s(len(running.decode), per_token)
+                       - load.in_flight_s, 0.0)
+        _advance(active, Step(tuple(k for k in running.decode if k in active),
+                              tuple((k, n) for k, n in running.prefill if k in active)), 1)
     for _ in range(max_steps):
         for w in admission_order(queue)[:max(load.slots - len(active), 0)]:
             active[w.key] = w
@@ -200,14 +212,21 @@ def _advance(active: dict[int, Work], step: Step, repeat: int) -> None:
         del active[key]
 
 
-def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float]) -> float:
+def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float], *, least: int = 3) -> float:
     """How much slower a new request's own prefill runs for the decode
-    steps of the ``wait.generating`` others interleaved with it: each step
-    takes ``busy_budget`` of its prompt tokens and one token of each of them;
-    1 when nothing else is generating."""
+    steps of the ``wait.generating`` others interleaved with it; 1 when
+    nothing else is generating. Measured where it can be: the median of
+    recent steps that evaluated prompt tokens beside about as many decodes,
+    each step's seconds over the prefill of its prompt tokens alone (at
+    least ``least`` of them); else each step is taken as ``busy_budget`` of
+    its prompt tokens plus a decode-only step of the others."""
     busy = cost(load.busy_budget, 0)
     if not wait.generating or busy <= 0:
         return 1.0
+    near = [seconds / cost(prompt, 0) for prompt, decodes, seconds in load.mixed_steps
+            if abs(decodes - wait.generating) <= 1 and prompt > 0 and cost(prompt, 0) > 0]
+    if len(near) >= least:
+        return max(sorted(near)[len(near) // 2], 1.0)
     return 1.0 + load.decode_s(wait.generating, busy / load.busy_budget) / busy
 
 
@@ -224,15 +243,28 @@ class StepStats:
     decode-only step of each batch size takes (a moving average, which
     :class:`Load` uses to predict decode time under load)."""
 
-    def __init__(self) -> None:
+    def __init__(self, mixed: int = 32) -> None:
         self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
         self._step_s: dict[int, float] = {}
         self._background_s: float | None = None  # a step of background work only, on average
         self._started: float | None = None  # when the background step running now began
+        self._running: tuple[Step, float] | None = None  # the step of requests running now, and when it began
+        self._mixed: deque[tuple[int, int, float]] = deque(maxlen=mixed)
 
-    def begin(self, background: bool, now: float) -> None:
-        """A step starts at ``now``; ``background`` if it holds only work that gives way to requests."""
+    def begin(self, background: bool, now: float, step: Step | None = None) -> None:
+        """A step starts at ``now``; ``background`` if it holds only work
+        that gives way to requests, else ``step`` is what it evaluates."""
         self._started = now if background else None
+        self._running = None if background or step is None else (step, now)
+
+    def in_flight(self, now: float) -> tuple[Step | None, float]:
+        """The step of requests running at ``now`` (None when none) and how long it has run."""
+        running = self._running
+        return (None, 0.0) if running is None else (running[0], max(now - running[1], 0.0))
+
+    def mixed_steps(self) -> tuple[tuple[int, int, float], ...]:
+        """(prompt tokens, decodes, seconds) of recent steps that held both, oldest first."""
+        return tuple(self._mixed)
 
     def background_left_s(self, now: float) -> float:
         """Seconds the background step running at ``now`` should still
@@ -248,6 +280,9 @@ class StepStats:
             before = self._background_s
             self._background_s = seconds if before is None else 0.8 * before + 0.2 * seconds
             self._started = None
+        self._running = None
+        if decoded and prefilled:
+            self._mixed.append((prefilled, decoded, seconds))
         c = self.counters
         c["steps"] += 1
         c["prefill_tokens"] += prefilled

@@ -103,3 +103,40 @@ def test_a_stopped_request_frees_its_sequence_at_once(engine):
     assert engine.loop.published.free == engine.slots and not engine.loop.published.active
     text, _ = _alone(engine, "Name a fruit.", max_tokens=4)  # the engine carries on
     assert text
+
+
+def test_a_submitted_request_is_in_the_load_until_its_prompt_is_evaluated(engine, monkeypatch):
+    """Another thread planning meanwhile must see it: in the inbox, waiting,
+    held, or in the step running now; never in none of them, even while the
+    loop takes a while to place it (here 50 ms, as a snapshot read from disk may)."""
+    import threading
+    import time
+
+    placement = engine.loop.placement
+    place = placement.place
+
+    def slow_place(*args, **kwargs):
+        time.sleep(0.05)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(placement, "place", slow_place)
+
+    tokens = engine.tokenize(engine.render([Message("user", "Summarise: " + "the cat sat on the mat. " * 60)]))
+    first = threading.Event()
+
+    def read(generation):
+        for _ in generation:
+            first.set()
+
+    reader = threading.Thread(target=read, args=(engine.generate(tokens, max_tokens=4, deadline=time.perf_counter() + 5),))
+    reader.start()
+    looks = 0
+    while not first.is_set():
+        load = engine.load()
+        ahead = [w for w in (*load.active, *load.waiting) if w.to_prefill > 0 or w.generating]
+        running = load.in_flight is not None and load.in_flight.tokens > 0
+        assert ahead or running or first.is_set(), f"the request was out of the load at look {looks}"
+        looks += 1
+        time.sleep(0.001)
+    reader.join()
+    assert looks > 3

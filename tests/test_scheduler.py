@@ -108,6 +108,45 @@ def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupte
     assert expected_wait(Load(warming, (), slots=6, busy_s=0.15), 5.0, cost) == Wait(pytest.approx(0.15), 0)
 
 
+def test_a_step_of_requests_already_running_is_waited_for_even_by_one_due_sooner():
+    from engine.scheduler import Step, StepStats
+
+    def cost(n, cached):
+        return 0.004 * n
+
+    stats = StepStats()
+    running = Step((), ((1, 300),))
+    stats.begin(False, 20.0, running)
+    assert stats.in_flight(20.2) == (running, pytest.approx(0.2))
+    # Request 1 (due at 5 s) is 0.2 s into its 300-token step; a new request due at 3 s comes first
+    # by deadline but still waits for the 1.0 s of that step that is left, and nothing more.
+    before = (work(1, deadline=5.0, to_prefill=300),)
+    load = Load(before, (), slots=4, in_flight=running, in_flight_s=0.2)
+    assert expected_wait(load, 3.0, cost).seconds == pytest.approx(1.0)
+    assert expected_wait(Load(before, (), slots=4), 3.0, cost).seconds == 0.0  # as it was planned before
+    stats.count(0, 300, 1.2)
+    assert stats.in_flight(21.3) == (None, 0.0)
+
+
+def test_the_slowdown_beside_decodes_is_measured_from_steps_that_held_both():
+    from engine.scheduler import StepStats
+
+    def cost(n, cached):
+        return 0.004 * n
+
+    stats = StepStats()
+    for seconds in (1.4, 1.5, 1.6):  # 256 prompt tokens (1.024 s alone) beside 6 decodes
+        stats.begin(False, 0.0)
+        stats.count(6, 256, seconds)
+    stats.count(6, 0, 0.05)  # a decode-only step is not one of them
+    assert stats.mixed_steps() == ((256, 6, 1.4), (256, 6, 1.5), (256, 6, 1.6))
+    measured = Load(busy_budget=256, decode_steps=((6, 0.05),), mixed_steps=stats.mixed_steps())
+    assert slowdown(measured, Wait(0.0, 6), cost) == pytest.approx(1.5 / 1.024)
+    assert slowdown(measured, Wait(0.0, 7), cost) == pytest.approx(1.5 / 1.024)  # about as many decodes
+    # Beside 2 decodes nothing was measured: a prompt step plus a decode-only step, as before.
+    assert slowdown(measured, Wait(0.0, 2), cost) == pytest.approx(1 + 0.05 / 1.024)
+
+
 def test_a_prompt_with_stored_passages_ahead_takes_a_step_for_each():
     def cost(n, cached):
         return 0.01 + 0.005 * n
@@ -197,3 +236,16 @@ def test_only_a_question_that_cannot_make_its_target_even_alone_is_refused():
     assert squeezed.budget.chosen == 0 and squeezed.budget.predicted_ttft_s <= 2.0 and squeezed.budget.feasible
     served = planner.plan("What is prefill?", _hits(8), AskOptions.of(), load=LoadPlan(2.5), **kwargs)
     assert served.budget.chosen >= 1  # without refuse_late it is answered late
+
+
+def test_a_question_planned_later_does_not_go_ahead_of_one_planned_before_it():
+    from rag.qa.dispatch import ORDER_SLACK_S, Dispatcher
+
+    dispatcher = Dispatcher(None, None, lambda: None)
+    assert dispatcher._in_plan_order(10.0) == 10.0
+    # Received 50 ms earlier but planned after: served after the plan that already counted on going first.
+    assert dispatcher._in_plan_order(9.95) == 10.0
+    # Due sooner by more than a retrieval's jitter (a tighter target): still first.
+    assert dispatcher._in_plan_order(10.0 - 2 * ORDER_SLACK_S) == 10.0 - 2 * ORDER_SLACK_S
+    assert dispatcher._in_plan_order(None) is None  # no target, no deadline
+    assert dispatcher._in_plan_order(10.1) == 10.1

@@ -137,10 +137,13 @@ class EngineLoop:
             active, waiting = self._published.active, self._published.waiting
             waiting = [*waiting, *(r.work() for r in self._inbox)]
             steps = self.stats.decode_steps()
+            now = time.perf_counter()
+            running, ran_s = self.stats.in_flight(now)
         shared = len(self.system)
         waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1)) for w in waiting]
         return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
-                    self.ctx.n_batch, steps, self.stats.background_left_s(time.perf_counter()))
+                    self.ctx.n_batch, steps, self.stats.background_left_s(now), running, ran_s,
+                    self.stats.mixed_steps())
 
     def warming(self) -> int:
         """Requests warming the passage store, running or waiting."""
@@ -168,6 +171,11 @@ class EngineLoop:
                     self._cv.wait()
                 if self._stop:
                     break
+                # Still published as waiting until this step's publish: a request taken from the inbox is
+                # never out of the load another thread plans against (placing it may take a while).
+                arrived = [r.work() for r in self._inbox if not r.idle]
+                if arrived:
+                    self._published = self._published._replace(waiting=[*self._published.waiting, *arrived])
                 self._waiting.extend(self._inbox)
                 self._inbox.clear()
                 forget, self._forget = self._forget, []
@@ -318,7 +326,7 @@ class EngineLoop:
                 entries.append(Entry(a.req.tokens[i], a.n_past + i - a.next, a.seq, done and i == a.next + n - 1))
                 owners.append((a, True))
         started = time.perf_counter()
-        self.stats.begin(all(a.req.background for a, _ in owners), started)
+        self.stats.begin(all(a.req.background for a, _ in owners), started, step)
         if self.ctx.decode(entries) == 1:
             self._no_room(step)
             return

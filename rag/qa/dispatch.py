@@ -3,7 +3,9 @@ prompt is planned for the engine that will answer it (a pool's route, or the
 one engine), with that engine's cost model and the load it will meet, then
 submitted. Plans are made and submitted one at a time, so each sees the
 load of those before it and a burst is not all planned for an idle engine;
-questions still being retrieved count as work ahead.
+questions still being retrieved count as work ahead, and one that arrived a
+moment earlier but is planned later does not go ahead of those planned
+before it.
 
 Does not: retrieve, store turns or stream the answer (``pipeline``).
 """
@@ -25,6 +27,10 @@ from .passages import splicing, takes_passages
 from .planner import ShownForms, PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
 
 
+# Deadlines this close are a question of which retrieval finished first, not of urgency.
+ORDER_SLACK_S = 0.25
+
+
 def deadline_of(received: float, target: float | None) -> float | None:
     """When the first token is due: ``target`` seconds after ``received`` (None: no target)."""
     return None if target is None else received + target
@@ -36,6 +42,7 @@ class Dispatcher:
     def __init__(self, desk: EngineDesk, keeper: ConversationKeeper, backend: Callable[[], Backend]) -> None:
         self.desk, self.keeper, self._backend = desk, keeper, backend
         self._planning = threading.Lock()
+        self._last_deadline: float | None = None  # of the prompt submitted last (guarded by _planning)
         self._unplanned = Unplanned()  # questions received and not yet submitted to an engine
         self._forms = ShownForms()  # how recent prompts showed each chunk (exact passage reuse finds them)
 
@@ -46,9 +53,12 @@ class Dispatcher:
         return self._unplanned
 
     def plan(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
-             conversation: Conversation | None) -> tuple[PlannedPrompt, Route]:
-        """The prompt, planned for the engine that will answer it, and the route to that engine."""
-        deadline, history = deadline_of(received, target), self.keeper.history(conversation)
+             conversation: Conversation | None, deadline: float | None = None) -> tuple[PlannedPrompt, Route]:
+        """The prompt, planned for the engine that will answer it (its
+        prompt served in the order of ``deadline``, by default ``target``
+        seconds after ``received``), and the route to that engine."""
+        deadline = deadline if deadline is not None else deadline_of(received, target)
+        history = self.keeper.history(conversation)
         route = self.desk.route(lambda: routing_prefix(self._backend(), question, history), deadline,
                                 kv_key(conversation.session) if conversation is not None else None)
         cost = self.desk.keeper(route.engine).model
@@ -62,9 +72,23 @@ class Dispatcher:
                conversation: Conversation | None) -> tuple[PlannedPrompt, Route, Generation]:
         """Plan the prompt and submit it, before the next question is planned."""
         with self._planning:
-            prompt, route = self.plan(question, hits, options, target, received, conversation)
-            deadline = deadline_of(received, target)
+            deadline = self._in_plan_order(deadline_of(received, target))
+            prompt, route = self.plan(question, hits, options, target, received, conversation, deadline)
             return prompt, route, self._generate(route, prompt, options, deadline, options.session)
+
+    def _in_plan_order(self, deadline: float | None) -> float | None:
+        """The deadline a prompt is served by: its own, or the latest one
+        submitted before it when that is later by less than ``ORDER_SLACK_S``.
+        Each plan counts the prompts submitted before it as ahead; one
+        received a moment earlier but planned later (its retrieval took
+        longer) would otherwise go first and make the earlier plan late."""
+        if deadline is None:
+            return None
+        last = self._last_deadline
+        if last is not None and 0 < last - deadline < ORDER_SLACK_S:
+            deadline = last
+        self._last_deadline = deadline if last is None else max(last, deadline)
+        return deadline
 
     @staticmethod
     def _generate(route: Route, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
