@@ -62,6 +62,7 @@ class Timings:
     spliced_passages: int = 0  # the stored passages they came from (each splits the prompt's evaluation)
     splice_s: float = 0.0  # spent loading and placing them (inside ttft_s)
     failovers: int = 0  # engines of a pool that failed this request before one answered it
+    shared_prefill: bool = False  # its prompt was evaluated beside other requests' tokens: not a plain prefill
 
     def to_dict(self) -> dict[str, int | float]:
         """The ``timings`` object of the ``rag ask --json`` contract."""

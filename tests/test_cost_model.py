@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import random
 
@@ -168,6 +170,26 @@ def test_a_spliced_request_teaches_the_splice_cost_not_the_prefill_rate(tmp_path
     assert model.splice_seconds(500, 4) == pytest.approx(0.405, rel=0.01)
     # The pieces cost per passage, the load per token: two long passages cost less than eight.
     assert model.splice_seconds(1000, 2) == pytest.approx(0.21, rel=0.01)
+
+
+def test_a_prompt_evaluated_beside_other_requests_teaches_nothing(tmp_path):
+    from engine import FakeBackend
+    from engine.backend import Timings
+    from rag.qa.costs import CostKeeper
+
+    keeper = CostKeeper(lambda: FakeBackend(), tmp_path, learn=True)
+    model = keeper.model
+    samples, ratios, overheads = model.samples, model.ratios, model.overheads
+    plain = model.predict(400, 70)
+    # Beside seven decoding answers its 400 tokens took twice as long: the load, not this machine's prefill rate.
+    t = Timings(prompt_tokens=470, cached_tokens=70, prefill_tokens=400, ttft_s=2 * plain + 0.5,
+                prefill_s=2 * plain, decode_tokens=1, decode_s=0.01, total_s=2 * plain + 0.6, shared_prefill=True)
+    for _ in range(10):
+        keeper.observe(t, 0.0)
+    assert (model.samples, model.ratios, model.overheads) == (samples, ratios, overheads)
+    assert model.predict(400, 70) == plain
+    keeper.observe(replace(t, shared_prefill=False), 0.0)  # alone, the same figures are learned
+    assert len(model.samples) == len(samples) + 1
 
 
 def test_what_splices_taught_survives_a_saved_profile():

@@ -140,3 +140,13 @@ def test_a_submitted_request_is_in_the_load_until_its_prompt_is_evaluated(engine
         time.sleep(0.001)
     reader.join()
     assert looks > 3
+
+
+def test_a_prompt_evaluated_beside_another_request_says_so(engine):
+    # The cost model learns the machine's prefill rate only from prompts evaluated alone.
+    render = lambda text: engine.tokenize(engine.render([Message("user", text)]))  # noqa: E731
+    _, alone = engine.generate(render("Name a colour. " * 20), max_tokens=2).result()
+    assert not alone.shared_prefill
+    first = engine.generate(render("Name a fruit. " * 40), max_tokens=24)
+    second = engine.generate(render("Name a city. " * 40), max_tokens=24)
+    assert any(g.result()[1].shared_prefill for g in (first, second))

@@ -100,8 +100,13 @@ class CostKeeper:
     def observe(self, timings: Timings, planned_at_s: float) -> None:
         """Fold one request's measurements into the model (its prefill, and
         the time to first token outside prefill, ``planned_at_s`` of which
-        was spent before planning finished) and save the profile."""
+        was spent before planning finished) and save the profile; a prompt
+        evaluated beside other requests teaches nothing."""
         model = self.model
+        if timings.shared_prefill:
+            # Evaluated beside other requests' tokens: neither a plain prefill nor this set-up's overhead
+            # (what the load adds is measured from the engine's own steps, see engine.scheduler.slowdown).
+            return
         if timings.spliced_tokens:
             # A spliced prompt is evaluated in pieces between its passages: what its prefill took beyond
             # a plain one of its new tokens is the splice's cost, not a sign that the prefill rate moved.
