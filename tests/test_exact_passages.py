@@ -161,9 +161,14 @@ def test_the_held_path_goes_first_as_far_as_it_was_picked():
     assert held_first([1, 0], [7, 5], [3, 7]) == [1, 0]  # its first not picked: nothing goes ahead
 
 
-def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(tmp_path, embedder, backend):
+def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(tmp_path, embedder):
+    from engine.llama_cpp.backend import LlamaCppBackend
     from rag.bench.grading import GoldQuestion
     from rag.bench.reuse import bench_reuse
+
+    # An engine of its own: the shared one's KV cells are laid out by every test before this one, and
+    # with flash attention the order of a sequence's cells is the order its attention is summed in.
+    backend = LlamaCppBackend(n_ctx=2048)
 
     questions = [GoldQuestion("What does prefill fill?", ("prefill.md",), (("kv", "cache"),)),
                  GoldQuestion("What limits decode?", ("decode.txt",), (("bandwidth", "memory"),))]
@@ -182,6 +187,7 @@ def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(tmp
     passes = {(row["reuse"], row["pass"]): row for row in result["summary"]["passes"]}
     assert passes[("off", 2)]["spliced_tokens"] == 0 and passes[("on", 2)]["spliced_tokens"] > 0
     assert backend.exact_passages and backend.splice_fresh is None  # the engine's settings are given back
+    backend.close()
 
 
 def test_the_forms_recent_prompts_showed_are_remembered_and_bounded():
