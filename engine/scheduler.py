@@ -223,8 +223,9 @@ def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float], *, least
     busy = cost(load.busy_budget, 0)
     if not wait.generating or busy <= 0:
         return 1.0
-    near = [seconds / cost(prompt, 0) for prompt, decodes, seconds in load.mixed_steps
-            if abs(decodes - wait.generating) <= 1 and prompt > 0 and cost(prompt, 0) > 0]
+    alone = [(cost(prompt, 0), seconds) for prompt, decodes, seconds in load.mixed_steps
+             if abs(decodes - wait.generating) <= 1]
+    near = [seconds / base for base, seconds in alone if base > 0]
     if len(near) >= least:
         return max(sorted(near)[len(near) // 2], 1.0)
     return 1.0 + load.decode_s(wait.generating, busy / load.busy_budget) / busy

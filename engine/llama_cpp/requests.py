@@ -101,7 +101,7 @@ class Active:
     pending: int | None = None  # sampled, not yet evaluated
     decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
     prefill_s: float = 0.0
-    shared_steps: int = 0  # prompt tokens evaluated in a step beside other requests' tokens (one count per token)
+    shared_prefill: bool = False  # some of its prompt was evaluated in a step beside other requests' tokens
     decode_s: float = 0.0
     first_token_at: float | None = None
     splices: list[Splice] = field(default_factory=list)  # stored passages still ahead in the prompt
@@ -134,7 +134,7 @@ def timings_of(a: Active, snapshot_s: float) -> Timings:
         ttft_s=ttft, prefill_s=a.prefill_s, decode_tokens=len(a.generated), decode_s=a.decode_s,
         total_s=end - req.started - snapshot_s, restored_tokens=a.restored, restore_s=a.restore_s,
         snapshot_s=snapshot_s, queue_s=max(ttft - a.prefill_s - a.restore_s - a.splice_s, 0.0),
-        shared_prefill=a.shared_steps > 0,
+        shared_prefill=a.shared_prefill,
         spliced_tokens=a.spliced, spliced_passages=a.spliced_passages, splice_s=a.splice_s,
     )
 
@@ -147,7 +147,7 @@ def share_step(owners: Sequence[tuple[Active, bool]], seconds: float) -> float:
     for a, prompt in owners:
         if prompt:
             a.prefill_s += share
-            a.shared_steps += shared
+            a.shared_prefill = a.shared_prefill or shared
         else:
             a.decode_s += share
     return seconds

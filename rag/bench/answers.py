@@ -131,7 +131,8 @@ def bench_answers(
         "bench": "answers",
         "config": {
             "questions": len(questions), "max_tokens": max_tokens, "target_ttft_s": target_ttft,
-            "also_targets_s": sorted(extra.values()), "peer_k": PEER_K if peer else None, "retrieval": pipeline.retrieval, "index": str(pipeline.index_dir),
+            "also_targets_s": sorted(extra.values()), "peer_k": PEER_K if peer else None,
+            "retrieval": pipeline.retrieval, "index": str(pipeline.index_dir),
             "model": str(pipeline.backend.describe().get("model_path", pipeline.backend.name)),
             "options": options, "interval": "bootstrap 95 % over questions, 2,000 resamples, seed 0",
         },

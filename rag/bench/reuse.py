@@ -128,9 +128,9 @@ def fidelity_summary(rows: Sequence[dict], modes: Sequence[str]) -> list[dict[st
     """Per mode: right answers, paired against the full prefill, identical
     answers and TTFT p50."""
     table = []
+    by = {(r["mode"], r["question"]): r["answer"] for r in rows}
     for mode in modes:
         mine = [r for r in rows if r["mode"] == mode]
-        by = {(r["mode"], r["question"]): r["answer"] for r in rows}
         table.append({"mode": mode, "questions": len(mine), **_paired(rows, mode, FULL),
                       "identical": round(mean(1.0 if r["same_as_full"] else 0.0 for r in mine), 3),
                       "identical_to_prefix_cache": round(mean(

@@ -181,13 +181,19 @@ def echo_json(obj: object) -> None:
     sys.stdout.flush()
 
 
+def _listed(raw: str, option: str, parse, what: str, example: str) -> list:
+    """The comma-separated values of ``raw``, each through ``parse``; a
+    RagError naming ``option`` when one is not ``what``."""
+    try:
+        return [parse(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise RagError(f"{option} {raw!r}: expected {what} separated by commas, e.g. {example}") from None
+
+
 def int_list(raw: str, option: str, *, least: int = 1, empty_ok: bool = False) -> list[int]:
     """``"1,3,5" -> [1, 3, 5]``, each at least ``least`` (none only if
     ``empty_ok``); a RagError naming ``option`` for anything else."""
-    try:
-        values = [int(x) for x in raw.split(",") if x.strip()]
-    except ValueError:
-        raise RagError(f"{option} {raw!r}: expected whole numbers separated by commas, e.g. 1,3,5") from None
+    values = _listed(raw, option, int, "whole numbers", "1,3,5")
     if (not values and not empty_ok) or (values and min(values) < least):
         raise RagError(f"{option}: give {'numbers' if empty_ok else 'at least one number'}, each at least {least}")
     return values
@@ -196,10 +202,7 @@ def int_list(raw: str, option: str, *, least: int = 1, empty_ok: bool = False) -
 def seconds_list(raw: str, option: str, *, empty_ok: bool = True) -> list[float]:
     """``"0.5,1,2" -> [0.5, 1.0, 2.0]``, each positive (none only if
     ``empty_ok``); a RagError naming ``option`` for anything else."""
-    try:
-        values = [float(x) for x in raw.split(",") if x.strip()]
-    except ValueError:
-        raise RagError(f"{option} {raw!r}: expected seconds separated by commas, e.g. 0.5,1,2,4") from None
+    values = _listed(raw, option, float, "seconds", "0.5,1,2,4")
     if (not values and not empty_ok) or (values and min(values) <= 0):
         raise RagError(f"{option}: give {'positive numbers' if empty_ok else 'at least one positive number'} of seconds")
     return values
