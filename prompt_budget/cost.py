@@ -366,19 +366,23 @@ class PrefillCostModel:
                 self.refit()
 
     def refit(self) -> None:
-        """Refit the current form on the window (the prior stays until the
-        window holds enough distinct lengths)."""
+        """Refit on the window in the form it supports best (the prior stays
+        until the window holds enough distinct lengths; a fit that cannot
+        plan is never taken)."""
         with self._lock:
             samples = list(self.anchors) + list(self._samples)
             if len({s.n_new for s in samples}) < 3:
                 return
-            form = self.fit.form if self.calibrated else "linear"
-            for tried in dict.fromkeys((form, "linear")):  # a refit that is not plausible: the simpler form, else the last fit
-                try:
-                    fit = fit_samples(samples, tried)
-                except ValueError:
-                    continue
-                if plausible(fit):
+            # The form is chosen again each time: a quick calibration's anchors all start from an
+            # empty cache, so they cannot show what attending to cached tokens costs, and a fit kept
+            # linear for good then charged every prompt the cached context of the last few
+            # (measured: a third too much for short-context prompts after long-context ones).
+            try:
+                chosen, fits = best_fit(samples)
+            except ValueError:
+                return
+            for fit in (chosen, fits.get("linear")):  # a best fit that cannot plan: the simpler form, else the last fit
+                if fit is not None and plausible(fit):
                     self.fit = fit
                     break
             self._update_corrections()

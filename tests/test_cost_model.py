@@ -81,6 +81,33 @@ def test_a_size_the_form_gets_wrong_is_corrected_from_recent_requests():
     assert model.correction(5000) == 1.0  # no requests that large: the form alone
 
 
+def test_what_cached_context_costs_is_learned_after_a_calibration_that_had_none():
+    # A quick calibration prefills from an empty cache only, so it fits the linear form. Answers
+    # then come with short and long cached contexts (a conversation, held passages); each new
+    # token attends to all of it, here a third more per token at 700 cached tokens (measured on
+    # this machine's rag bench ttft, 2026-12-04). A model kept linear could not tell the two
+    # apart and charged the short-context prompts what the long ones had cost.
+    a, b, c = 0.03, 0.0028, 1.0e-6
+
+    def truth(n_new: int, n_cached: int) -> float:
+        return a + b * n_new + c * n_new * (n_cached + n_new / 2)
+
+    anchors = [PrefillSample(0, n, truth(n, 0)) for n in (32, 128, 384, 1024)]
+    model = PrefillCostModel(fit_samples(anchors, "linear"), anchors=anchors)
+    assert model.fit.form == "linear"
+    rng = random.Random(11)
+    for _ in range(30):
+        for cached in (74, 700):
+            n = rng.randrange(120, 480)
+            model.observe(PrefillSample(cached, n, truth(n, cached) * rng.uniform(0.98, 1.02)))
+    for _ in range(12):  # the latest requests all had the long context
+        n = rng.randrange(120, 480)
+        model.observe(PrefillSample(700, n, truth(n, 700) * rng.uniform(0.98, 1.02)))
+    assert model.fit.form == "attention"
+    assert model.predict(150, 74) == pytest.approx(truth(150, 74), rel=0.05)
+    assert model.predict(150, 700) == pytest.approx(truth(150, 700), rel=0.05)
+
+
 def test_a_sudden_slowdown_is_followed_within_a_few_requests():
     rng = random.Random(11)
     model = PrefillCostModel(fit_samples(_samples(rng, 60, 0.0), "attention"))
