@@ -153,7 +153,7 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
     n_cached)`` seconds) plus a decode step of its batch. Requests are
     assumed to generate all the tokens they may, so the wait is an upper
     estimate; ``math.inf`` when it would never start (no sequence for requests)."""
-    per_token = cost(256, 0) / 256
+    per_token = _per_token(cost)
     active = {w.key: w for w in load.active}
     queue = [*load.waiting, Work(_NEW, deadline, math.inf, 1, 1)]
     elapsed = load.busy_s
@@ -161,8 +161,7 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
     if running is not None and running.tokens:
         # A step is never interrupted: a request due sooner than those in it still waits for the rest of it.
         prompt = sum(n for _, n in running.prefill)
-        elapsed += max((cost(prompt, 0) if prompt else 0.0) + load.decode_s(len(running.decode), per_token)
-                       - load.in_flight_s, 0.0)
+        elapsed += max(step_seconds(load, prompt, len(running.decode), cost) - load.in_flight_s, 0.0)
         _advance(active, Step(tuple(k for k in running.decode if k in active),
                               tuple((k, n) for k, n in running.prefill if k in active)), 1)
     for _ in range(max_steps):
@@ -175,13 +174,14 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
         if _NEW in keys:
             # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
             ahead = sum(n for _, n in step.prefill[:keys.index(_NEW)])
-            return Wait(elapsed + (cost(ahead, 0) if ahead else 0.0), len(step.decode))
+            # Its own share of the step (the decodes beside its prefill) is its slowdown, costed with its prompt.
+            ahead_s = step_seconds(load, ahead, len(step.decode), cost) - load.decode_s(len(step.decode), per_token)
+            return Wait(elapsed + (ahead_s if ahead else 0.0), len(step.decode))
         if not step.tokens:
             return Wait(math.inf, 0)
         # A step without prompt tokens repeats unchanged until the first of its requests finishes.
         repeat = 1 if step.prefill else min(active[k].to_decode for k in step.decode)
-        prompt = sum(n for _, n in step.prefill)
-        elapsed += repeat * ((cost(prompt, 0) if prompt else 0.0) + load.decode_s(len(step.decode), per_token))
+        elapsed += repeat * step_seconds(load, sum(n for _, n in step.prefill), len(step.decode), cost)
         _advance(active, step, repeat)
     return Wait(elapsed, 0)
 
@@ -223,12 +223,37 @@ def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float], *, least
     busy = cost(load.busy_budget, 0)
     if not wait.generating or busy <= 0:
         return 1.0
-    alone = [(cost(prompt, 0), seconds) for prompt, decodes, seconds in load.mixed_steps
-             if abs(decodes - wait.generating) <= 1]
-    near = [seconds / base for base, seconds in alone if base > 0]
-    if len(near) >= least:
-        return max(sorted(near)[len(near) // 2], 1.0)
+    measured = _mixed_ratio(load, wait.generating, cost, least)
+    if measured is not None:
+        return max(measured, 1.0)
     return 1.0 + load.decode_s(wait.generating, busy / load.busy_budget) / busy
+
+
+def step_seconds(load: Load, prompt: int, decodes: int, cost: Callable[[int, int], float], *, least: int = 3) -> float:
+    """Seconds of one step of ``prompt`` prompt tokens beside ``decodes``
+    answer tokens: its prefill plus a decode step of that batch or, where
+    recent steps held both, its prefill times their measured ratio
+    (:func:`slowdown`'s) when that is more. Beside many answers a prompt
+    token costs more than alone, since each attends over the cache the
+    others fill: measured here, up to 1.5 times the sum, growing as the
+    answers grow."""
+    plain = (cost(prompt, 0) if prompt else 0.0) + load.decode_s(decodes, _per_token(cost))
+    measured = _mixed_ratio(load, decodes, cost, least) if prompt and decodes else None
+    return max(plain, measured * cost(prompt, 0)) if measured is not None else plain
+
+
+def _mixed_ratio(load: Load, decodes: int, cost: Callable[[int, int], float], least: int) -> float | None:
+    """The median, over recent steps beside about ``decodes`` answer
+    tokens, of a step's seconds over the prefill of its prompt tokens
+    alone (None with fewer than ``least`` of them)."""
+    near = [seconds / base for prompt, d, seconds in load.mixed_steps
+            if abs(d - decodes) <= 1 and (base := cost(prompt, 0)) > 0]
+    return sorted(near)[len(near) // 2] if len(near) >= least else None
+
+
+def _per_token(cost: Callable[[int, int], float]) -> float:
+    """Seconds a prompt token takes, from a mid-sized prompt."""
+    return cost(256, 0) / 256
 
 
 def step_beside(load: Load, wait: Wait, cost: Callable[[int, int], float]) -> float:

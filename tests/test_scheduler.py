@@ -147,6 +147,27 @@ def test_the_slowdown_beside_decodes_is_measured_from_steps_that_held_both():
     assert slowdown(measured, Wait(0.0, 2), cost) == pytest.approx(1 + 0.05 / 1.024)
 
 
+def test_steps_ahead_beside_decodes_are_waited_for_as_long_as_such_steps_measured():
+    # Measured in rag bench serve (8 clients, 2026-12-04): a step of 256 prompt tokens beside 7
+    # answers took 1.0-1.5 times its prefill plus a decode step, as the answers' caches grew. A new
+    # request waiting behind two such steps was told 1.5 s and waited 2.1 s.
+    def cost(n, cached):
+        return 0.004 * n
+
+    def load(mixed):
+        # Two prompts of 256 tokens ahead, each a step of its own beside six long answers.
+        active = (*(work(k, generating=True, to_decode=30) for k in range(6)),
+                  work(6, deadline=1.0, to_prefill=256, to_decode=30), work(7, deadline=1.5, to_prefill=256, to_decode=30))
+        return Load(active, (), slots=9, busy_budget=256, decode_steps=((6, 0.05), (7, 0.05)), mixed_steps=mixed)
+
+    plain = expected_wait(load(()), 5.0, cost).seconds
+    assert plain == pytest.approx(2 * (1.024 + 0.05))  # nothing measured: prefill plus a decode step, as before
+    slow = ((256, 6, 1.6), (256, 6, 1.5), (256, 7, 1.7))
+    assert expected_wait(load(slow), 5.0, cost).seconds == pytest.approx(1.6 + 1.6)  # each step as measured
+    fast = ((256, 6, 1.03),) * 3  # measured cheaper than the sum: never planned below it
+    assert expected_wait(load(fast), 5.0, cost).seconds == pytest.approx(plain)
+
+
 def test_a_prompt_with_stored_passages_ahead_takes_a_step_for_each():
     def cost(n, cached):
         return 0.01 + 0.005 * n
