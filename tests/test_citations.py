@@ -48,6 +48,10 @@ def test_the_opening_word_is_shown_at_once_and_later_words_when_settled():
     assert guard.removed == ["preload-cache.md"]
     for opening in ("[4]", "(preload-cache.md)", "\nQuestion:", "2024"):
         assert GroundedText(SHOWN).feed(opening) == ""  # what may be invented or a stop still waits
+    for opening in ("1.", "2)", "::", "..", "**"):  # a list marker or markup: nothing to judge yet
+        assert GroundedText(SHOWN).feed(opening) == opening
+    guard = GroundedText(SHOWN)
+    assert guard.feed("1.") + guard.feed(" See [4]") + guard.finish() == "1. See"
 
 
 def test_an_answer_stops_where_prompt_text_begins():
