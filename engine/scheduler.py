@@ -26,6 +26,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 FOREGROUND, BACKGROUND = 0, 1
+# Prompt tokens a step of background work (a summary's prompt, a new prefix, warming) takes at most,
+# even on an idle engine: a step is never interrupted, so a question that arrives meanwhile waits for
+# the rest of it. Measured in `rag bench chat --back-to-back`: a summary prompt of 445 tokens in one
+# step of 1.8 s put a question at 3.9 s against its 2 s target; 128 tokens take about half a second.
+BACKGROUND_STEP_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -64,13 +69,14 @@ class Step:
         return len(self.decode) + sum(n for _, n in self.prefill)
 
 
-def plan_step(active: Sequence[Work], *, busy_budget: int, idle_budget: int, n_batch: int) -> Step:
+def plan_step(active: Sequence[Work], *, busy_budget: int, idle_budget: int, n_batch: int,
+              background_budget: int = BACKGROUND_STEP_TOKENS) -> Step:
     """The next batch for the ``active`` requests (those holding a sequence).
 
     Prompt tokens get ``busy_budget`` while others decode (so their streams
     keep moving), ``idle_budget`` otherwise; the batch never exceeds
     ``n_batch``. Background prompts only get what no foreground prompt wants,
-    and background answers (a summary being written) pause while a
+    at most ``background_budget`` a step, and background answers (a summary being written) pause while a
     foreground prompt is evaluated: their decode steps would cut its prompt
     into busy-budget slices, each a step of its own.
 
@@ -87,7 +93,7 @@ def plan_step(active: Sequence[Work], *, busy_budget: int, idle_budget: int, n_b
     for w in waiting:
         if budget <= 0 or (w.background and foreground_waiting):
             break
-        n = min(w.to_prefill, budget)
+        n = min(w.to_prefill, budget, background_budget if w.background else budget)
         prefill.append((w.key, n))
         budget -= n
     return Step(decode, tuple(prefill))
@@ -116,10 +122,10 @@ class Load:
     idle_budget: int = 512
     n_batch: int = 512
     decode_steps: tuple[tuple[int, float], ...] = ()  # (batch size, seconds), measured
-    busy_s: float = 0.0  # left of a step of background work running now: a step is never interrupted
-    in_flight: "Step | None" = None  # the step of requests running now (``active`` is as it was before it)
+    in_flight: "Step | None" = None  # the step running now, never interrupted (``active`` is as it was before it)
     in_flight_s: float = 0.0  # how long it has run
     mixed_steps: tuple[tuple[int, int, float], ...] = ()  # (prompt tokens, decodes, seconds) of recent mixed steps
+    background_budget: int = BACKGROUND_STEP_TOKENS
 
     def decode_s(self, batch: int, seconds_per_token: float) -> float:
         """Seconds of a decode step with ``batch`` sequences: the nearest size
@@ -156,10 +162,11 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
     per_token = _per_token(cost)
     active = {w.key: w for w in load.active}
     queue = [*load.waiting, Work(_NEW, deadline, math.inf, 1, 1)]
-    elapsed = load.busy_s
+    elapsed = 0.0
     running = load.in_flight
     if running is not None and running.tokens:
-        # A step is never interrupted: a request due sooner than those in it still waits for the rest of it.
+        # A step is never interrupted: a request due sooner than those in it (or background work, or
+        # warming the passage store, which the load leaves out) still waits for the rest of it.
         prompt = sum(n for _, n in running.prefill)
         elapsed += max(step_seconds(load, prompt, len(running.decode), cost) - load.in_flight_s, 0.0)
         _advance(active, Step(tuple(k for k in running.decode if k in active),
@@ -168,8 +175,8 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
         for w in admission_order(queue)[:max(load.slots - len(active), 0)]:
             active[w.key] = w
             queue.remove(w)
-        step = _in_pieces(plan_step(list(active.values()), busy_budget=load.busy_budget,
-                                    idle_budget=load.idle_budget, n_batch=load.n_batch), active)
+        step = _in_pieces(plan_step(list(active.values()), busy_budget=load.busy_budget, idle_budget=load.idle_budget,
+                                    n_batch=load.n_batch, background_budget=load.background_budget), active)
         keys = [key for key, _ in step.prefill]
         if _NEW in keys:
             # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
@@ -265,26 +272,22 @@ def step_beside(load: Load, wait: Wait, cost: Callable[[int, int], float]) -> fl
 
 
 class StepStats:
-    """What the loop's steps did: counts for reports, and the seconds a
-    decode-only step of each batch size takes (a moving average, which
-    :class:`Load` uses to predict decode time under load)."""
+    """What the loop's steps did: counts for reports, the step running now,
+    and the seconds a decode-only step of each batch size takes (a moving
+    average, which :class:`Load` uses to predict decode time under load)."""
 
     def __init__(self, mixed: int = 32) -> None:
         self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
         self._step_s: dict[int, float] = {}
-        self._background_s: float | None = None  # a step of background work only, on average
-        self._started: float | None = None  # when the background step running now began
-        self._running: tuple[Step, float] | None = None  # the step of requests running now, and when it began
+        self._running: tuple[Step, float] | None = None  # the step running now, and when it began
         self._mixed: deque[tuple[int, int, float]] = deque(maxlen=mixed)
 
-    def begin(self, background: bool, now: float, step: Step | None = None) -> None:
-        """A step starts at ``now``; ``background`` if it holds only work
-        that gives way to requests, else ``step`` is what it evaluates."""
-        self._started = now if background else None
-        self._running = None if background or step is None else (step, now)
+    def begin(self, step: Step, now: float) -> None:
+        """``step`` starts at ``now`` (requests' work, background work or warming alike)."""
+        self._running = (step, now)
 
     def in_flight(self, now: float) -> tuple[Step | None, float]:
-        """The step of requests running at ``now`` (None when none) and how long it has run."""
+        """The step running at ``now`` (None when none) and how long it has run."""
         running = self._running
         return (None, 0.0) if running is None else (running[0], max(now - running[1], 0.0))
 
@@ -292,20 +295,8 @@ class StepStats:
         """(prompt tokens, decodes, seconds) of recent steps that held both, oldest first."""
         return tuple(self._mixed)
 
-    def background_left_s(self, now: float) -> float:
-        """Seconds the background step running at ``now`` should still
-        take (0 when none runs): what a new request waits before its own."""
-        started, typical = self._started, self._background_s
-        if started is None or typical is None:
-            return 0.0
-        return max(typical - (now - started), 0.0)
-
     def count(self, decoded: int, prefilled: int, seconds: float) -> None:
         """One step of ``decoded`` answer tokens and ``prefilled`` prompt tokens."""
-        if self._started is not None:
-            before = self._background_s
-            self._background_s = seconds if before is None else 0.8 * before + 0.2 * seconds
-            self._started = None
         self._running = None
         if decoded and prefilled:
             self._mixed.append((prefilled, decoded, seconds))

@@ -88,24 +88,31 @@ def test_the_wait_a_request_meets_runs_the_scheduler_forward():
 
 
 def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupted():
-    from engine.scheduler import StepStats
+    from engine.scheduler import BACKGROUND_STEP_TOKENS, Step, StepStats
 
     def cost(n, cached):
-        return 0.005 * n
+        return 0.004 * n
 
+    # A summary's prompt of 445 tokens on an idle engine: background work gets at most
+    # BACKGROUND_STEP_TOKENS a step, so a question arriving meanwhile waits for that much at most.
+    summary = work(4, to_prefill=445, to_decode=160, background=True)
+    step = plan_step([summary], busy_budget=256, idle_budget=512, n_batch=512)
+    assert step.prefill == ((4, BACKGROUND_STEP_TOKENS),)
+    assert plan_step([summary], busy_budget=256, idle_budget=512, n_batch=512, background_budget=512).prefill == ((4, 445),)
+    # The step is known as it runs (warming, which the load leaves out, alike): a new question waits
+    # for what is left of it, then goes ahead of the rest of the background prompt.
     stats = StepStats()
-    assert stats.background_left_s(10.0) == 0.0  # nothing measured, nothing running
-    stats.begin(True, 10.0)
-    stats.count(0, 64, 0.25)  # one warming step took 0.25 s
-    stats.begin(False, 11.0)
-    assert stats.background_left_s(11.1) == 0.0  # a request's own step is in the simulation already
-    stats.count(1, 0, 0.05)
-    stats.begin(True, 12.0)
-    assert stats.background_left_s(12.1) == pytest.approx(0.15)
-    assert stats.background_left_s(12.4) == 0.0
-    # The wait starts with what is left of it, then runs the scheduler forward as before.
-    warming = (work(4, to_prefill=50, background=True),)
-    assert expected_wait(Load(warming, (), slots=6, busy_s=0.15), 5.0, cost) == Wait(pytest.approx(0.15), 0)
+    assert stats.in_flight(10.0) == (None, 0.0)
+    stats.begin(step, 10.0)
+    running, ran = stats.in_flight(10.2)
+    assert running == step and ran == pytest.approx(0.2)
+    load = Load((summary,), (), slots=6, in_flight=running, in_flight_s=ran)
+    assert expected_wait(load, 5.0, cost) == Wait(pytest.approx(cost(BACKGROUND_STEP_TOKENS, 0) - 0.2), 0)
+    warming = Step((), ((9, 100),))  # key 9 holds no published sequence: warming the passage store
+    assert expected_wait(Load((), (), slots=6, in_flight=warming, in_flight_s=0.1), 5.0, cost) == \
+        Wait(pytest.approx(0.3), 0)
+    stats.count(0, BACKGROUND_STEP_TOKENS, 0.5)
+    assert stats.in_flight(10.6) == (None, 0.0)
 
 
 def test_a_step_of_requests_already_running_is_waited_for_even_by_one_due_sooner():
@@ -116,7 +123,7 @@ def test_a_step_of_requests_already_running_is_waited_for_even_by_one_due_sooner
 
     stats = StepStats()
     running = Step((), ((1, 300),))
-    stats.begin(False, 20.0, running)
+    stats.begin(running, 20.0)
     assert stats.in_flight(20.2) == (running, pytest.approx(0.2))
     # Request 1 (due at 5 s) is 0.2 s into its 300-token step; a new request due at 3 s comes first
     # by deadline but still waits for the 1.0 s of that step that is left, and nothing more.
@@ -129,14 +136,14 @@ def test_a_step_of_requests_already_running_is_waited_for_even_by_one_due_sooner
 
 
 def test_the_slowdown_beside_decodes_is_measured_from_steps_that_held_both():
-    from engine.scheduler import StepStats
+    from engine.scheduler import Step, StepStats
 
     def cost(n, cached):
         return 0.004 * n
 
     stats = StepStats()
     for seconds in (1.4, 1.5, 1.6):  # 256 prompt tokens (1.024 s alone) beside 6 decodes
-        stats.begin(False, 0.0)
+        stats.begin(Step((6,), ((1, 256),)), 0.0)
         stats.count(6, 256, seconds)
     stats.count(6, 0, 0.05)  # a decode-only step is not one of them
     assert stats.mixed_steps() == ((256, 6, 1.4), (256, 6, 1.5), (256, 6, 1.6))

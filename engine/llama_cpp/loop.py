@@ -142,8 +142,7 @@ class EngineLoop:
         shared = len(self.system)
         waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1)) for w in waiting]
         return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
-                    self.ctx.n_batch, steps, self.stats.background_left_s(now), running, ran_s,
-                    self.stats.mixed_steps())
+                    self.ctx.n_batch, steps, running, ran_s, self.stats.mixed_steps())
 
     def warming(self) -> int:
         """Requests warming the passage store, running or waiting."""
@@ -326,7 +325,7 @@ class EngineLoop:
                 entries.append(Entry(a.req.tokens[i], a.n_past + i - a.next, a.seq, done and i == a.next + n - 1))
                 owners.append((a, True))
         started = time.perf_counter()
-        self.stats.begin(all(a.req.background for a, _ in owners), started, step)
+        self.stats.begin(step, started)
         if self.ctx.decode(entries) == 1:
             self._no_room(step)
             return
