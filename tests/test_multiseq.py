@@ -150,3 +150,18 @@ def test_a_prompt_evaluated_beside_another_request_says_so(engine):
     first = engine.generate(render("Name a fruit. " * 40), max_tokens=24)
     second = engine.generate(render("Name a city. " * 40), max_tokens=24)
     assert any(g.result()[1].shared_prefill for g in (first, second))
+
+
+def test_background_work_goes_in_short_steps_even_on_an_idle_engine(engine):
+    # A step is never interrupted: a question that arrives while a summary's prompt is evaluated
+    # waits for the rest of that step, so background prompts take at most BACKGROUND_STEP_TOKENS.
+    from engine.scheduler import BACKGROUND_STEP_TOKENS
+
+    engine.forget_prompts()
+    tokens = engine.render([SYSTEM, Message("user", "Summarise: " + "the cat sat on the mat. " * 50)])
+    before = engine.engine_stats()
+    _, timings = engine.generate(tokens, max_tokens=1, background=True).result()
+    after = engine.engine_stats()
+    prefilled, steps = after["prefill_tokens"] - before["prefill_tokens"], after["steps"] - before["steps"]
+    assert prefilled == timings.prefill_tokens > 2 * BACKGROUND_STEP_TOKENS
+    assert steps >= -(-prefilled // BACKGROUND_STEP_TOKENS)
