@@ -63,6 +63,7 @@ class Timings:
     splice_s: float = 0.0  # spent loading and placing them (inside ttft_s)
     failovers: int = 0  # engines of a pool that failed this request before one answered it
     shared_prefill: bool = False  # its prompt was evaluated beside other requests' tokens: not a plain prefill
+    others_cells: int = 0  # KV cells other sequences held as its prompt began: each of its tokens passed over them
 
     def to_dict(self) -> dict[str, int | float]:
         """The ``timings`` object of the ``rag ask --json`` contract."""

@@ -126,6 +126,7 @@ class Load:
     in_flight_s: float = 0.0  # how long it has run
     mixed_steps: tuple[tuple[int, int, float], ...] = ()  # (prompt tokens, decodes, seconds) of recent mixed steps
     background_budget: int = BACKGROUND_STEP_TOKENS
+    cells: int = 0  # KV cells the sequences hold now, the shared system prompt once
 
     def decode_s(self, batch: int, seconds_per_token: float) -> float:
         """Seconds of a decode step with ``batch`` sequences: the nearest size

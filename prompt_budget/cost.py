@@ -1,13 +1,20 @@
 """Predicting prefill time from measured samples.
 
 Prefill seconds for ``n_new`` uncached tokens evaluated on top of
-``n_cached`` tokens already in the KV cache, in one of two forms:
+``n_cached`` tokens already in the KV cache, while other sequences hold
+``n_others`` cells of it, in one of three forms:
 
     linear     t = a + b·n_new
     attention  t = a + b·n_new + c·n_new·(n_cached + n_new/2)
+    occupancy  t = a + b·n_new + c·n_new·(n_cached + n_new/2) + d·n_new·n_others
 
 The attention form adds the work of every new token attending to the whole
-context before it (``n_cached + n_new/2`` on average). Both are fitted by
+context before it (``n_cached + n_new/2`` on average). The occupancy form
+adds what the other sequences' cells cost each new token: with one KV cache
+for all sequences, llama.cpp's attention runs over every cell up to the
+highest in use, the others' masked (cheaper than attending, not free: in a
+run of three conversations, 0.17 µs a token per other cell against 1.0 µs
+per cell attended). All are fitted by
 least squares on relative error (so a 50 ms prefill counts as much as a 5 s
 one), with outliers beyond a few median absolute deviations dropped, and
 report their own mean absolute percentage error (MAPE).
@@ -29,7 +36,7 @@ PRIOR_TOKENS_PER_S = 200.0
 # Reading back a stored passage's KV: about 20 ms for 945 tokens of
 # SmolLM2-135M from a snapshot here; used until this machine has spliced one.
 PRIOR_SPLICE_S_PER_TOKEN = 25e-6
-FORMS = ("linear", "attention")
+FORMS = ("linear", "attention", "occupancy")
 # How far past the target an answer may start before the budget counts as missed: the margin is
 # planned so that 95 % of answers start within this multiple of the target (issue 24). Held to
 # the target itself, the margin must cover this machine's rare 20-30 % slow prefills, and the
@@ -39,19 +46,23 @@ TARGET_TOLERANCE = 1.10
 
 @dataclass(frozen=True)
 class PrefillSample:
-    """One measured prefill: ``n_new`` tokens on top of ``n_cached``."""
+    """One measured prefill: ``n_new`` tokens on top of ``n_cached``, while
+    other sequences held ``n_others`` cells."""
 
     n_cached: int
     n_new: int
     seconds: float
+    n_others: int = 0
 
 
-def features(form: str, n_new: float, n_cached: float) -> list[float]:
+def features(form: str, n_new: float, n_cached: float, n_others: float = 0) -> list[float]:
     """The regressors of ``form``: ``features("linear", 10, 5) -> [1, 10]``."""
     if form == "linear":
         return [1.0, float(n_new)]
     if form == "attention":
         return [1.0, float(n_new), float(n_new) * (n_cached + n_new / 2.0)]
+    if form == "occupancy":
+        return [1.0, float(n_new), float(n_new) * (n_cached + n_new / 2.0), float(n_new) * n_others]
     raise ValueError(f"unknown cost model form {form!r}; expected one of {FORMS}")
 
 
@@ -65,11 +76,11 @@ class Fit:
     samples: int
     outliers: int = 0
 
-    def predict(self, n_new: int, n_cached: int = 0) -> float:
+    def predict(self, n_new: int, n_cached: int = 0, n_others: int = 0) -> float:
         """Predicted prefill seconds (0 for no new tokens, never negative)."""
         if n_new <= 0:
             return 0.0
-        return max(sum(c * x for c, x in zip(self.coef, features(self.form, n_new, n_cached))), 0.0)
+        return max(sum(c * x for c, x in zip(self.coef, features(self.form, n_new, n_cached, n_others))), 0.0)
 
 
 def prior_fit(tokens_per_s: float = PRIOR_TOKENS_PER_S) -> Fit:
@@ -89,7 +100,7 @@ def _solve(rows: list[list[float]], ys: list[float]) -> list[float]:
 
 def _mape(form: str, coef: Sequence[float], samples: Sequence[PrefillSample]) -> float:
     fit = Fit(form, tuple(coef), 0.0, len(samples))
-    errors = [abs(fit.predict(s.n_new, s.n_cached) - s.seconds) / s.seconds for s in samples]
+    errors = [abs(fit.predict(s.n_new, s.n_cached, s.n_others) - s.seconds) / s.seconds for s in samples]
     return sum(errors) / len(errors) if errors else math.nan
 
 
@@ -104,14 +115,14 @@ def fit_samples(samples: Sequence[PrefillSample], form: str = "attention", *, ou
     k = len(features(form, 1, 0))
     if len(usable) < k:
         raise ValueError(f"{len(usable)} samples cannot fit the {form} form's {k} coefficients")
-    coef = _solve([features(form, s.n_new, s.n_cached) for s in usable], [s.seconds for s in usable])
+    coef = _solve([features(form, s.n_new, s.n_cached, s.n_others) for s in usable], [s.seconds for s in usable])
     fit = Fit(form, tuple(coef), 0.0, len(usable))
-    residuals = [(s.seconds - fit.predict(s.n_new, s.n_cached)) / s.seconds for s in usable]
+    residuals = [(s.seconds - fit.predict(s.n_new, s.n_cached, s.n_others)) / s.seconds for s in usable]
     median = sorted(residuals)[len(residuals) // 2]
     mad = sorted(abs(r - median) for r in residuals)[len(residuals) // 2] or 1e-9
     kept = [s for s, r in zip(usable, residuals) if abs(r - median) <= outlier_mads * max(mad, 0.01)]
     if len(kept) >= k and len(kept) < len(usable):
-        coef = _solve([features(form, s.n_new, s.n_cached) for s in kept], [s.seconds for s in kept])
+        coef = _solve([features(form, s.n_new, s.n_cached, s.n_others) for s in kept], [s.seconds for s in kept])
     return Fit(form, tuple(coef), _mape(form, coef, kept), len(kept), len(usable) - len(kept))
 
 
@@ -120,15 +131,16 @@ def plausible(fit: Fit) -> bool:
     attention term does not make long prompts cheaper). A fit that predicts
     prompts as free or falling would overshoot the target many times over;
     calibration, online refits and saved profiles all keep to this rule."""
-    return fit.coef[1] > 0 and (fit.form != "attention" or fit.coef[2] >= 0)
+    return fit.coef[1] > 0 and all(c >= 0 for c in fit.coef[2:])
 
 
 def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
     """The form the samples support best, and the fit of every form tried.
 
-    The attention form is kept only if its quadratic coefficient is positive,
-    its per-token one is not negative (a prompt never gets cheaper as it
-    grows) and it lowers the MAPE; otherwise the simpler linear form wins.
+    Forms are tried simplest first; a richer one is kept only if the term it
+    adds is positive, it can plan (:func:`plausible`) and it lowers the MAPE
+    of the best so far. Samples that all had the cache to themselves cannot
+    show the occupancy term, so the attention form stays.
     """
     fits: dict[str, Fit] = {}
     for form in FORMS:
@@ -138,11 +150,17 @@ def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
             continue
     if not fits:
         raise ValueError("no samples to fit")
-    attention = fits.get("attention")
-    linear = fits.get("linear")
-    if attention and attention.coef[2] > 0 and plausible(attention) and (linear is None or attention.mape < linear.mape):
-        return attention, fits
-    return (linear or attention), fits
+    best: Fit | None = None
+    for form in FORMS:
+        fit = fits.get(form)
+        if fit is None:
+            continue
+        if best is None:
+            best = fit
+        elif fit.coef[-1] > 0 and plausible(fit) and fit.mape < best.mape:
+            best = fit
+    assert best is not None
+    return best, fits
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -270,12 +288,12 @@ class PrefillCostModel:
         """Whether the fit comes from measurements rather than the prior."""
         return self.fit.samples > 0
 
-    def predict(self, n_new: int, n_cached: int = 0) -> float:
-        """Predicted prefill seconds for ``n_new`` tokens on top of ``n_cached``:
-        the fitted form, times what recent requests of about this size
-        measured against it."""
+    def predict(self, n_new: int, n_cached: int = 0, n_others: int = 0) -> float:
+        """Predicted prefill seconds for ``n_new`` tokens on top of ``n_cached``
+        while other sequences hold ``n_others`` cells: the fitted form, times
+        what recent requests of about this size measured against it."""
         with self._lock:
-            base = self.fit.predict(n_new, n_cached)
+            base = self.fit.predict(n_new, n_cached, n_others)
             return base * self.correction(n_new) * self.level(n_new) if base > 0 else base
 
     def correction(self, n_new: int) -> float:
@@ -306,7 +324,7 @@ class PrefillCostModel:
         # learned from the recent requests of that size, within half an octave.
         bins: dict[int, list[float]] = {}
         for s in list(self._samples)[-recent:]:
-            base = self.fit.predict(s.n_new, s.n_cached)
+            base = self.fit.predict(s.n_new, s.n_cached, s.n_others)
             if base <= 0:
                 continue
             k = 2.0 * math.log2(s.n_new)
@@ -321,7 +339,7 @@ class PrefillCostModel:
         # size say how it runs now.
         latest: list[tuple[float, float]] = []
         for s in list(self._samples)[-4 * level_samples:]:
-            base = self.fit.predict(s.n_new, s.n_cached)
+            base = self.fit.predict(s.n_new, s.n_cached, s.n_others)
             if base > 0:
                 latest.append((2.0 * math.log2(s.n_new), s.seconds / (base * self.correction(s.n_new))))
         self._levels = {}
@@ -358,7 +376,7 @@ class PrefillCostModel:
         with self._lock:
             if sample.n_new <= 0 or sample.seconds <= 0:
                 return
-            predicted = self.predict(sample.n_new, sample.n_cached)
+            predicted = self.predict(sample.n_new, sample.n_cached, sample.n_others)
             if predicted > 0 and self.calibrated:
                 self._ratios.append(sample.seconds / predicted)
             self._samples.append(sample)

@@ -71,7 +71,8 @@ class Profile:
                     "samples": f.samples, "outliers": f.outliers}
 
         def sample_list(samples: list[PrefillSample]) -> list[list[float]]:
-            return [[s.n_cached, s.n_new, s.seconds] for s in samples]
+            # Cells other sequences held, only where there were some (profiles from before have three).
+            return [[s.n_cached, s.n_new, s.seconds, *([s.n_others] if s.n_others else [])] for s in samples]
 
         return json.dumps(
             {
@@ -138,7 +139,11 @@ class Profile:
                 return value
 
             def samples_of(rows: list) -> list[PrefillSample]:
-                return [PrefillSample(int(a), int(b), finite(c)) for a, b, c in rows]
+                def sample(row: list) -> PrefillSample:
+                    if len(row) not in (3, 4):
+                        raise ValueError(f"a sample of {len(row)} values")
+                    return PrefillSample(int(row[0]), int(row[1]), finite(row[2]), int(row[3]) if len(row) == 4 else 0)
+                return [sample(row) for row in rows]
 
             return cls(
                 key=dict(raw["key"]),

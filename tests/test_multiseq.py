@@ -5,6 +5,7 @@ prefill does, and a request that is stopped frees its sequence at once."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -110,7 +111,6 @@ def test_a_submitted_request_is_in_the_load_until_its_prompt_is_evaluated(engine
     held, or in the step running now; never in none of them, even while the
     loop takes a while to place it (here 50 ms, as a snapshot read from disk may)."""
     import threading
-    import time
 
     placement = engine.loop.placement
     place = placement.place
@@ -165,3 +165,26 @@ def test_background_work_goes_in_short_steps_even_on_an_idle_engine(engine):
     prefilled, steps = after["prefill_tokens"] - before["prefill_tokens"], after["steps"] - before["steps"]
     assert prefilled == timings.prefill_tokens > 2 * BACKGROUND_STEP_TOKENS
     assert steps >= -(-prefilled // BACKGROUND_STEP_TOKENS)
+
+
+def test_a_prompt_says_how_many_cells_the_other_sequences_held(engine):
+    # Each prompt token passes over every cell in use (the others' masked), so the cost model
+    # learns from how many the others held (Timings.others_cells) and the plan is told (Load.cells).
+    for _ in range(3000):  # answers an earlier test left running finish first
+        if not engine.load().active and not engine.load().waiting:
+            break
+        time.sleep(0.01)
+    engine.forget_prompts()
+    render = lambda text: engine.tokenize(engine.render([SYSTEM, Message("user", text)]))  # noqa: E731
+    _, alone = engine.generate(render("Name a colour. " * 30), max_tokens=2).result()
+    assert alone.others_cells == 0  # nothing held but the shared system prompt
+    engine.forget_prompts()
+    first, second = (engine.generate(render(text * 30), max_tokens=2) for text in ("Name a fruit. ", "Name a tree. "))
+    kept = [g.result()[1] for g in (first, second)]
+    held = engine.load().cells  # two idle sequences keep their prompts as a cache
+    assert held >= sum(t.prompt_tokens - t.cached_tokens for t in kept)
+    # A third prompt starts from one of them (their common system part) and passes over the other.
+    _, third = engine.generate(render("Count to ten. " * 30), max_tokens=2).result()
+    assert third.others_cells >= min(t.prompt_tokens - t.cached_tokens for t in kept)
+    engine.forget_prompts()
+    assert engine.load().cells < held

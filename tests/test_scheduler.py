@@ -226,6 +226,20 @@ def test_under_load_a_plan_takes_fewer_passages_and_says_how_many_fewer():
     assert burst.budget.predicted_ttft_s <= idle.budget.predicted_ttft_s
 
 
+def test_a_plan_counts_the_cells_other_sequences_hold():
+    # A cost model that has learned what others' cells cost each prompt token: with 6,000 cells held
+    # by other conversations the same question takes fewer passages, and predicts them truly.
+    samples = [PrefillSample(0, n, 0.01 + 0.005 * n + 1e-6 * n * others, others)
+               for n in (16, 64, 256, 1024) for others in (0, 3000, 6000)]
+    cost = PrefillCostModel(fit_samples(samples, "occupancy"), anchors=samples)
+    planner = PromptPlanner(FakeBackend(n_ctx=4096))
+    kwargs = dict(target_ttft=2.0, cost=cost, elapsed=lambda: 0.0)
+    empty = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), **kwargs)
+    full = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), load=LoadPlan(cells=6000), **kwargs)
+    assert full.budget.chosen < empty.budget.chosen
+    assert LoadPlan(cells=6000).others(70) == 5930 and LoadPlan().others(70) == 0
+
+
 class _StoringFake(FakeBackend):
     """Holds every passage stored: for the planner's arithmetic, not the engine's."""
 

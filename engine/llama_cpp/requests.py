@@ -108,6 +108,7 @@ class Active:
     spliced: int = 0
     spliced_passages: int = 0
     splice_s: float = 0.0
+    others: int | None = None  # cells other sequences held when its prompt began to be evaluated
 
     def work(self) -> Work:
         """As the scheduler sees it: the prompt tokens it still evaluates (spliced ones are not)."""
@@ -134,7 +135,7 @@ def timings_of(a: Active, snapshot_s: float) -> Timings:
         ttft_s=ttft, prefill_s=a.prefill_s, decode_tokens=len(a.generated), decode_s=a.decode_s,
         total_s=end - req.started - snapshot_s, restored_tokens=a.restored, restore_s=a.restore_s,
         snapshot_s=snapshot_s, queue_s=max(ttft - a.prefill_s - a.restore_s - a.splice_s, 0.0),
-        shared_prefill=a.shared_prefill,
+        shared_prefill=a.shared_prefill, others_cells=a.others or 0,
         spliced_tokens=a.spliced, spliced_passages=a.spliced_passages, splice_s=a.splice_s,
     )
 

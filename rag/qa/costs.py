@@ -69,7 +69,7 @@ class CostKeeper:
         fit, overhead = model.fit, model.overhead()
         points = [
             {"n_cached": s.n_cached, "n_new": s.n_new, "seconds": s.seconds, "kind": kind,
-             "predicted_s": model.predict(s.n_new, s.n_cached)}
+             "predicted_s": model.predict(s.n_new, s.n_cached, s.n_others)}
             for kind, samples in (("calibration", model.anchors), ("answer", model.samples)) for s in samples
         ]
         top = max([self._backend().n_ctx] + [s.n_new for s in model.anchors + model.samples])
@@ -110,13 +110,13 @@ class CostKeeper:
         if timings.spliced_tokens:
             # A spliced prompt is evaluated in pieces between its passages: what its prefill took beyond
             # a plain one of its new tokens is the splice's cost, not a sign that the prefill rate moved.
-            plain = model.predict(timings.prefill_tokens, timings.cached_tokens)
+            plain = model.predict(timings.prefill_tokens, timings.cached_tokens, timings.others_cells)
             model.observe_splice(timings.spliced_tokens, timings.spliced_passages, timings.splice_s,
                                  timings.prefill_s - plain)
         if not timings.spliced_tokens or exact_reuse(self._backend()):
             # Exact passages follow on from the cache: the rest is one plain prefill over them.
-            model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s),
-                          refit=self.learn)
+            model.observe(PrefillSample(timings.cached_tokens, timings.prefill_tokens, timings.prefill_s,
+                                        timings.others_cells), refit=self.learn)
         # A snapshot restore and a wait in the queue are their own costs,
         # not the engine's fixed overhead.
         model.observe_overhead(timings.ttft_s - planned_at_s - timings.prefill_s - timings.restore_s - timings.queue_s

@@ -61,12 +61,18 @@ class LoadPlan:
     seconds before its prompt starts being evaluated, how much slower its
     prefill runs for the others' decode steps interleaved with it, and the
     seconds of one such decode step (each stored passage spliced in ends a
-    step of its own, so under load it costs one more of them)."""
+    step of its own, so under load it costs one more of them), and the KV
+    cells the engine's sequences hold (its prompt passes over them)."""
 
     wait_s: float = 0.0
     slowdown: float = 1.0
     behind: int = 0  # requests that arrived before this plan and are planned after it
     step_s: float = 0.0
+    cells: int = 0
+
+    def others(self, n_cached: int) -> int:
+        """Cells other sequences hold beside a prompt with ``n_cached`` of its tokens held."""
+        return max(self.cells - n_cached, 0)
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
     load = backend.load()
     wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.predict)
     return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0),
-                    step_beside(load, wait, cost.predict))
+                    step_beside(load, wait, cost.predict), load.cells)
 
 
 def under_load(idle: BudgetRequest, load: LoadPlan, bare_s: float, idle_bare_s: float,
@@ -244,7 +250,7 @@ class PromptPlanner:
             safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
         )
         def loaded(n_new: int, n_cached: int) -> float:
-            return load.slowdown * cost.predict(n_new, n_cached)
+            return load.slowdown * cost.predict(n_new, n_cached, load.others(n_cached))
 
         new = max(len(fixed_tokens) - cached, 0)
         request, busy = under_load(idle, load, cost.overhead() + loaded(new, cached),
