@@ -143,7 +143,10 @@ def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
     show the occupancy term, so the attention form stays.
     """
     fits: dict[str, Fit] = {}
+    shared = any(s.n_others for s in samples)
     for form in FORMS:
+        if form == "occupancy" and not shared:
+            continue  # its term is zero on every sample: nothing to fit, nothing to show (rag calibrate)
         try:
             fits[form] = fit_samples(samples, form)
         except ValueError:

@@ -118,7 +118,8 @@ def test_what_other_sequences_cells_cost_is_learned_once_answers_show_it():
         return a + b * n_new + c * n_new * (n_cached + n_new / 2) + d * n_new * n_others
 
     anchors = [PrefillSample(cached, n, truth(n, cached, 0)) for n in (32, 128, 384, 1024) for cached in (0, 512)]
-    assert best_fit(anchors)[0].form == "attention"  # nothing held by others: no term to see
+    chosen, fits = best_fit(anchors)
+    assert chosen.form == "attention" and "occupancy" not in fits  # nothing held by others: no term to see
     model = PrefillCostModel(fit_samples(anchors, "attention"), anchors=anchors)
     rng = random.Random(12)
     for _ in range(60):
