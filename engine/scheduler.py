@@ -125,7 +125,6 @@ class Load:
     in_flight: "Step | None" = None  # the step running now, never interrupted (``active`` is as it was before it)
     in_flight_s: float = 0.0  # how long it has run
     mixed_steps: tuple[tuple[int, int, float], ...] = ()  # (prompt tokens, decodes, seconds) of recent mixed steps
-    background_budget: int = BACKGROUND_STEP_TOKENS
     cells: int = 0  # KV cells the sequences hold now, the shared system prompt once
 
     def decode_s(self, batch: int, seconds_per_token: float) -> float:
@@ -176,15 +175,16 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
         for w in admission_order(queue)[:max(load.slots - len(active), 0)]:
             active[w.key] = w
             queue.remove(w)
-        step = _in_pieces(plan_step(list(active.values()), busy_budget=load.busy_budget, idle_budget=load.idle_budget,
-                                    n_batch=load.n_batch, background_budget=load.background_budget), active)
+        step = _in_pieces(plan_step(list(active.values()), busy_budget=load.busy_budget,
+                                    idle_budget=load.idle_budget, n_batch=load.n_batch), active)
         keys = [key for key, _ in step.prefill]
         if _NEW in keys:
             # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
             ahead = sum(n for _, n in step.prefill[:keys.index(_NEW)])
-            # Its own share of the step (the decodes beside its prefill) is its slowdown, costed with its prompt.
-            ahead_s = step_seconds(load, ahead, len(step.decode), cost) - load.decode_s(len(step.decode), per_token)
-            return Wait(elapsed + (ahead_s if ahead else 0.0), len(step.decode))
+            if ahead:
+                # The decodes beside them are its own slowdown, costed with its prompt: not counted here.
+                elapsed += step_seconds(load, ahead, len(step.decode), cost) - load.decode_s(len(step.decode), per_token)
+            return Wait(elapsed, len(step.decode))
         if not step.tokens:
             return Wait(math.inf, 0)
         # A step without prompt tokens repeats unchanged until the first of its requests finishes.

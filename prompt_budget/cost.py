@@ -153,16 +153,10 @@ def best_fit(samples: Sequence[PrefillSample]) -> tuple[Fit, dict[str, Fit]]:
             continue
     if not fits:
         raise ValueError("no samples to fit")
-    best: Fit | None = None
-    for form in FORMS:
-        fit = fits.get(form)
-        if fit is None:
-            continue
-        if best is None:
+    best = None
+    for fit in fits.values():  # simplest first
+        if best is None or (fit.coef[-1] > 0 and plausible(fit) and fit.mape < best.mape):
             best = fit
-        elif fit.coef[-1] > 0 and plausible(fit) and fit.mape < best.mape:
-            best = fit
-    assert best is not None
     return best, fits
 
 
@@ -399,11 +393,9 @@ class PrefillCostModel:
             # linear for good then charged every prompt the cached context of the last few
             # (measured: a third too much for short-context prompts after long-context ones).
             try:
-                chosen, fits = best_fit(samples)
+                chosen, _ = best_fit(samples)
             except ValueError:
                 return
-            for fit in (chosen, fits.get("linear")):  # a best fit that cannot plan: the simpler form, else the last fit
-                if fit is not None and plausible(fit):
-                    self.fit = fit
-                    break
+            if plausible(chosen):  # a richer form is chosen only if it can plan; a linear one that cannot: the last fit
+                self.fit = chosen
             self._update_corrections()

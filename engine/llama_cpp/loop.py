@@ -135,7 +135,8 @@ class EngineLoop:
         sequence, what waits for one (less the shared system prefix each
         will find cached), the step budgets and the measured decode steps."""
         with self._cv:
-            active, waiting = self._published.active, self._published.waiting
+            published = self._published  # one step's state, whole
+            active, waiting = published.active, published.waiting
             waiting = [*waiting, *(r.work() for r in self._inbox)]
             steps = self.stats.decode_steps()
             now = time.perf_counter()
@@ -143,7 +144,7 @@ class EngineLoop:
         shared = len(self.system)
         waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1)) for w in waiting]
         return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
-                    self.ctx.n_batch, steps, running, ran_s, self.stats.mixed_steps(), cells=self._published.cells)
+                    self.ctx.n_batch, steps, running, ran_s, self.stats.mixed_steps(), cells=published.cells)
 
     def warming(self) -> int:
         """Requests warming the passage store, running or waiting."""
@@ -259,18 +260,15 @@ class EngineLoop:
         # Warming gives way to any request at the next step: the load a new request meets leaves it out
         # (what is left of its step in flight aside), and only its count is published.
         warming = sum(a.req.idle for a in self._active.values()) + sum(r.idle for r in self._waiting)
+        held = self.slots.held()
+        # KV cells the sequences hold, the system prompt's (which every sequence shares) once: each
+        # prompt token evaluated passes over all of them, the other sequences' masked.
+        system = len(self.system)
+        cells = system + sum(max(n - system, 0) for n in [*(a.n_past for a in self._active.values()), *map(len, held)])
         with self._cv:
             self._published = Published([a.work() for a in self._active.values() if not a.req.idle],
                                         [r.work() for r in self._waiting if not r.idle], self.slots.free,
-                                        self.slots.held(), warming, self._cells())
-
-    def _cells(self) -> int:
-        """KV cells the sequences hold now, the system prompt's (which every
-        sequence shares) counted once: each prompt token evaluated attends
-        over all of them, the other sequences' masked."""
-        system = len(self.system)
-        held = sum(max(a.n_past - system, 0) for a in self._active.values())
-        return system + held + sum(max(len(h) - system, 0) for h in self.slots.held())
+                                        held, warming, cells)
 
     def _drop_cancelled(self) -> None:
         # Told, not only released: a consumer still waiting for its first piece on
@@ -327,12 +325,10 @@ class EngineLoop:
             a = self._active[key]
             entries.append(Entry(a.pending, a.n_past, a.seq, True))
             owners.append((a, False))
-        cells = None
         for key, n in step.prefill:
             a = self._active[key]
-            if a.others is None:  # its prompt starts being evaluated: what the others hold now
-                cells = self._cells() if cells is None else cells
-                a.others = max(cells - max(a.n_past, len(self.system)), 0)
+            if a.others is None:  # its prompt starts being evaluated: what the others hold (published just before)
+                a.others = max(self._published.cells - max(a.n_past, len(self.system)), 0)
             done = a.next + n == len(a.req.tokens) and not a.req.prefill_only
             for i in range(a.next, a.next + n):
                 entries.append(Entry(a.req.tokens[i], a.n_past + i - a.next, a.seq, done and i == a.next + n - 1))
