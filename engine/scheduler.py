@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 FOREGROUND, BACKGROUND = 0, 1
 # Prompt tokens a step of background work (a summary's prompt, a new prefix, warming) takes at most,
@@ -32,6 +32,10 @@ FOREGROUND, BACKGROUND = 0, 1
 # step of 1.8 s put a question at 3.9 s against its 2 s target; 128 tokens take about half a second.
 BACKGROUND_STEP_TOKENS = 128
 
+# Seconds to evaluate ``n_new`` prompt tokens of a sequence holding ``n_cached`` tokens before them
+# while the other sequences hold ``n_others`` KV cells (the cost model's ``predict``).
+Cost = Callable[[int, int, int], float]
+
 
 @dataclass(frozen=True)
 class Work:
@@ -39,7 +43,9 @@ class Work:
     on the engine's clock; ``math.inf`` for none), arrival, prompt tokens
     still to evaluate, answer tokens still to generate, and whether it is
     generating now or is background work; ``pieces``: stored passages it
-    still splices in, each of which ends a step of its own."""
+    still splices in, each of which ends a step of its own; ``context``:
+    the tokens its sequence holds before the prompt tokens still to
+    evaluate (they attend over them)."""
 
     key: int
     deadline: float
@@ -49,6 +55,7 @@ class Work:
     generating: bool = False
     background: bool = False
     pieces: int = 0
+    context: int = 0
 
     def priority(self) -> tuple[int, float, float]:
         """Sort key: foreground first, then earliest deadline, then arrival."""
@@ -108,6 +115,25 @@ def admission_order(waiting: Sequence[Work]) -> list[Work]:
     return ordered
 
 
+class MixedStep(NamedTuple):
+    """A step that evaluated prompt tokens beside answer tokens, as it ran:
+    its prompt pieces as ``(tokens, context)``, its answer tokens, the KV
+    cells the sequences held, and its seconds."""
+
+    prefill: tuple[tuple[int, int], ...]
+    decodes: int
+    cells: int
+    seconds: float
+
+
+def prefill_seconds(pieces: Sequence[tuple[int, int]], cells: int, cost: Cost) -> float:
+    """Seconds to evaluate these ``(tokens, context)`` prompt pieces while
+    the sequences hold ``cells`` KV cells: each piece attends over its own
+    context and over the cells of the others, which llama.cpp masks but
+    still visits."""
+    return sum(cost(n, context, max(cells - context, 0)) for n, context in pieces if n > 0)
+
+
 @dataclass(frozen=True)
 class Load:
     """The engine as a new request finds it: the requests holding a
@@ -124,7 +150,7 @@ class Load:
     decode_steps: tuple[tuple[int, float], ...] = ()  # (batch size, seconds), measured
     in_flight: "Step | None" = None  # the step running now, never interrupted (``active`` is as it was before it)
     in_flight_s: float = 0.0  # how long it has run
-    mixed_steps: tuple[tuple[int, int, float], ...] = ()  # (prompt tokens, decodes, seconds) of recent mixed steps
+    mixed_steps: tuple[MixedStep, ...] = ()  # recent steps that held prompt and answer tokens
     cells: int = 0  # KV cells the sequences hold now, the shared system prompt once
 
     def decode_s(self, batch: int, seconds_per_token: float) -> float:
@@ -150,13 +176,13 @@ class Wait:
 _NEW = -1  # the key of the request being estimated
 
 
-def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float], *, max_steps: int = 4096) -> Wait:
+def expected_wait(load: Load, deadline: float, cost: Cost, *, max_steps: int = 4096) -> Wait:
     """How long the work ahead of a new foreground request with ``deadline``
     keeps the engine before the request's own prompt tokens are evaluated
     (the prompts ahead of it in its first step included), found by running the scheduler's own rules forward: sequences
     given in :func:`admission_order` as they free, each step planned by
-    :func:`plan_step` and costed as its prompt tokens (``cost(n_new,
-    n_cached)`` seconds) plus a decode step of its batch. Requests are
+    :func:`plan_step` and costed by :func:`step_seconds` (each prompt at its
+    context, beside the cells the sequences hold now). Requests are
     assumed to generate all the tokens they may, so the wait is an upper
     estimate; ``math.inf`` when it would never start (no sequence for requests)."""
     per_token = _per_token(cost)
@@ -167,8 +193,8 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
     if running is not None and running.tokens:
         # A step is never interrupted: a request due sooner than those in it (or background work, or
         # warming the passage store, which the load leaves out) still waits for the rest of it.
-        prompt = sum(n for _, n in running.prefill)
-        elapsed += max(step_seconds(load, prompt, len(running.decode), cost) - load.in_flight_s, 0.0)
+        pieces = [(n, active[k].context if k in active else 0) for k, n in running.prefill]
+        elapsed += max(step_seconds(load, pieces, len(running.decode), cost) - load.in_flight_s, 0.0)
         _advance(active, Step(tuple(k for k in running.decode if k in active),
                               tuple((k, n) for k, n in running.prefill if k in active)), 1)
     for _ in range(max_steps):
@@ -180,7 +206,7 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
         keys = [key for key, _ in step.prefill]
         if _NEW in keys:
             # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
-            ahead = sum(n for _, n in step.prefill[:keys.index(_NEW)])
+            ahead = [(n, active[k].context) for k, n in step.prefill[:keys.index(_NEW)]]
             if ahead:
                 # The decodes beside them are its own slowdown, costed with its prompt: not counted here.
                 elapsed += step_seconds(load, ahead, len(step.decode), cost) - load.decode_s(len(step.decode), per_token)
@@ -189,7 +215,7 @@ def expected_wait(load: Load, deadline: float, cost: Callable[[int, int], float]
             return Wait(math.inf, 0)
         # A step without prompt tokens repeats unchanged until the first of its requests finishes.
         repeat = 1 if step.prefill else min(active[k].to_decode for k in step.decode)
-        elapsed += repeat * step_seconds(load, sum(n for _, n in step.prefill), len(step.decode), cost)
+        elapsed += repeat * step_seconds(load, [(n, active[k].context) for k, n in step.prefill], len(step.decode), cost)
         _advance(active, step, repeat)
     return Wait(elapsed, 0)
 
@@ -209,26 +235,27 @@ def _advance(active: dict[int, Work], step: Step, repeat: int) -> None:
     their end, prompts evaluated, finished requests gone (their sequences free)."""
     for key in step.decode:
         w = active[key]
-        active[key] = replace(w, to_decode=w.to_decode - repeat)
+        active[key] = replace(w, to_decode=w.to_decode - repeat, context=w.context + repeat)
     for key, n in step.prefill:
         w = active[key]
         left = w.to_prefill - n
         # The step that evaluates a prompt's last token also samples its first answer token.
         active[key] = replace(w, to_prefill=left, generating=left == 0, pieces=max(w.pieces - 1, 0),
-                              to_decode=w.to_decode - (1 if left == 0 else 0))
+                              to_decode=w.to_decode - (1 if left == 0 else 0), context=w.context + n)
     for key in [k for k, w in active.items() if w.to_decode <= 0 and w.to_prefill <= 0]:
         del active[key]
 
 
-def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float], *, least: int = 3) -> float:
-    """How much slower a new request's own prefill runs for the decode
+def slowdown(load: Load, wait: Wait, cost: Cost, *, least: int = 3) -> float:
+    """How much slower a new request's own prefill (as ``cost`` predicts
+    it, at its context and beside the others' cells) runs for the decode
     steps of the ``wait.generating`` others interleaved with it; 1 when
     nothing else is generating. Measured where it can be: the median of
     recent steps that evaluated prompt tokens beside about as many decodes,
-    each step's seconds over the prefill of its prompt tokens alone (at
-    least ``least`` of them); else each step is taken as ``busy_budget`` of
-    its prompt tokens plus a decode-only step of the others."""
-    busy = cost(load.busy_budget, 0)
+    each step's seconds over :func:`prefill_seconds` of its prompt pieces
+    (at least ``least`` of them); else each step is taken as
+    ``busy_budget`` of its prompt tokens plus a decode-only step of the others."""
+    busy = cost(load.busy_budget, 0, 0)
     if not wait.generating or busy <= 0:
         return 1.0
     measured = _mixed_ratio(load, wait.generating, cost, least)
@@ -237,39 +264,39 @@ def slowdown(load: Load, wait: Wait, cost: Callable[[int, int], float], *, least
     return 1.0 + load.decode_s(wait.generating, busy / load.busy_budget) / busy
 
 
-def step_seconds(load: Load, prompt: int, decodes: int, cost: Callable[[int, int], float], *, least: int = 3) -> float:
-    """Seconds of one step of ``prompt`` prompt tokens beside ``decodes``
-    answer tokens: its prefill plus a decode step of that batch or, where
-    recent steps held both, its prefill times their measured ratio
-    (:func:`slowdown`'s) when that is more. Beside many answers a prompt
-    token costs more than alone, since each attends over the cache the
-    others fill: measured here, up to 1.5 times the sum, growing as the
-    answers grow."""
-    plain = (cost(prompt, 0) if prompt else 0.0) + load.decode_s(decodes, _per_token(cost))
-    measured = _mixed_ratio(load, decodes, cost, least) if prompt and decodes else None
-    return max(plain, measured * cost(prompt, 0)) if measured is not None else plain
+def step_seconds(load: Load, pieces: Sequence[tuple[int, int]], decodes: int, cost: Cost, *, least: int = 3) -> float:
+    """Seconds of one step of these ``(tokens, context)`` prompt pieces
+    beside ``decodes`` answer tokens: their :func:`prefill_seconds` plus a
+    decode step of that batch or, where recent steps held both, their
+    prefill times the measured ratio (:func:`slowdown`'s) when that is
+    more. Measured here (8 clients): beside 2-7 answers a step took 1.1-1.4
+    times its prefill at its context, the decode step included."""
+    base = prefill_seconds(pieces, load.cells, cost)
+    plain = base + load.decode_s(decodes, _per_token(cost))
+    measured = _mixed_ratio(load, decodes, cost, least) if base and decodes else None
+    return max(plain, measured * base) if measured is not None else plain
 
 
-def _mixed_ratio(load: Load, decodes: int, cost: Callable[[int, int], float], least: int) -> float | None:
+def _mixed_ratio(load: Load, decodes: int, cost: Cost, least: int) -> float | None:
     """The median, over recent steps beside about ``decodes`` answer
-    tokens, of a step's seconds over the prefill of its prompt tokens
-    alone (None with fewer than ``least`` of them)."""
-    near = [seconds / base for prompt, d, seconds in load.mixed_steps
-            if abs(d - decodes) <= 1 and (base := cost(prompt, 0)) > 0]
+    tokens, of a step's seconds over the prefill of its prompt pieces at
+    their contexts (None with fewer than ``least`` of them)."""
+    near = [m.seconds / base for m in load.mixed_steps
+            if abs(m.decodes - decodes) <= 1 and (base := prefill_seconds(m.prefill, m.cells, cost)) > 0]
     return sorted(near)[len(near) // 2] if len(near) >= least else None
 
 
-def _per_token(cost: Callable[[int, int], float]) -> float:
+def _per_token(cost: Cost) -> float:
     """Seconds a prompt token takes, from a mid-sized prompt."""
-    return cost(256, 0) / 256
+    return cost(256, 0, 0) / 256
 
 
-def step_beside(load: Load, wait: Wait, cost: Callable[[int, int], float]) -> float:
+def step_beside(load: Load, wait: Wait, cost: Cost) -> float:
     """Seconds of one decode step of the requests that decode beside a new
     request's prefill: those generating when it starts, or every foreground
     request ahead if more (those still prefilling decode beside most of it)."""
     others = max(wait.generating, sum(1 for w in (*load.active, *load.waiting) if not w.background))
-    return load.decode_s(others, cost(load.busy_budget, 0) / max(load.busy_budget, 1))
+    return load.decode_s(others, cost(load.busy_budget, 0, 0) / max(load.busy_budget, 1))
 
 
 class StepStats:
@@ -281,7 +308,7 @@ class StepStats:
         self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
         self._step_s: dict[int, float] = {}
         self._running: tuple[Step, float] | None = None  # the step running now, and when it began
-        self._mixed: deque[tuple[int, int, float]] = deque(maxlen=mixed)
+        self._mixed: deque[MixedStep] = deque(maxlen=mixed)
 
     def begin(self, step: Step, now: float) -> None:
         """``step`` starts at ``now`` (requests' work, background work or warming alike)."""
@@ -292,15 +319,17 @@ class StepStats:
         running = self._running
         return (None, 0.0) if running is None else (running[0], max(now - running[1], 0.0))
 
-    def mixed_steps(self) -> tuple[tuple[int, int, float], ...]:
-        """(prompt tokens, decodes, seconds) of recent steps that held both, oldest first."""
+    def mixed_steps(self) -> tuple[MixedStep, ...]:
+        """Recent steps that held both prompt and answer tokens, oldest first."""
         return tuple(self._mixed)
 
-    def count(self, decoded: int, prefilled: int, seconds: float) -> None:
-        """One step of ``decoded`` answer tokens and ``prefilled`` prompt tokens."""
+    def count(self, decoded: int, prefill: Sequence[tuple[int, int]], seconds: float, cells: int = 0) -> None:
+        """One step of ``decoded`` answer tokens and the ``(tokens, context)``
+        prompt pieces ``prefill``, while the sequences held ``cells`` KV cells."""
         self._running = None
+        prefilled = sum(n for n, _ in prefill)
         if decoded and prefilled:
-            self._mixed.append((prefilled, decoded, seconds))
+            self._mixed.append(MixedStep(tuple(prefill), decoded, cells, seconds))
         c = self.counters
         c["steps"] += 1
         c["prefill_tokens"] += prefilled

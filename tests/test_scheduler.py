@@ -4,11 +4,13 @@ with the deterministic fake backend where a backend is needed."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from engine import FakeBackend
-from engine.scheduler import Load, Wait, Work, admission_order, expected_wait, plan_step, slowdown, step_beside
+from engine.scheduler import (Load, MixedStep, Wait, Work, admission_order, expected_wait, plan_step, prefill_seconds, slowdown,
+                              step_beside)
 from engine.llama_cpp.slots import SlotTable
 from prompt_budget import PrefillCostModel
 from prompt_budget.cost import PrefillSample, fit_samples
@@ -58,7 +60,7 @@ def test_background_work_gives_way_to_any_request_with_a_prompt_waiting():
 
 
 def test_the_wait_a_request_meets_runs_the_scheduler_forward():
-    def cost(n, cached):
+    def cost(n, cached, others=0):
         return 0.005 * n
 
     active = (work(1, generating=True, to_decode=5), work(2, deadline=1.0, to_prefill=100),
@@ -90,7 +92,7 @@ def test_the_wait_a_request_meets_runs_the_scheduler_forward():
 def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupted():
     from engine.scheduler import BACKGROUND_STEP_TOKENS, Step, StepStats
 
-    def cost(n, cached):
+    def cost(n, cached, others=0):
         return 0.004 * n
 
     # A summary's prompt of 445 tokens on an idle engine: background work gets at most
@@ -111,14 +113,14 @@ def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupte
     warming = Step((), ((9, 100),))  # key 9 holds no published sequence: warming the passage store
     assert expected_wait(Load((), (), slots=6, in_flight=warming, in_flight_s=0.1), 5.0, cost) == \
         Wait(pytest.approx(0.3), 0)
-    stats.count(0, BACKGROUND_STEP_TOKENS, 0.5)
+    stats.count(0, [(BACKGROUND_STEP_TOKENS, 0)], 0.5)
     assert stats.in_flight(10.6) == (None, 0.0)
 
 
 def test_a_step_of_requests_already_running_is_waited_for_even_by_one_due_sooner():
     from engine.scheduler import Step, StepStats
 
-    def cost(n, cached):
+    def cost(n, cached, others=0):
         return 0.004 * n
 
     stats = StepStats()
@@ -131,22 +133,22 @@ def test_a_step_of_requests_already_running_is_waited_for_even_by_one_due_sooner
     load = Load(before, (), slots=4, in_flight=running, in_flight_s=0.2)
     assert expected_wait(load, 3.0, cost).seconds == pytest.approx(1.0)
     assert expected_wait(Load(before, (), slots=4), 3.0, cost).seconds == 0.0  # as it was planned before
-    stats.count(0, 300, 1.2)
+    stats.count(0, [(300, 0)], 1.2)
     assert stats.in_flight(21.3) == (None, 0.0)
 
 
 def test_the_slowdown_beside_decodes_is_measured_from_steps_that_held_both():
     from engine.scheduler import Step, StepStats
 
-    def cost(n, cached):
+    def cost(n, cached, others=0):
         return 0.004 * n
 
     stats = StepStats()
     for seconds in (1.4, 1.5, 1.6):  # 256 prompt tokens (1.024 s alone) beside 6 decodes
         stats.begin(Step((6,), ((1, 256),)), 0.0)
-        stats.count(6, 256, seconds)
-    stats.count(6, 0, 0.05)  # a decode-only step is not one of them
-    assert stats.mixed_steps() == ((256, 6, 1.4), (256, 6, 1.5), (256, 6, 1.6))
+        stats.count(6, [(256, 0)], seconds)
+    stats.count(6, [], 0.05)  # a decode-only step is not one of them
+    assert stats.mixed_steps() == tuple(MixedStep(((256, 0),), 6, 0, s) for s in (1.4, 1.5, 1.6))
     measured = Load(busy_budget=256, decode_steps=((6, 0.05),), mixed_steps=stats.mixed_steps())
     assert slowdown(measured, Wait(0.0, 6), cost) == pytest.approx(1.5 / 1.024)
     assert slowdown(measured, Wait(0.0, 7), cost) == pytest.approx(1.5 / 1.024)  # about as many decodes
@@ -158,7 +160,7 @@ def test_steps_ahead_beside_decodes_are_waited_for_as_long_as_such_steps_measure
     # Measured in rag bench serve (8 clients, 2026-12-04): a step of 256 prompt tokens beside 7
     # answers took 1.0-1.5 times its prefill plus a decode step, as the answers' caches grew. A new
     # request waiting behind two such steps was told 1.5 s and waited 2.1 s.
-    def cost(n, cached):
+    def cost(n, cached, others=0):
         return 0.004 * n
 
     def load(mixed):
@@ -169,14 +171,34 @@ def test_steps_ahead_beside_decodes_are_waited_for_as_long_as_such_steps_measure
 
     plain = expected_wait(load(()), 5.0, cost).seconds
     assert plain == pytest.approx(2 * (1.024 + 0.05))  # nothing measured: prefill plus a decode step, as before
-    slow = ((256, 6, 1.6), (256, 6, 1.5), (256, 7, 1.7))
+    slow = tuple(MixedStep(((256, 0),), d, 0, s) for d, s in ((6, 1.6), (6, 1.5), (7, 1.7)))
     assert expected_wait(load(slow), 5.0, cost).seconds == pytest.approx(1.6 + 1.6)  # each step as measured
-    fast = ((256, 6, 1.03),) * 3  # measured cheaper than the sum: never planned below it
+    fast = (MixedStep(((256, 0),), 6, 0, 1.03),) * 3  # measured cheaper than the sum: never planned below it
     assert expected_wait(load(fast), 5.0, cost).seconds == pytest.approx(plain)
 
 
+def test_steps_ahead_are_costed_at_each_prompts_context_and_beside_the_cells_held():
+    # Measured in rag bench serve (8 clients): 256 prompt tokens at context 74, beside 1,300 cells
+    # of other sequences, took 1.14 s; costed at context 0 with no others, 0.82 s.
+    def cost(n, cached, others=0):
+        return 0.004 * n + 2e-6 * n * (cached + n / 2) + 1e-6 * n * others
+
+    def load(context, cells, mixed=()):
+        ahead = work(1, deadline=1.0, to_prefill=256, to_decode=30)
+        return Load((replace(ahead, context=context),), (), slots=4, busy_budget=256, idle_budget=256, cells=cells,
+                    mixed_steps=mixed)
+
+    assert expected_wait(load(0, 0), 5.0, cost).seconds == pytest.approx(cost(256, 0))
+    assert expected_wait(load(1000, 3000), 5.0, cost).seconds == pytest.approx(cost(256, 1000, 2000))
+    # A step measured deep in a context and beside many cells gives the ratio to what the cost model
+    # predicts for it there, so the same ratio holds for a prompt at the start of its context.
+    deep = prefill_seconds([(256, 1000)], 3000, cost)
+    mixed = (MixedStep(((256, 1000),), 6, 3000, 1.2 * deep),) * 3
+    assert slowdown(load(0, 0, mixed), Wait(0.0, 6), cost) == pytest.approx(1.2)
+
+
 def test_a_prompt_with_stored_passages_ahead_takes_a_step_for_each():
-    def cost(n, cached):
+    def cost(n, cached, others=0):
         return 0.01 + 0.005 * n
 
     def load(pieces):

@@ -142,7 +142,7 @@ class EngineLoop:
             now = time.perf_counter()
             running, ran_s = self.stats.in_flight(now)
         shared = len(self.system)
-        waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1)) for w in waiting]
+        waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1), context=shared) for w in waiting]
         return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
                     self.ctx.n_batch, steps, running, ran_s, self.stats.mixed_steps(), cells=published.cells)
 
@@ -341,7 +341,8 @@ class EngineLoop:
         self.busy_budget, self.idle_budget = self._budgets
         samples = [(a, self._sample(a, i)) for i, (e, (a, _)) in enumerate(zip(entries, owners)) if e.logits]
         seconds = share_step(owners, time.perf_counter() - started)
-        self.stats.count(len(step.decode), sum(n for _, n in step.prefill), seconds)
+        self.stats.count(len(step.decode), [(n, self._active[key].n_past) for key, n in step.prefill], seconds,
+                         self._published.cells)
         for key in step.decode:
             self._active[key].n_past += 1
         for key, n in step.prefill:

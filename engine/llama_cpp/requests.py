@@ -115,7 +115,7 @@ class Active:
         ahead = len(self.req.tokens) - self.next - sum(sp.spliced for sp in self.splices)
         return Work(self.req.key, self.req.deadline, self.req.started, ahead,
                     self.req.max_tokens - len(self.generated), self.pending is not None, self.req.background,
-                    len(self.splices))
+                    len(self.splices), self.n_past)
 
     def until_splice(self) -> int | None:
         """Prompt tokens to evaluate before the next stored passage goes in (None: none ahead)."""

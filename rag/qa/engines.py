@@ -98,6 +98,6 @@ class EngineDesk:
         def estimate(engine: Backend, cached: int, n: int) -> float:
             cost = self.keeper(engine).model
             load = load_plan(engine, cost, deadline)
-            return cost.overhead() + load.wait_s + load.slowdown * cost.predict(max(n - cached, 1), cached)
+            return cost.overhead() + load.wait_s + load.slowdown * cost.predict(max(n - cached, 1), cached, load.others(cached))
 
         return backend.route(prompt_start(), deadline=deadline, estimate=estimate, session=session)
