@@ -17,7 +17,7 @@ from prompt_budget.cost import PrefillSample, fit_samples
 from rag.errors import Overloaded
 from rag.index.store import Hit
 from rag.qa.options import AskOptions
-from rag.qa.planner import LoadPlan, PromptPlanner
+from rag.qa.planner import LATE_GRACE, LoadPlan, PromptPlanner
 
 
 def work(key, deadline=math.inf, arrival=0.0, to_prefill=0, to_decode=8, generating=False, background=False,
@@ -300,6 +300,10 @@ def test_only_a_question_that_cannot_make_its_target_even_alone_is_refused():
     assert squeezed.budget.chosen == 0 and squeezed.budget.predicted_ttft_s <= 2.0 and squeezed.budget.feasible
     served = planner.plan("What is prefill?", _hits(8), AskOptions.of(), load=LoadPlan(2.5), **kwargs)
     assert served.budget.chosen >= 1  # without refuse_late it is answered late
+    # A little late (within LATE_GRACE of the target) is answered, without passages, not refused:
+    # a refused client would wait its Retry-After and then a whole first token again.
+    nearly = planner.plan("What is prefill?", _hits(8), late, load=LoadPlan(1.6), **kwargs)
+    assert nearly.budget.chosen == 0 and 2.0 < nearly.budget.predicted_ttft_s <= 2.0 * (1 + LATE_GRACE)
 
 
 def test_a_question_planned_later_does_not_go_ahead_of_one_planned_before_it():
