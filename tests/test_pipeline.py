@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from rag import Answer, Pipeline, QuestionTooLong, RagError
@@ -23,6 +25,25 @@ def test_ingest_search_ask_round_trip(tmp_path, corpus, pipeline_factory):
     t = answer.timings
     assert t.cached_tokens + t.prefill_tokens == t.prompt_tokens
     assert t.ttft_s >= t.prefill_s > 0 or t.prefill_tokens <= 1
+
+
+def test_a_question_is_on_its_way_from_the_moment_it_is_asked(tmp_path, corpus, pipeline_factory):
+    # The first plan of a burst leaves room for the questions asked with it, also those whose threads
+    # have not reached retrieval yet (8 at once: the first took 415 prompt tokens, 1.5 s, and the
+    # seven others started 2.4 s after they asked).
+    p = pipeline_factory(tmp_path / "index")
+    p.ingest([corpus])
+    first, second = p.stream("What limits decode speed?", max_tokens=4), p.stream("How long should dough rise?", max_tokens=4)
+    list(first)
+    assert first.answer.budget.behind == 1
+    list(second)
+    assert second.answer.budget.behind == 0
+    dropped = p.stream("What is prefill?", max_tokens=4)
+    del dropped  # a stream dropped unread is not on its way
+    gc.collect()
+    third = p.stream("What limits decode speed?", max_tokens=4)
+    list(third)
+    assert third.answer.budget.behind == 0
 
 
 def test_stream_yields_text_then_holds_the_answer(tmp_path, corpus, pipeline_factory):

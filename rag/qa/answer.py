@@ -109,6 +109,7 @@ class Budget:
     cut_for_load: int = 0  # passages fewer than an idle engine would have taken
     turns_left_out: int = 0  # recent turns the context could not hold beside passages (the summary is behind)
     predicted_prefill_s: float = 0.0  # of predicted_ttft_s, the prompt's evaluation (and loads of held passages)
+    behind: int = 0  # questions asked and not yet planned when it was: room was left for each
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -124,6 +125,7 @@ class Budget:
             "cut_for_load": self.cut_for_load,
             "turns_left_out": self.turns_left_out,
             "predicted_prefill_s": self.predicted_prefill_s,
+            "behind": self.behind,
             "decisions": [d.to_dict() for d in self.decisions],
         }
 

@@ -24,7 +24,7 @@ from ..index.store import Hit
 from .engines import EngineDesk
 from .options import AskOptions
 from .passages import splicing, takes_passages
-from .planner import ShownForms, PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
+from .planner import Arrival, ShownForms, PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
 
 
 # Deadlines this close are a question of which retrieval finished first, not of urgency.
@@ -46,11 +46,11 @@ class Dispatcher:
         self._unplanned = Unplanned()  # questions received and not yet submitted to an engine
         self._forms = ShownForms()  # how recent prompts showed each chunk (exact passage reuse finds them)
 
-    def arriving(self) -> Unplanned:
-        """``with dispatcher.arriving():`` counts a question from its arrival
-        until its prompt is submitted (or it fails before): the plans made
-        meanwhile reserve room for it."""
-        return self._unplanned
+    def arrived(self) -> Arrival:
+        """Count a question from its arrival until its prompt is submitted
+        (``with arrival:`` around the submit, or ``arrival.leave()`` if it
+        ends before): the plans made meanwhile reserve room for it."""
+        return self._unplanned.arrive()
 
     def plan(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
              conversation: Conversation | None, deadline: float | None = None) -> tuple[PlannedPrompt, Route]:

@@ -101,21 +101,43 @@ class PlannedPrompt:
 
 
 class Unplanned:
-    """Questions received and not yet submitted to the engine (each counted
-    inside ``with unplanned:``): a plan leaves room for those behind it."""
+    """Questions received and not yet submitted to the engine, each counted
+    from :meth:`arrive` until its :class:`Arrival` leaves: a plan leaves
+    room for those behind it. Thread safe."""
 
     def __init__(self) -> None:
         self.count = 0
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "Unplanned":
+    def arrive(self) -> "Arrival":
+        """Count one more question on its way."""
         with self._lock:
             self.count += 1
+        return Arrival(self)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+class Arrival:
+    """One question counted in :class:`Unplanned`; :meth:`leave` (or leaving
+    ``with arrival:``) stops counting it, once however often it is called."""
+
+    def __init__(self, unplanned: Unplanned) -> None:
+        self._unplanned: Unplanned | None = unplanned
+
+    def leave(self) -> None:
+        """It is submitted, or failed, or was never asked for: no longer on its way."""
+        unplanned, self._unplanned = self._unplanned, None
+        if unplanned is not None:
+            unplanned._leave()
+
+    def __enter__(self) -> "Arrival":
         return self
 
     def __exit__(self, *exc) -> None:
-        with self._lock:
-            self.count -= 1
+        self.leave()
 
 
 def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0) -> LoadPlan:
@@ -290,7 +312,7 @@ class PromptPlanner:
             feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
             safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
             load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
-            predicted_prefill_s=seconds,
+            predicted_prefill_s=seconds, behind=load.behind,
         )
         if self.forms is not None:
             self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
