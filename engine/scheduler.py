@@ -31,6 +31,11 @@ FOREGROUND, BACKGROUND = 0, 1
 # the rest of it. Measured in `rag bench chat --back-to-back`: a summary prompt of 445 tokens in one
 # step of 1.8 s put a question at 3.9 s against its 2 s target; 128 tokens take about half a second.
 BACKGROUND_STEP_TOKENS = 128
+# A prompt that ends in a step shares it only with prompts due at most this much later: all of a
+# step's first tokens come at its end, so a later prompt's tokens there delay the earlier one's.
+# Measured (8 clients): 171 tokens of a prompt due 1.1 s later, in the step that ended two others'
+# prompts, put their first tokens 0.6 s later, 1.3 s past their target.
+SHARED_END_S = 0.25
 
 # Seconds to evaluate ``n_new`` prompt tokens of a sequence holding ``n_cached`` tokens before them
 # while the other sequences hold ``n_others`` KV cells (the cost model's ``predict``).
@@ -85,9 +90,11 @@ def plan_step(active: Sequence[Work], *, busy_budget: int, idle_budget: int, n_b
     ``n_batch``. Background prompts only get what no foreground prompt wants,
     at most ``background_budget`` a step, and background answers (a summary being written) pause while a
     foreground prompt is evaluated: their decode steps would cut its prompt
-    into busy-budget slices, each a step of its own.
+    into busy-budget slices, each a step of its own. A step in which a
+    prompt with a deadline ends takes no prompt due more than
+    ``SHARED_END_S`` after it.
 
-    With one request decoding and two prefilling (deadlines 5 and 3), a
+    With one request decoding and two prefilling (deadlines 3.1 and 3), a
     budget of 4 and prompts of 3 tokens each:
     ``plan_step(...) -> Step(decode=(1,), prefill=((3, 3), (2, 1)))``
     """
@@ -97,12 +104,15 @@ def plan_step(active: Sequence[Work], *, busy_budget: int, idle_budget: int, n_b
     waiting = sorted((w for w in active if w.to_prefill > 0 and not w.generating), key=Work.priority)
     foreground_waiting = any(not w.background for w in waiting)
     prefill: list[tuple[int, int]] = []
+    ends = math.inf  # the deadline of the first prompt that ends in this step
     for w in waiting:
-        if budget <= 0 or (w.background and foreground_waiting):
+        if budget <= 0 or (w.background and foreground_waiting) or w.deadline > ends + SHARED_END_S:
             break
         n = min(w.to_prefill, budget, background_budget if w.background else budget)
         prefill.append((w.key, n))
         budget -= n
+        if n == w.to_prefill and not w.background:
+            ends = min(ends, w.deadline)
     return Step(decode, tuple(prefill))
 
 

@@ -26,10 +26,24 @@ def work(key, deadline=math.inf, arrival=0.0, to_prefill=0, to_decode=8, generat
 
 
 def test_every_generating_request_decodes_and_prompts_go_earliest_deadline_first():
-    active = [work(1, generating=True), work(2, deadline=5.0, to_prefill=3), work(3, deadline=3.0, to_prefill=3),
+    active = [work(1, generating=True), work(2, deadline=3.1, to_prefill=3), work(3, deadline=3.0, to_prefill=3),
               work(4, generating=True)]
     step = plan_step(active, busy_budget=4, idle_budget=512, n_batch=512)
     assert step.decode == (1, 4) and step.prefill == ((3, 3), (2, 1)) and step.tokens == 6
+
+
+def test_a_step_that_ends_a_prompt_takes_no_prompt_due_much_later():
+    # All of a step's first tokens come at its end: a later prompt's tokens there would delay them.
+    from engine.scheduler import SHARED_END_S
+
+    ending, later = work(1, deadline=3.0, to_prefill=20), work(2, deadline=3.0 + 4 * SHARED_END_S, to_prefill=200)
+    assert plan_step([ending, later], busy_budget=256, idle_budget=256, n_batch=512).prefill == ((1, 20),)
+    # Due about as soon (a burst), they share it.
+    near = replace(later, deadline=3.0 + SHARED_END_S / 2)
+    assert plan_step([ending, near], busy_budget=256, idle_budget=256, n_batch=512).prefill == ((1, 20), (2, 200))
+    # A new request behind it waits for its own step, and the plan says so.
+    alone = expected_wait(Load((ending,), (), slots=4, idle_budget=256), 9.0, lambda n, c, o=0: 0.004 * n)
+    assert alone.seconds == pytest.approx(0.08)
 
 
 def test_an_idle_engine_takes_whole_prompts_and_never_more_than_a_batch():
@@ -67,15 +81,17 @@ def test_the_wait_a_request_meets_runs_the_scheduler_forward():
               work(3, deadline=9.0, to_prefill=300), work(4, to_prefill=50, background=True))
     measured = ((1, 0.03),)
     assert expected_wait(Load(), 5.0, cost) == Wait(0.0, 0)
-    # A free sequence: only the earlier deadline's prompt goes first (its last 36 tokens share a step with ours).
+    # A free sequence: only the earlier deadline's prompt goes first, in two steps (the step that ends
+    # it takes no prompt due much later), then ours beside two answers.
     roomy = Load(active, (), slots=6, decode_steps=measured)
-    assert expected_wait(roomy, 5.0, cost) == Wait(pytest.approx(0.35 + 36 * 0.005), 1)
-    # On an idle engine one step takes several prompts: those ahead in it count.
-    burst = Load((), (work(7, deadline=1.0, to_prefill=200),), slots=6)
+    assert expected_wait(roomy, 5.0, cost) == Wait(pytest.approx(0.35 + 36 * 0.005 + 0.03), 2)
+    # On an idle engine one step takes several prompts due about as soon: those ahead in it count.
+    burst = Load((), (work(7, deadline=4.9, to_prefill=200),), slots=6)
     assert expected_wait(burst, 5.0, cost) == Wait(pytest.approx(1.0), 0)
-    # None free: request 1 must finish its five tokens first, while 2 and 3 prefill beside it.
+    # None free: request 1 must finish its five tokens first, while 2 and 3 prefill beside it (2's
+    # last 36 tokens in a step of their own).
     full = Load(active, (), slots=4, decode_steps=measured)
-    assert expected_wait(full, 5.0, cost) == Wait(pytest.approx(0.35 + 0.35 + 3 * 0.38), 1)
+    assert expected_wait(full, 5.0, cost) == Wait(pytest.approx(0.35 + 0.21 + 3 * 0.38), 1)
     # The background prefill never delays it; one waiting with an earlier deadline does.
     ahead = Load(active, (work(5, deadline=2.0, to_prefill=64),), slots=6, decode_steps=measured)
     assert expected_wait(ahead, 5.0, cost).seconds > expected_wait(roomy, 5.0, cost).seconds
