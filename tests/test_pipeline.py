@@ -41,9 +41,10 @@ def test_a_question_is_on_its_way_from_the_moment_it_is_asked(tmp_path, corpus, 
     dropped = p.stream("What is prefill?", max_tokens=4)
     del dropped  # a stream dropped unread is not on its way
     gc.collect()
-    third = p.stream("What limits decode speed?", max_tokens=4)
+    third = p.stream("What limits decode speed?", max_tokens=4, target_ttft=30)
     list(third)
-    assert third.answer.budget.behind == 0
+    # The second was asked while the first was answered: more such questions are expected.
+    assert third.answer.budget.behind == 0 and third.answer.budget.coming > 0
 
 
 def test_stream_yields_text_then_holds_the_answer(tmp_path, corpus, pipeline_factory):

@@ -322,6 +322,16 @@ def test_only_a_question_that_cannot_make_its_target_even_alone_is_refused():
     assert nearly.budget.chosen == 0 and 2.0 < nearly.budget.predicted_ttft_s <= 2.0 * (1 + LATE_GRACE)
 
 
+def test_questions_expected_before_its_first_token_are_left_room_for():
+    # At 8 clients a question planned when nothing waited took four passages (500 prompt tokens);
+    # the five asked a moment later started 2.4 s after they asked.
+    planner = PromptPlanner(FakeBackend(n_ctx=4096))
+    kwargs = dict(target_ttft=2.0, cost=_cost(), elapsed=lambda: 0.0)
+    alone = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), load=LoadPlan(), **kwargs)
+    expecting = planner.plan("What is prefill?", _hits(8), AskOptions.of(max_k=8), load=LoadPlan(coming=3.0), **kwargs)
+    assert expecting.budget.chosen < alone.budget.chosen and expecting.budget.coming == 3.0
+
+
 def test_a_question_planned_later_does_not_go_ahead_of_one_planned_before_it():
     from rag.qa.dispatch import ORDER_SLACK_S, Dispatcher
 

@@ -110,6 +110,7 @@ class Budget:
     turns_left_out: int = 0  # recent turns the context could not hold beside passages (the summary is behind)
     predicted_prefill_s: float = 0.0  # of predicted_ttft_s, the prompt's evaluation (and loads of held passages)
     behind: int = 0  # questions asked and not yet planned when it was: room was left for each
+    coming: float = 0.0  # questions expected before its first token: room was left for them too
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -126,6 +127,7 @@ class Budget:
             "turns_left_out": self.turns_left_out,
             "predicted_prefill_s": self.predicted_prefill_s,
             "behind": self.behind,
+            "coming": self.coming,
             "decisions": [d.to_dict() for d in self.decisions],
         }
 

@@ -24,7 +24,8 @@ from ..index.store import Hit
 from .engines import EngineDesk
 from .options import AskOptions
 from .passages import splicing, takes_passages
-from .planner import Arrival, ShownForms, PlannedPrompt, PromptPlanner, Unplanned, load_plan, routing_prefix
+from .arrivals import Arrival, Arrivals
+from .planner import ShownForms, PlannedPrompt, PromptPlanner, load_plan, routing_prefix
 
 
 # Deadlines this close are a question of which retrieval finished first, not of urgency.
@@ -43,14 +44,15 @@ class Dispatcher:
         self.desk, self.keeper, self._backend = desk, keeper, backend
         self._planning = threading.Lock()
         self._last_deadline: float | None = None  # of the prompt submitted last (guarded by _planning)
-        self._unplanned = Unplanned()  # questions received and not yet submitted to an engine
+        self._arrivals = Arrivals()  # questions received and not yet submitted or answered
         self._forms = ShownForms()  # how recent prompts showed each chunk (exact passage reuse finds them)
 
     def arrived(self) -> Arrival:
         """Count a question from its arrival until its prompt is submitted
-        (``with arrival:`` around the submit, or ``arrival.leave()`` if it
-        ends before): the plans made meanwhile reserve room for it."""
-        return self._unplanned.arrive()
+        (``arrival.planned()``) and until it ends (``with arrival:``): the
+        plans made meanwhile reserve room for it, and for those expected to
+        come at the rate of questions asked while others were answered."""
+        return self._arrivals.arrive()
 
     def plan(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
              conversation: Conversation | None, deadline: float | None = None) -> tuple[PlannedPrompt, Route]:
@@ -62,10 +64,12 @@ class Dispatcher:
         route = self.desk.route(lambda: routing_prefix(self._backend(), question, history), deadline,
                                 kv_key(conversation.session) if conversation is not None else None)
         cost = self.desk.keeper(route.engine).model
-        behind = max(self._unplanned.count - 1, 0)  # other questions on their way, less this one
+        behind = max(self._arrivals.unplanned - 1, 0)  # other questions on their way, less this one
+        now = time.perf_counter()
+        coming = self._arrivals.expected(deadline - now, now) if deadline is not None else 0.0
         return PromptPlanner(route.engine, self._forms).plan(
             question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
-            history=history, load=load_plan(route.engine, cost, deadline, behind),
+            history=history, load=load_plan(route.engine, cost, deadline, behind, coming),
         ), route
 
     def submit(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,

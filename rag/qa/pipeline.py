@@ -44,7 +44,8 @@ from .engines import EngineDesk
 from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
 from .passages import PassageKeeper
-from .planner import Arrival, PlannedPrompt
+from .arrivals import Arrival
+from .planner import PlannedPrompt
 from .stream import AnswerStream
 
 @dataclass(frozen=True)
@@ -295,7 +296,7 @@ class Pipeline:
         # other seven started 2.4 s after they asked).
         arrival = self.dispatcher.arrived()
         stream = AnswerStream(self._answer(question, options, received, cancel, arrival), cancel=cancel)
-        weakref.finalize(stream, arrival.leave)  # a stream dropped unread is no longer on its way
+        weakref.finalize(stream, arrival.close)  # a stream dropped unread is no longer on its way
         return stream
 
     def budgeted(self, question: str, options: AskOptions | None = None, **changes) -> Retrieval:
@@ -330,7 +331,7 @@ class Pipeline:
                 hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
                 prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
                                                                    conversation)
-                arrival.leave()  # submitted: counted in the engine's load from now
+                arrival.planned()  # submitted: counted in the engine's load from now
                 cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
                 # Citations the prompt did not show are removed as the text streams (see citations).
                 guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits), prompt.text),

@@ -74,6 +74,7 @@ class LoadPlan:
     behind: int = 0  # requests that arrived before this plan and are planned after it
     step_s: float = 0.0
     cells: int = 0
+    coming: float = 0.0  # requests expected to arrive before its first token (see ``arrivals``)
 
     def others(self, n_cached: int) -> int:
         """Cells other sequences hold beside a prompt with ``n_cached`` of its tokens held."""
@@ -100,56 +101,18 @@ class PlannedPrompt:
     to_keep: tuple[str, ...] = ()  # passages worth storing: chosen and not stored, or left out for time
 
 
-class Unplanned:
-    """Questions received and not yet submitted to the engine, each counted
-    from :meth:`arrive` until its :class:`Arrival` leaves: a plan leaves
-    room for those behind it. Thread safe."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def arrive(self) -> "Arrival":
-        """Count one more question on its way."""
-        with self._lock:
-            self.count += 1
-        return Arrival(self)
-
-    def _leave(self) -> None:
-        with self._lock:
-            self.count -= 1
-
-
-class Arrival:
-    """One question counted in :class:`Unplanned`; :meth:`leave` (or leaving
-    ``with arrival:``) stops counting it, once however often it is called."""
-
-    def __init__(self, unplanned: Unplanned) -> None:
-        self._unplanned: Unplanned | None = unplanned
-
-    def leave(self) -> None:
-        """It is submitted, or failed, or was never asked for: no longer on its way."""
-        unplanned, self._unplanned = self._unplanned, None
-        if unplanned is not None:
-            unplanned._leave()
-
-    def __enter__(self) -> "Arrival":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.leave()
-
-
-def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0) -> LoadPlan:
+def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0,
+              coming: float = 0.0) -> LoadPlan:
     """What the engine's current load adds for a question due at ``deadline``
     with ``behind`` other requests already arrived and waiting to be planned
-    after it (nothing for an engine that serves one request at a time)."""
+    after it and ``coming`` more expected before its first token (nothing
+    for an engine that serves one request at a time)."""
     if not isinstance(backend, LoadAware):
         return LoadPlan()
     load = backend.load()
     wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.predict)
     return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0),
-                    step_beside(load, wait, cost.predict), load.cells)
+                    step_beside(load, wait, cost.predict), load.cells, max(coming, 0.0))
 
 
 def under_load(idle: BudgetRequest, load: LoadPlan, bare_s: float, idle_bare_s: float,
@@ -163,15 +126,16 @@ def under_load(idle: BudgetRequest, load: LoadPlan, bare_s: float, idle_bare_s: 
     # Refused only for what is still ahead (the load), not for time already spent here.
     bare = load.wait_s + bare_s
     request = replace(idle, overhead_s=idle.overhead_s + load.wait_s)
-    busy = load.wait_s > 0 or load.slowdown > 1 or load.behind > 0
+    busy = load.wait_s > 0 or load.slowdown > 1 or load.behind > 0 or load.coming > 0
     if busy and (target is None or bare <= target * (1 + LATE_GRACE)):
         # Under load an answer on time (or nearly) without passages beats a later one with them
         # (one that is late anyway keeps its least context).
         request = replace(request, min_k=0)
-    if busy and target is not None and load.behind:
-        # Those who arrived before this plan are planned after it: leave each the time of a
-        # question without passages, so a burst is answered by all, not richly by its first.
-        request = replace(request, target_ttft=max(target - load.behind * bare_s, 1e-3))
+    if busy and target is not None and (load.behind or load.coming):
+        # Those who arrived before this plan, or are expected before its first token, are planned
+        # after it: leave each the time of a question without passages, so a burst is answered by
+        # all, not richly by its first.
+        request = replace(request, target_ttft=max(target - (load.behind + load.coming) * bare_s, 1e-3))
     # Refused only when the load is why: a question that misses the target on an idle
     # engine too is answered late (retrying would not help), never "busy" (issue 27).
     if refuse_late and target is not None and bare > target * (1 + LATE_GRACE) and busy and idle_bare_s <= target:
@@ -312,7 +276,7 @@ class PromptPlanner:
             feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
             safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
             load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
-            predicted_prefill_s=seconds, behind=load.behind,
+            predicted_prefill_s=seconds, behind=load.behind, coming=round(load.coming, 2),
         )
         if self.forms is not None:
             self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
