@@ -34,7 +34,9 @@ class Arrivals:
         self.open = 0
         self.window_s = window_s
         self._overlapping: deque[float] = deque()
-        self._lock = threading.Lock()
+        # Reentrant: a stream dropped unread closes its arrival from a finalizer, which the garbage
+        # collector may run on a thread that holds this lock.
+        self._lock = threading.RLock()
 
     def arrive(self, now: float | None = None) -> "Arrival":
         """Count one more question, asked at ``now`` (default: now)."""
@@ -69,7 +71,7 @@ class Arrival:
 
     def __init__(self, arrivals: Arrivals) -> None:
         self._arrivals = arrivals
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant, as above
         self._unplanned = self._open = True
 
     def planned(self) -> None:
