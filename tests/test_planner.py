@@ -80,6 +80,10 @@ def test_cached_tokens_are_what_the_engine_holds():
     system = len(backend.tokenize(backend.render([system_message()])))
     # The prompt before its passages is what can be known cached when planning.
     assert again.budget.cached_tokens >= system - 2 > 0
+    # The prediction counts what the engine holds of the whole prompt: here all of it but the last token
+    # (measured on the real engine: 74 tokens cached where the prompt before its passages found 66).
+    assert again.text == first.text
+    assert again.budget.predicted_prefill_s == pytest.approx(_cost().predict(1, len(backend.tokenize(first.text)) - 1))
 
 
 class _StoringFake(FakeBackend):
