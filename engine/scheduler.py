@@ -136,12 +136,19 @@ class MixedStep(NamedTuple):
     seconds: float
 
 
+def others_cells(cells: int, context: int) -> int:
+    """Of ``cells`` KV cells held in all, those of the other sequences
+    beside one holding ``context`` tokens (the shared system prompt counts
+    once, in its context)."""
+    return max(cells - context, 0)
+
+
 def prefill_seconds(pieces: Sequence[tuple[int, int]], cells: int, cost: Cost) -> float:
     """Seconds to evaluate these ``(tokens, context)`` prompt pieces while
     the sequences hold ``cells`` KV cells: each piece attends over its own
     context and over the cells of the others, which llama.cpp masks but
     still visits."""
-    return sum(cost(n, context, max(cells - context, 0)) for n, context in pieces if n > 0)
+    return sum(cost(n, context, others_cells(cells, context)) for n, context in pieces if n > 0)
 
 
 @dataclass(frozen=True)
@@ -203,8 +210,8 @@ def expected_wait(load: Load, deadline: float, cost: Cost, *, max_steps: int = 4
     if running is not None and running.tokens:
         # A step is never interrupted: a request due sooner than those in it (or background work, or
         # warming the passage store, which the load leaves out) still waits for the rest of it.
-        pieces = [(n, active[k].context if k in active else 0) for k, n in running.prefill]
-        elapsed += max(step_seconds(load, pieces, len(running.decode), cost) - load.in_flight_s, 0.0)
+        elapsed += max(step_seconds(load, _pieces(running.prefill, active), len(running.decode), cost)
+                       - load.in_flight_s, 0.0)
         _advance(active, Step(tuple(k for k in running.decode if k in active),
                               tuple((k, n) for k, n in running.prefill if k in active)), 1)
     for _ in range(max_steps):
@@ -216,7 +223,7 @@ def expected_wait(load: Load, deadline: float, cost: Cost, *, max_steps: int = 4
         keys = [key for key, _ in step.prefill]
         if _NEW in keys:
             # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
-            ahead = [(n, active[k].context) for k, n in step.prefill[:keys.index(_NEW)]]
+            ahead = _pieces(step.prefill[:keys.index(_NEW)], active)
             if ahead:
                 # The decodes beside them are its own slowdown, costed with its prompt: not counted here.
                 elapsed += step_seconds(load, ahead, len(step.decode), cost) - load.decode_s(len(step.decode), per_token)
@@ -225,9 +232,15 @@ def expected_wait(load: Load, deadline: float, cost: Cost, *, max_steps: int = 4
             return Wait(math.inf, 0)
         # A step without prompt tokens repeats unchanged until the first of its requests finishes.
         repeat = 1 if step.prefill else min(active[k].to_decode for k in step.decode)
-        elapsed += repeat * step_seconds(load, [(n, active[k].context) for k, n in step.prefill], len(step.decode), cost)
+        elapsed += repeat * step_seconds(load, _pieces(step.prefill, active), len(step.decode), cost)
         _advance(active, step, repeat)
     return Wait(elapsed, 0)
+
+
+def _pieces(prefill: Sequence[tuple[int, int]], active: dict[int, Work]) -> list[tuple[int, int]]:
+    """A step's prompt tokens as ``(tokens, context)`` pieces (a key not
+    among ``active``, warming the passage store, starts at no context)."""
+    return [(n, active[k].context if k in active else 0) for k, n in prefill]
 
 
 def _in_pieces(step: Step, active: dict[int, Work]) -> Step:

@@ -30,7 +30,7 @@ from .native import Entry, NativeContext, Sampler
 from .passage_kv import PassageStore
 from .placement import SYSTEM_SEQ, Placement
 from .requests import Active, Request, share_step, timings_of
-from ..scheduler import Load, Step, StepStats, admission_order, plan_step
+from ..scheduler import Load, Step, StepStats, admission_order, others_cells, plan_step
 from .slots import SlotTable
 from .splicing import Splicer
 
@@ -328,7 +328,7 @@ class EngineLoop:
         for key, n in step.prefill:
             a = self._active[key]
             if a.others is None:  # its prompt starts being evaluated: what the others hold (published just before)
-                a.others = max(self._published.cells - max(a.n_past, len(self.system)), 0)
+                a.others = others_cells(self._published.cells, max(a.n_past, len(self.system)))
             done = a.next + n == len(a.req.tokens) and not a.req.prefill_only
             for i in range(a.next, a.next + n):
                 entries.append(Entry(a.req.tokens[i], a.n_past + i - a.next, a.seq, done and i == a.next + n - 1))

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.backend import Backend, LoadAware, PassageKV, PrefixCache
-from engine.scheduler import expected_wait, slowdown, step_beside
+from engine.scheduler import expected_wait, others_cells, slowdown, step_beside
 from prompt_budget import (
     BudgetRequest,
     PastTurn,
@@ -78,7 +78,7 @@ class LoadPlan:
 
     def others(self, n_cached: int) -> int:
         """Cells other sequences hold beside a prompt with ``n_cached`` of its tokens held."""
-        return max(self.cells - n_cached, 0)
+        return others_cells(self.cells, n_cached)
 
 
 @dataclass(frozen=True)
@@ -260,19 +260,19 @@ class PromptPlanner:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages)
         text, shown, chosen, tokens = self._fitted(picked, hits, render, max_tokens, options.passage_order, path)
-        # The whole prompt may share more with one the engine holds than its fixed part did: the
-        # passages' heading after the same user-turn start (measured: 74 tokens cached, 66 planned).
-        prefix = max(self._cached(tokens), cached)
         # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
             held, _ = backend.held_prefix(tokens, [passage_body(p) for p in shown])
             held = max(held, cached)
             extra_s = cost.splice_seconds(held - cached) + load.step_s if held > cached else 0.0
-            held = held if held > cached else prefix
         else:
             spliced = [candidates[i] for i in chosen if i not in plan.trim and candidates[i].spliced]
-            held = (cached if spliced else prefix) + sum(c.spliced for c in spliced)
+            held = cached + sum(c.spliced for c in spliced)
             extra_s = sum(c.splice_s for c in spliced)
+        if held == cached:
+            # Nothing spliced: the whole prompt may share more with one the engine holds than its part
+            # before the passages did (the passages' heading: 74 tokens cached where 66 were planned).
+            held = max(self._cached(tokens), cached)
         seconds = loaded(max(len(tokens) - held, 0), held) + extra_s
         budget = Budget(
             target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
