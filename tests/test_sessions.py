@@ -211,8 +211,9 @@ def test_a_fold_is_stored_only_once_the_layout_it_leads_to_is_cached(chat_pipeli
         return fold(self, session, through=through, summary=summary, **kwargs)
 
     monkeypatch.setattr(type(store), "fold", spy)
-    p.ask("What does prefill do?", session="early", max_tokens=24)
-    p.ask("What limits decode speed?", session="early", max_tokens=24)
+    # Questions of their own: a layout another test already left cached is not prefilled again.
+    p.ask("What does the KV cache hold?", session="early", max_tokens=24)
+    p.ask("Why is decoding slower per token?", session="early", max_tokens=24)
     p.wait_idle()
     assert at_fold, p.background_log
     cached, length, summary_then = at_fold[0]
@@ -220,3 +221,59 @@ def test_a_fold_is_stored_only_once_the_layout_it_leads_to_is_cached(chat_pipeli
     assert cached >= length - 1, (cached, length)
     logged = [e["kind"] for e in p.background_log if e["session"] == "early"]
     assert logged.index("prefill") < logged.index("summary")  # prefilled, then stored
+
+
+def test_a_turn_answered_while_a_fold_prefills_is_in_the_layout_it_stores(chat_pipeline, monkeypatch):
+    """A question that read the old layout while a fold's new one was
+    prefilled stores a turn that layout lacks: the fold waits for that
+    answer, prefills the new layout again with it, and only then is
+    stored, so the next question does not evaluate that turn in front of it."""
+    import threading
+    import time
+    from dataclasses import replace
+
+    from prompt_budget.layout import history_messages
+    from rag.conversations.keeper import folded_key
+
+    p = chat_pipeline(history=HistoryPolicy(recent_tokens=200, keep_tokens=0, summary_tokens=48))
+    store, backend, keeper = p.conversations, p.backend, p.keeper
+    prefill = type(backend).prefill
+    answered: list[int] = []
+    reading = threading.Event()
+
+    def question_in_progress():
+        with keeper.turn("race"):  # as a question holds its session from reading its history to storing its answer
+            reading.set()
+            time.sleep(0.5)
+            user = "Question: How long should bread rise?"
+            answered.append(store.append_next("race", "How long should bread rise?", user, "An hour or two.",
+                                              len(backend.tokenize(user)) + 16))
+
+    def prefill_while_asked(self, tokens, *, session, pin=False):
+        timings = prefill(self, tokens, session=session, pin=pin)
+        if session == folded_key("race") and not reading.is_set():
+            threading.Thread(target=question_in_progress).start()
+            reading.wait(5)
+        return timings
+
+    at_fold: list[tuple[int, int, int]] = []
+    fold = type(store).fold
+
+    def spy(self, session, *, through, summary, **kwargs):
+        current = self.load(session)
+        kept = keeper.history(replace(current, summary=summary,
+                                      turns=tuple(t for t in current.turns if t.number > through)))
+        prefix = stable_prefix(backend, [system_message(summary), *history_messages(kept.turns)])
+        at_fold.append((backend.cached_prefix(prefix), len(prefix), current.turns[-1].number))
+        return fold(self, session, through=through, summary=summary, **kwargs)
+
+    monkeypatch.setattr(type(backend), "prefill", prefill_while_asked)
+    monkeypatch.setattr(type(store), "fold", spy)
+    p.ask("What does a chunked prefill do?", session="race", max_tokens=24)
+    p.ask("How many sequences share the cache?", session="race", max_tokens=24)
+    p.wait_idle()
+    assert answered and at_fold, p.background_log
+    cached, length, last = at_fold[0]
+    assert last == answered[0]  # stored after the answer, with its turn in the new layout
+    assert cached >= length - 1, (cached, length)
+    assert [e["kind"] for e in p.background_log if e["session"] == "race"].count("prefill") == 2
