@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cost import FORMS, Fit, PrefillCostModel, PrefillSample, features, plausible
+from .cost import FORMS, UNKNOWN_CONTEXT, Fit, PrefillCostModel, PrefillSample, features, plausible
 
 PROFILE_FORMAT = "rag-budget-prefill-profile"
 PROFILE_VERSION = 1
@@ -42,6 +42,7 @@ class Profile:
     anchors: list[PrefillSample] = field(default_factory=list)
     samples: list[PrefillSample] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
+    ratio_contexts: list[int] = field(default_factory=list)
     overheads: list[float] = field(default_factory=list)
     splice_loads: list[float] = field(default_factory=list)
     splice_pieces: list[float] = field(default_factory=list)
@@ -51,7 +52,8 @@ class Profile:
     def cost_model(self) -> PrefillCostModel:
         """A live cost model starting from this profile."""
         return PrefillCostModel(
-            self.fit, self.samples, anchors=self.anchors, ratios=self.ratios, overheads=self.overheads,
+            self.fit, self.samples, anchors=self.anchors, ratios=self.ratios,
+            ratio_contexts=self.ratio_contexts, overheads=self.overheads,
             splice_loads=self.splice_loads, splice_pieces=self.splice_pieces,
         )
 
@@ -60,6 +62,7 @@ class Profile:
         self.fit = model.fit
         self.samples = list(model.samples)
         self.ratios = list(model.ratios)
+        self.ratio_contexts = list(model.ratio_contexts)
         self.overheads = list(model.overheads)
         self.splice_loads = list(model.splice_loads)
         self.splice_pieces = list(model.splice_pieces)
@@ -85,6 +88,7 @@ class Profile:
                 "anchors": sample_list(self.anchors),
                 "samples": sample_list(self.samples),
                 "ratios": self.ratios,
+                "ratio_contexts": self.ratio_contexts,
                 "overheads": self.overheads,
                 "splice_loads": self.splice_loads,
                 "splice_pieces": self.splice_pieces,
@@ -138,6 +142,11 @@ class Profile:
                     raise ValueError(f"a negative time ({x!r})")
                 return value
 
+            def context(x) -> int:
+                if isinstance(x, bool) or not isinstance(x, int) or x < UNKNOWN_CONTEXT:
+                    raise ValueError(f"a cached-token count that is not a count ({x!r})")
+                return x
+
             def samples_of(rows: list) -> list[PrefillSample]:
                 def sample(row: list) -> PrefillSample:
                     if len(row) not in (3, 4):
@@ -152,6 +161,7 @@ class Profile:
                 anchors=samples_of(raw.get("anchors", [])),
                 samples=samples_of(raw.get("samples", [])),
                 ratios=[positive(x) for x in raw.get("ratios", [])],
+                ratio_contexts=[context(x) for x in raw.get("ratio_contexts", [])],
                 overheads=[nonnegative(x) for x in raw.get("overheads", [])],
                 splice_loads=[nonnegative(x) for x in raw.get("splice_loads", [])],
                 splice_pieces=[nonnegative(x) for x in raw.get("splice_pieces", [])],

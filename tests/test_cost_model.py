@@ -9,7 +9,10 @@ import random
 
 import pytest
 
-from prompt_budget.cost import PrefillCostModel, PrefillSample, best_fit, fit_samples, plausible, prior_fit, quantile
+from prompt_budget.cost import (
+    SAFETY_QUANTILE, UNKNOWN_CONTEXT, PrefillCostModel, PrefillSample, alike, best_fit, fit_samples, plausible,
+    prior_fit, quantile,
+)
 from prompt_budget.profile import Profile, load_profile, profile_id, save_profile
 
 A, B, C = 0.015, 1 / 210, 2.5e-7  # seconds, s/token, s/token² (about 158 tok/s at 4k tokens)
@@ -173,6 +176,31 @@ def test_the_margin_lets_the_slowest_twentieth_start_within_the_tolerance():
     assert q95 > 1.15
     assert model.safety_factor(0.95) == pytest.approx(q95 / 1.10)
     assert model.safety_factor(0.95, tolerance=1.0) == pytest.approx(q95)
+    # Planned at the 95th percentile, a run's own p95 sits on the tolerance: the margin plans for 2 %.
+    assert SAFETY_QUANTILE == 0.98
+    assert model.safety_factor() == pytest.approx(quantile(list(model.ratios), 0.98) / 1.10)
+
+
+def test_the_margin_is_drawn_from_prompts_on_a_like_cached_context():
+    model = PrefillCostModel(fit_samples(_samples(random.Random(5), 50, 0.0), "attention"))
+    rng = random.Random(9)
+    for _ in range(64):  # fresh questions on time; conversation turns on a long context, one in ten 30 % slow
+        n = rng.choice([100, 300])
+        model.observe(PrefillSample(70, n, _truth(n, 70) * rng.uniform(0.98, 1.02)), refit=False)
+        model.observe(PrefillSample(1500, n, _truth(n, 1500) * (1.3 if rng.random() < 0.1 else 1.0)), refit=False)
+    assert model.ratio_contexts[-2:] == (70, 1500)
+    # Drawn from all recent prompts alike, fresh questions would carry the turns' margin.
+    assert model.safety_factor() > 1.15
+    assert model.safety_factor(n_cached=74) == 1.0
+    assert model.safety_factor(n_cached=1200) > 1.15
+    # No recent prompt on a context like 400 tokens: all recent prompts say.
+    assert model.safety_factor(n_cached=400) == model.safety_factor()
+
+
+def test_contexts_are_alike_within_a_factor_of_two():
+    assert alike(1000, 1900) and alike(0, 30) and alike(16, 64)
+    assert not alike(66, 1000) and not alike(1000, 2100)
+    assert not alike(UNKNOWN_CONTEXT, 70)
 
 
 def test_cached_tokens_never_cost_more_than_uncached():
@@ -197,6 +225,18 @@ def test_profile_round_trips_and_is_keyed(tmp_path):
     loaded = load_profile(tmp_path, dict(key))
     assert loaded is not None and loaded.fit == best and loaded.anchors == samples[:10]
     assert loaded.cost_model().predict(500, 100) == pytest.approx(profile.cost_model().predict(500, 100))
+    # Ratios saved before their contexts were kept read back as of an unknown context.
+    assert loaded.cost_model().ratio_contexts == (UNKNOWN_CONTEXT, UNKNOWN_CONTEXT)
+    model = loaded.cost_model()
+    model.observe(PrefillSample(70, 300, 0.5))
+    loaded.absorb(model)
+    again = Profile.from_json(loaded.to_json()).cost_model()
+    assert again.ratios == model.ratios and again.ratio_contexts == (UNKNOWN_CONTEXT, UNKNOWN_CONTEXT, 70)
+    for bad in (-2, 1.5, "70", True):
+        raw = json.loads(loaded.to_json())
+        raw["ratio_contexts"] = [bad]
+        with pytest.raises(ValueError, match="cached-token count"):
+            Profile.from_json(json.dumps(raw))
     for changed in ({"n_threads": 4}, {"n_ctx": 2048}, {"model": "other.gguf:1:def"}, {"n_gpu_layers": -1}):
         assert load_profile(tmp_path, key | changed) is None
         assert profile_id(key | changed) != profile_id(key)

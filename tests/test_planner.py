@@ -86,6 +86,27 @@ def test_cached_tokens_are_what_the_engine_holds():
     assert again.budget.predicted_prefill_s == pytest.approx(_cost().predict(1, len(backend.tokenize(first.text)) - 1))
 
 
+def test_the_margin_comes_from_prompts_on_a_like_cached_context():
+    backend, cost = FakeBackend(n_ctx=4096), _cost()
+    for _ in range(32):  # fresh questions on time; turns on about 1,000 cached tokens 30 % slow
+        cost.observe(PrefillSample(0, 300, cost.predict(300, 0)), refit=False)
+        cost.observe(PrefillSample(1000, 300, 1.3 * cost.predict(300, 1000)), refit=False)
+    planner = PromptPlanner(backend)
+
+    def ask(history: History):
+        return planner.plan("What is prefill?", _hits(3), AskOptions.of(), target_ttft=5.0, cost=cost,
+                            elapsed=lambda: 0.0, history=history)
+
+    assert ask(History(None, (), ())).budget.safety == 1.0
+    turns = tuple(PastTurn(f"Question {i}? " + "filler " * 100, f"Answer {i}.") for i in range(8))
+    history = History("They talked about prefill.", turns,
+                      tuple(len(backend.tokenize(t.user + t.answer)) + 10 for t in turns))
+    backend.generate(ask(history).text, max_tokens=4).result()  # the engine now holds the conversation
+    turn = ask(history).budget
+    assert 500 <= turn.cached_tokens <= 2000
+    assert turn.safety == pytest.approx(1.3 / 1.10)
+
+
 class _StoringFake(FakeBackend):
     """The fake engine with a passage store holding ``stored`` (passage texts as shown)."""
 

@@ -233,7 +233,7 @@ class PromptPlanner:
             # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
             raise too_long(len(fixed_tokens), max_tokens, backend.n_ctx)
         cached = self._cached(fixed_tokens)
-        safety = cost.safety_factor()
+        safety = cost.safety_factor(n_cached=cached)
         planned_at = elapsed()
         idle = BudgetRequest(
             fixed_tokens=len(fixed_tokens), n_ctx=backend.n_ctx, reserve_tokens=max_tokens, target_ttft=target_ttft,
