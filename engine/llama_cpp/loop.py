@@ -213,8 +213,7 @@ class EngineLoop:
         for active in list(self._active.values()):
             self._finish(active, error=error)  # a system prompt being rebuilt is loaded again there
         self.ctx.remove(self.splicer.scratch)
-        for seq in self.slots.evict(self.kv_cells):  # idle caches are only a cache: none is trusted after a failure
-            self.ctx.remove(seq)
+        self._give_up_idle()  # idle caches are only a cache: none is trusted after a failure
         if not self.system:
             self._system_tries = SYSTEM_TRIES
             self._restore_system()
@@ -229,9 +228,16 @@ class EngineLoop:
 
     def _make_room(self) -> bool:
         """Give up every idle sequence's cache; whether at most one request holds cells."""
-        for seq in self.slots.evict(self.kv_cells):
-            self.ctx.remove(seq)
+        self._give_up_idle()
         return len(self._active) <= 1
+
+    def _give_up_idle(self) -> int:
+        """Clear every idle sequence that holds cells (a cache only: its
+        snapshot stays); how many were cleared."""
+        cleared = self.slots.evict(self.kv_cells)
+        for seq in cleared:
+            self.ctx.remove(seq)
+        return len(cleared)
 
     def _can_warm(self) -> bool:
         return bool(self.system) and self.splicer.warm_size() > 0
@@ -360,8 +366,11 @@ class EngineLoop:
         return token if a.req.trace is None else a.req.trace.take(token, self.ctx.logits(index))
 
     def _no_room(self, step: Step) -> None:
-        """The batch did not fit the KV cache: take less prompt next time, or
-        give up the most recent request when even the decodes do not fit."""
+        """The batch did not fit the KV cache: give up idle sequences' caches,
+        else take less prompt next time, or give up the most recent request
+        when even the decodes do not fit."""
+        if self._give_up_idle():
+            return  # the same step is tried again with their cells free
         if step.prefill and self.busy_budget > 1:
             self.busy_budget, self.idle_budget = max(self.busy_budget // 2, 1), max(self.idle_budget // 2, 1)
             return
