@@ -180,8 +180,8 @@ class EngineLoop:
                 self._waiting.extend(self._inbox)
                 self._inbox.clear()
                 forget, self._forget = self._forget, []
-            for seq in self.slots.evict(self.kv_cells) if forget else ():
-                self.ctx.remove(seq)
+            if forget:
+                self._give_up_idle()
             for done in forget:
                 done.set()
             try:

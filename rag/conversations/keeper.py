@@ -232,19 +232,20 @@ class ConversationKeeper:
         tokens = len(backend.tokenize(summary))
         through = conversation.turns[n - 1].number
         folded = False
-        for tries_left in reversed(range(FOLD_PREFILLS)):
-            self._prefill_folded(session, summary, through)
+        for tries_left in reversed(range(FOLD_PREFILLS + 1)):
             # Stored between two questions of the session, never while one has read the old layout and
             # not yet stored its answer (the new layout would lack that turn), and only once the new
-            # layout is held: else the turns answered meanwhile are prefilled first.
+            # layout is held: else it is prefilled (again, for the turns answered meanwhile) first.
             with self.turn(session):
-                if tries_left and not self._held(self._folded_prefix(session, summary, through)):
-                    continue
-                folded = store.fold(
-                    session, through=through, summary=summary,
-                    expected_version=conversation.summary_version, method=method, tokens=tokens, seconds=seconds,
-                )
-                break
+                prefix = self._folded_prefix(session, summary, through)
+                if self._held(prefix) or not tries_left:
+                    folded = store.fold(
+                        session, through=through, summary=summary,
+                        expected_version=conversation.summary_version, method=method, tokens=tokens,
+                        seconds=seconds,
+                    )
+                    break
+            self._prefill_folded(session, prefix)
         self.log.append({"session": session, "kind": "summary", "method": method, "turns": n,
                          "tokens": tokens, "seconds": seconds, "stored": folded})
 
@@ -266,19 +267,15 @@ class ConversationKeeper:
         """Whether the engine holds ``prefix`` whole (or none is to be held)."""
         return prefix is None or self._backend().cached_prefix(prefix) >= len(prefix) - 1
 
-    def _prefill_folded(self, session: str, summary: str, through: int) -> None:
-        """Prefill the layout a fold leads to (:meth:`_folded_prefix`) unless
-        the engine holds it already: background work, behind every question,
-        so the first question that sees the fold finds its whole prefix
-        cached. Questions meanwhile still see the old layout."""
+    def _prefill_folded(self, session: str, prefix: list[int]) -> None:
+        """Prefill ``prefix``, the layout a fold leads to, as background work
+        behind every question, so the first question that sees the fold
+        finds it cached. Questions meanwhile still see the old layout."""
         if self._busy():
-            return
-        prefix = self._folded_prefix(session, summary, through)
-        if self._held(prefix):
             return
         try:
             t = self._backend().prefill(prefix, session=folded_key(session))
-        except EngineError as exc:  # the fold is stored all the same; the next question prefills it
+        except EngineError as exc:  # checked again; after the last try the fold is stored all the same
             self.log.append({"session": session, "kind": "prefill", "error": str(exc)})
             return
         self.log.append({"session": session, "kind": "prefill", "tokens": t.prefill_tokens,
