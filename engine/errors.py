@@ -41,3 +41,8 @@ class GenerationFailed(EngineError):
 
 class GenerationCancelled(EngineError):
     """The request was stopped from outside (its caller cancelled it) before it ended."""
+
+
+class EngineCrashed(EngineError):
+    """llama.cpp's own code dies on this machine (a signal, a hang) in every
+    configuration the engine can choose; the message says how to rebuild it."""

@@ -79,6 +79,7 @@ def from_engine(exc: Exception) -> RagError:
     """
     from engine.errors import (
         ContextOverflow,
+        EngineCrashed,
         EngineSettingsError,
         EngineUnreachable,
         GenerationFailed,
@@ -93,7 +94,7 @@ def from_engine(exc: Exception) -> RagError:
         return EngineMisconfigured(f"engine settings: {message}")
     if isinstance(exc, ContextOverflow):
         return QuestionTooLong(message)
-    if isinstance(exc, (InsufficientMemory, EngineUnreachable, GenerationFailed)):
+    if isinstance(exc, (InsufficientMemory, EngineUnreachable, GenerationFailed, EngineCrashed)):
         return EngineUnavailable(message)
     return EngineUnavailable(f"the engine failed: {message}")
 

@@ -123,8 +123,14 @@ def test_doctor_reports_engine_and_index(run, corpus, tmp_path):
     assert d["index"]["files"] == 4 and d["index"]["chunks"] >= 4
     assert d["index"]["vector_search"].startswith("exact") and d["index"]["lexical"] is True
     assert d["retrieval"] == "hybrid"
+    # What llama.cpp was built with, and whether extra buffer types are on and why (the self-check's verdict).
+    from engine.llama_cpp.selfcheck import built_features
+
+    assert d["engine"]["built_cpu_features"].split() == built_features(d["engine"]["system_info"]) != []
+    assert isinstance(d["engine"]["extra_buffer_types"], bool) and "check" in d["engine"]["extra_buffer_types_why"]
     text = run("doctor", "--index", index)
     assert "model_path" in text.stdout and "index.chunks" in text.stdout and "index.vector_search" in text.stdout
+    assert "extra_buffer_types_why" in text.stdout and "built_cpu_features" in text.stdout
 
 
 def _quick_start_commands() -> list[str]:

@@ -79,7 +79,7 @@ class FrontEnd:
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = open(log, "wb")
+        self._log, self.log_path = open(log, "wb"), log
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from rag.cli import main; main()", "serve", "--port", str(self.port)],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
@@ -87,7 +87,7 @@ class FrontEnd:
     def wait_ready(self, timeout_s: float = 240.0) -> None:
         from rag.bench.llama_server import wait_until_ready
 
-        wait_until_ready(self.process, f"{self.url}/healthz", timeout_s, "rag serve")
+        wait_until_ready(self.process, f"{self.url}/healthz", timeout_s, "rag serve", self.log_path)
 
     def ask(self, question: str, session: str) -> dict:
         r = httpx.post(f"{self.url}/v1/ask", json={"question": question, "session": session, "max_tokens": 12,

@@ -34,7 +34,11 @@ def test_the_installed_release_works_with_every_private_part_used():
     from engine.models import default_model_path
 
     assert is_supported(llama_cpp.__version__), llama_cpp.__version__
-    llm = llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=64, n_batch=1, verbose=False)
+    from engine.llama_cpp.internals import load_llama
+    from engine.llama_cpp.selfcheck import engine_verdict
+
+    path = default_model_path()
+    llm = load_llama(path, extra_bufts=engine_verdict(path).extra_bufts, n_ctx=64, n_batch=1)
     eos = llm.token_eos()
     assert token_text(llm, eos) and llama_cpp.llama_vocab_is_eog(vocab_pointer(llm), eos)
     ctx = NativeContext(model_pointer(llm), n_ctx=256, n_seq_max=2, n_batch=64, n_threads=1, flash_attn=True,

@@ -23,7 +23,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Generator, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
@@ -33,7 +33,8 @@ from .requests import Request, Trace
 from ..errors import ContextOverflow, EngineSettingsError, ModelFileError
 from .snapshots import SnapshotCache
 from ..tokens import common_prefix
-from .internals import chat_formatter, model_pointer, vocab_pointer
+from .internals import chat_formatter, load_llama, model_pointer, vocab_pointer
+from .selfcheck import built_features, engine_verdict
 from .native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from ..models import default_model_path, model_file, model_identity, read_metadata
@@ -108,6 +109,9 @@ class LlamaCppBackend:
         exact_passages: bool = True,
         passage_ram_bytes: int = 1 << 30,
         passage_disk_bytes: int = 8 << 30,
+        extra_bufts: bool | None = None,
+        check_dir: str | os.PathLike[str] | None = None,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         import llama_cpp
 
@@ -134,7 +138,14 @@ class LlamaCppBackend:
         self.shape = ModelShape.from_metadata(read_metadata(self.model_path))
         self.memory_plan = (plan_memory(self.shape, self.model_path, self.kv_cells, kv_type=kv_type,
                                         offloaded_layers=self.offloaded_layers) if check_memory else None)
-        self._llm = self._load_model(llama_cpp)
+        # Before this process loads anything: a build that dies on this CPU
+        # (AMX under a hypervisor) may only kill a child (``selfcheck``).
+        # ``extra_bufts`` given (the engine bench) is used unchecked.
+        self.verdict = None if extra_bufts is not None else engine_verdict(
+            self.model_path, n_gpu_layers=self.n_gpu_layers, n_threads=self.n_threads,
+            folder=Path(check_dir) if check_dir else None, notice=notice)
+        self.extra_bufts = extra_bufts if extra_bufts is not None else self.verdict.extra_bufts
+        self._llm = self._load_model()
         self._formatter = chat_formatter(self._llm, self.model_path)
         # On disk, one folder per model, build and context: a state is
         # only meaningful to the set-up that wrote it.
@@ -158,12 +169,12 @@ class LlamaCppBackend:
         )
         self.shelf = PassageShelf(self.loop, self.passages, self.tokenize)
 
-    def _load_model(self, llama_cpp):
+    def _load_model(self):
         """The model, with llama-cpp-python's tokenizer and metadata; its own
         context is a token one (the engine's context is made apart)."""
         try:
-            return llama_cpp.Llama(model_path=str(self.model_path), n_ctx=64, n_batch=1,
-                                   n_gpu_layers=self.n_gpu_layers, verbose=False)
+            return load_llama(self.model_path, extra_bufts=self.extra_bufts, n_ctx=64, n_batch=1,
+                              n_gpu_layers=self.n_gpu_layers)
         except (ValueError, RuntimeError) as exc:
             raise ModelFileError(f"{self.model_path}: llama.cpp could not load this model ({exc})") from None
 
@@ -366,6 +377,7 @@ class LlamaCppBackend:
             # measured before these options existed still match.
             **({"flash_attn": True} if self.flash_attn else {}),
             **({"kv_type": self.kv_type} if self.kv_type != "f16" else {}),
+            **({"extra_bufts": False} if not self.extra_bufts else {}),
         }
 
     def describe(self) -> dict[str, object]:
@@ -393,6 +405,10 @@ class LlamaCppBackend:
             "slots": self.slots,
             "kv_cells": self.kv_cells,
             "system_info": system_info,
+            "built_cpu_features": " ".join(built_features(system_info)),
+            "extra_buffer_types": self.extra_bufts,
+            "extra_buffer_types_why": (self.verdict.reason if self.verdict else
+                                       f"set {'on' if self.extra_bufts else 'off'} by the caller, not checked"),
         }
 
     def close(self) -> None:

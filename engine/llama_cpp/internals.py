@@ -13,7 +13,9 @@ Does not: evaluate anything.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 
 # The llama-cpp-python releases this module was read against (pyproject pins the same).
 SUPPORTED = ((0, 3, 30), (0, 4, 0))  # from, up to but not including
@@ -36,6 +38,46 @@ def is_supported(version: str) -> bool:
     """Whether ``version`` of llama-cpp-python is one this module was read against."""
     low, high = SUPPORTED
     return low <= version_tuple(version) < high
+
+
+_params_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def extra_buffer_types(on: bool):
+    """Inside this block, every ``llama_cpp.Llama`` made in this process
+    (this one's, or a library's such as LangChain's ``ChatLlamaCpp``) loads
+    its model with llama.cpp's extra buffer types (weight repacking, AMX)
+    only if ``on``. ``Llama`` offers no such option: it fills its model
+    parameters from ``llama_model_default_params``, which is wrapped here
+    for the block's length (one block at a time)."""
+    if on:
+        yield
+        return
+    import llama_cpp.llama_cpp as bindings
+
+    with _params_lock:
+        original = bindings.llama_model_default_params
+
+        def without_extra_bufts():
+            params = original()
+            params.use_extra_bufts = False
+            return params
+
+        bindings.llama_model_default_params = without_extra_bufts
+        try:
+            yield
+        finally:
+            bindings.llama_model_default_params = original
+
+
+def load_llama(model_path, *, extra_bufts: bool = True, **options):
+    """A ``llama_cpp.Llama`` on ``model_path`` (``options`` as ``Llama`` takes
+    them, ``verbose`` off), without extra buffer types unless ``extra_bufts``."""
+    import llama_cpp
+
+    with extra_buffer_types(extra_bufts):
+        return llama_cpp.Llama(model_path=str(model_path), verbose=False, **options)
 
 
 def model_pointer(llm):

@@ -95,6 +95,73 @@ def bench_engine(
     }
 
 
+def bench_configurations(
+    backend: Backend,
+    open_safe: Callable[[], Backend],
+    document: str,
+    sizes: Sequence[int],
+    *,
+    repeats: int = 3,
+    max_tokens: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, object]:
+    """:func:`bench_engine` on ``backend`` as its self-check configured it,
+    and, where that is llama.cpp's default (extra buffer types: weight
+    repacking, AMX), the same on ``open_safe()`` (without them) side by
+    side, with the safe configuration's prefill and decode speeds over the
+    default's. Where the default died in the check, it is not run (it would
+    take this process with it) and the summary says why. A backend that is
+    not in-process llama.cpp is measured once."""
+    uses_extra = backend.describe().get("extra_buffer_types")
+    result = bench_engine(backend, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
+    if uses_extra is None:
+        return result
+    first = "default" if uses_extra else "safe"
+    _label(result, first)
+    configurations: dict[str, dict[str, object]] = {first: {"ran": True}}
+    if uses_extra:
+        safe = open_safe()
+        try:
+            other = bench_engine(safe, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
+        finally:
+            close = getattr(safe, "close", None)
+            if close:
+                close()
+        _label(other, "safe")
+        result["rows"].extend(other["rows"])
+        result["summary"]["systems"].extend(other["summary"]["systems"])
+        configurations["safe"] = {"ran": True}
+    else:
+        configurations["default"] = {"ran": False, "why": backend.describe().get("extra_buffer_types_why")}
+    result["config"]["configurations"] = list(configurations)
+    result["summary"]["configurations"] = configurations
+    result["summary"]["safe_over_default"] = _safe_over_default(result["summary"]["systems"])
+    return result
+
+
+def _label(result: dict, configuration: str) -> None:
+    for row in [*result["rows"], *result["summary"]["systems"]]:
+        row["configuration"] = configuration
+
+
+def _safe_over_default(systems: list[dict]) -> list[dict[str, object]]:
+    """Per size and kind, the safe configuration's median prefill and decode
+    tok/s over the default's (where both ran)."""
+    by = {(r["configuration"], r["prompt_size"], r["kind"]): r for r in systems}
+    ratios = []
+    for (configuration, size, kind), safe in by.items():
+        default = by.get(("default", size, kind))
+        if configuration != "safe" or default is None:
+            continue
+
+        def ratio(key: str):
+            return round(safe[key] / default[key], 3) if safe[key] and default[key] else None
+
+        ratios.append({"prompt_size": size, "kind": kind, "prefill": ratio("prefill_tok_s"),
+                       "decode": ratio("decode_tok_s")})
+    return ratios
+
+
 def bench_sequences(backend: Backend, counts: Sequence[int], *, max_tokens: int = 64,
                     progress: Callable[[int, int], None] | None = None) -> dict[str, object]:
     """Aggregate decode tokens per second with 1, 4, 16... requests decoding

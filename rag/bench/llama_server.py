@@ -81,13 +81,33 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until_ready(process: subprocess.Popen, health_url: str, timeout_s: float, what: str) -> None:
+def log_tail(path: Path | None, lines: int = 3) -> str:
+    """The last ``lines`` non-empty lines of a log file, joined by " | " ("" if none)."""
+    if path is None:
+        return ""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+
+
+def exit_message(what: str, returncode: int, log: Path | None) -> str:
+    """One line: which process, how it ended (the signal by name), its log and its last lines."""
+    from engine.llama_cpp.selfcheck import describe_exit
+
+    tail = log_tail(log)
+    return f"{what} {describe_exit(returncode)}" + (f"; its log {log}" if log else "") + (f": {tail}" if tail else "")
+
+
+def wait_until_ready(process: subprocess.Popen, health_url: str, timeout_s: float, what: str,
+                     log: Path | None = None) -> None:
     """Return once ``health_url`` answers 200; RuntimeError if ``process``
-    exits first or ``timeout_s`` pass."""
+    exits first (how, and the end of its ``log``) or ``timeout_s`` pass."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode} before it was ready")
+            raise RuntimeError(exit_message(what, process.returncode, log) + " (before it was ready)")
         try:
             if httpx.get(health_url, timeout=2).status_code == 200:
                 return
@@ -97,11 +117,21 @@ def wait_until_ready(process: subprocess.Popen, health_url: str, timeout_s: floa
     raise RuntimeError(f"{what} did not answer {health_url} within {timeout_s:.0f} s")
 
 
+def repack_arguments(model: Path) -> tuple[str, ...]:
+    """``("--no-repack",)`` where the engine's self-check found that llama.cpp
+    dies on this machine with extra buffer types (AMX), else ``()``: every
+    llama.cpp the project starts follows the same verdict."""
+    from engine.llama_cpp.selfcheck import engine_verdict
+
+    return () if engine_verdict(Path(model)).extra_bufts else ("--no-repack",)
+
+
 class LlamaServer:
     """A llama-server process on 127.0.0.1 serving one GGUF model with
     ``slots`` parallel slots sharing ``n_ctx`` tokens of context (each slot
     n_ctx / slots), on ``port`` (default: a free one). ``extra`` are more
-    llama-server arguments."""
+    llama-server arguments. Its output goes to ``log`` (default: a
+    temporary file, removed at :meth:`stop`), which a failure names."""
 
     def __init__(self, model: Path, *, n_ctx: int = 4096, threads: int = 2, log: Path | None = None,
                  slots: int = 1, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
@@ -109,24 +139,41 @@ class LlamaServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = [str(server_binary()), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
                         "-c", str(n_ctx), "-np", str(slots), "-t", str(threads), "-tb", str(threads), "-b", "512",
-                        "--no-webui", *extra]
-        self._log_path = log
+                        "--no-webui", *repack_arguments(model), *extra]
+        self._own_log = log is None
+        if log is None:
+            fd, name = tempfile.mkstemp(prefix=f"llama-server-{self.port}-", suffix=".log")
+            os.close(fd)
+            log = Path(name)
+        self.log_path = log
+        self._killed = False  # killed on purpose: not a failure
         self._start()
 
     def _start(self) -> None:
-        self._log = open(self._log_path or os.devnull, "ab")
+        self._log = open(self.log_path, "ab")
+        self._killed = False
         self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT)
         self._wait_ready()
 
     def _wait_ready(self, timeout_s: float = 120.0) -> None:
         try:
-            wait_until_ready(self.process, f"{self.url}/health", timeout_s, "llama-server")
+            wait_until_ready(self.process, f"{self.url}/health", timeout_s, f"llama-server at {self.url}",
+                             self.log_path)
         except RuntimeError:
-            self.stop()
+            self.stop(keep_log=True)
             raise
+
+    def died(self) -> str | None:
+        """None while the server runs or after it was stopped or killed on
+        purpose; else one line saying which server ended, how (the signal
+        by name) and the end of its log."""
+        if self._killed or self.process.poll() is None:
+            return None
+        return exit_message(f"llama-server at {self.url}", self.process.returncode, self.log_path)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crashed host would vanish."""
+        self._killed = True
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
@@ -137,8 +184,11 @@ class LlamaServer:
         self.kill()
         self._start()
 
-    def stop(self) -> None:
-        """Stop the server and wait for it."""
+    def stop(self, keep_log: bool = False) -> None:
+        """Stop the server and wait for it; its temporary log goes unless
+        ``keep_log`` or the server had died (the log is what explains it)."""
+        keep_log = keep_log or self.died() is not None
+        self._killed = True
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -147,3 +197,5 @@ class LlamaServer:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+        if self._own_log and not keep_log:
+            self.log_path.unlink(missing_ok=True)

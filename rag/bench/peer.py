@@ -100,7 +100,10 @@ class LangChainRag:
             )
         say("loading ChatLlamaCpp")
         backend = pipeline.backend
-        with warnings.catch_warnings():
+        from engine.llama_cpp.internals import extra_buffer_types
+
+        # The engine's verdict on this machine (its self-check) holds for the peer's llama.cpp too.
+        with warnings.catch_warnings(), extra_buffer_types(bool(backend.describe().get("extra_buffer_types", True))):
             warnings.simplefilter("ignore")
             self.llm = chat_llama(
                 model_path=str(backend.describe()["model_path"]), n_ctx=PEER_N_CTX,

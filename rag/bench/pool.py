@@ -32,11 +32,15 @@ from .stats import mean, percentile
 
 
 class Engine(Protocol):
-    """A running engine the bench may kill: its URL and ``kill()``."""
+    """A running engine the bench may kill: its URL, ``kill()``, and
+    ``died()``: None while it runs or after it was killed on purpose, else
+    one line saying how it ended."""
 
     url: str
 
     def kill(self) -> None: ...
+
+    def died(self) -> str | None: ...
 
     def stop(self) -> None: ...
 
@@ -116,6 +120,7 @@ def _conversations(url: str, engines: list[Engine], schedule, conversations, pol
     killed = None
     with httpx.Client(base_url=url, timeout=600) as http:
         for s, t in schedule:
+            _check_alive(engines, policy)
             if kill_at is not None and t == kill_at and killed is None:
                 last = next((r["engine"] for r in reversed(rows) if r["session"] == 0 and r["engine"]), None)
                 victim = next((e for e in engines if e.url == last), engines[0])
@@ -124,6 +129,8 @@ def _conversations(url: str, engines: list[Engine], schedule, conversations, pol
             body = {"question": conversations[s][t - 1], "session": f"bench-{run_id}-{s}", "max_tokens": max_tokens,
                     "target_ttft_s": target_ttft, "stream": True}
             outcome = ask_streamed(http, body)
+            if outcome["status"] != 200:
+                _check_alive(engines, policy)  # a lost answer because an engine crashed: say that, not "lost"
             answer = outcome.pop("answer")
             route = (answer or {}).get("engine") or {}
             timings = (answer or {}).get("timings") or {}
@@ -137,6 +144,18 @@ def _conversations(url: str, engines: list[Engine], schedule, conversations, pol
             if progress:
                 progress(f"{policy}: session {s} turn {t}: {outcome['status']}")
     return rows
+
+
+def _check_alive(engines: list[Engine], policy: str) -> None:
+    """RagError at once, naming the engine, its signal and its log, when an
+    engine the bench did not kill has ended: a pool that runs on over a
+    crashed engine measures nothing it claims to."""
+    from ..errors import RagError
+
+    for engine in engines:
+        how = engine.died()
+        if how:
+            raise RagError(f"{policy}: {how}; the bench stopped (the rows so far would measure a crashed engine)")
 
 
 def _run_summary(policy: str, rows: list[dict], wall: float, target_ttft: float, state: dict) -> dict[str, object]:

@@ -76,7 +76,8 @@ def serve(
 
 DOCTOR_ENGINE_KEYS = ("engine", "url", "build", "gpu_offload_supported", "device", "gpus", "n_gpu_layers",
                       "offloaded_layers", "flash_attn", "kv_type", "kv_cache_bytes", "model_path", "model_bytes",
-                      "n_ctx", "n_threads", "n_batch")
+                      "n_ctx", "n_threads", "n_batch", "built_cpu_features", "extra_buffer_types",
+                      "extra_buffer_types_why")
 
 
 @app.command()

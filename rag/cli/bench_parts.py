@@ -107,17 +107,23 @@ def bench_engine_cmd(
         None, "--sequences", help="Instead: aggregate decode tok/s with this many requests at once, e.g. 1,4,16."),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Requests of each size and kind."),
     max_tokens: int = typer.Option(32, "--max-tokens", min=1, help="Answer tokens per request."),
+    safe_beside: bool = typer.Option(
+        True, "--safe-beside/--no-safe-beside",
+        help="In process: also run without llama.cpp's extra buffer types (the self-check's fallback), side by side."),
     model: Optional[Path] = MODEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
     """The engine alone (in process, or the server of --engine-url): TTFT,
-    prefill and decode tok/s and cached tokens, cold and with a cached prefix."""
+    prefill and decode tok/s and cached tokens, cold and with a cached prefix;
+    in process, llama.cpp's default configuration and its safe one (no extra
+    buffer types) side by side where both run."""
     from .. import paths
-    from ..bench.engine import bench_engine, bench_sequences
+    from ..bench.engine import bench_configurations, bench_engine, bench_sequences
 
     with user_errors():
         wanted = int_list(sizes, "--sizes")
-        backend = command_pipeline(settings(model=model)).backend
+        s = settings(model=model)
+        backend = command_pipeline(s).backend
         if sequences is not None:
             counts = int_list(sequences, "--sequences")
             with counting("requests") as update, engine_errors():
@@ -127,24 +133,37 @@ def bench_engine_cmd(
         document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
         with counting("requests") as update:
             with engine_errors():
-                result = bench_engine(backend, document, wanted, repeats=repeats, max_tokens=max_tokens,
-                                      progress=update)
+                if safe_beside:
+                    result = bench_configurations(backend, lambda: _safe_backend(s), document, wanted,
+                                                  repeats=repeats, max_tokens=max_tokens, progress=update)
+                else:
+                    result = bench_engine(backend, document, wanted, repeats=repeats, max_tokens=max_tokens,
+                                          progress=update)
     if as_json:
         echo_json(result)
         return
     table = Table(title=f"rag bench engine ({result['config']['engine']}, {repeats} requests each, medians)",
                   title_justify="left")
-    for c in ("size", "kind", "prompt tok", "cached tok", "TTFT s", "prefill tok/s", "decode tok/s", "total s"):
-        table.add_column(c, justify="left" if c == "kind" else "right")
+    columns = ("configuration",) if "configurations" in result["summary"] else ()
+    for c in (*columns, "size", "kind", "prompt tok", "cached tok", "TTFT s", "prefill tok/s", "decode tok/s",
+              "total s"):
+        table.add_column(c, justify="left" if c in ("kind", "configuration") else "right")
 
     def cell(value) -> str:
         return "-" if value is None else f"{value:g}"
 
     for row in result["summary"]["systems"]:
-        table.add_row(str(row["prompt_size"]), row["kind"], cell(row["prompt_tokens"]), cell(row["cached_tokens"]),
-                      cell(row["median_ttft_s"]), cell(row["prefill_tok_s"]), cell(row["decode_tok_s"]),
-                      cell(row["median_total_s"]))
-    Console(highlight=False).print(table)
+        table.add_row(*([row["configuration"]] if columns else []), str(row["prompt_size"]), row["kind"],
+                      cell(row["prompt_tokens"]), cell(row["cached_tokens"]), cell(row["median_ttft_s"]),
+                      cell(row["prefill_tok_s"]), cell(row["decode_tok_s"]), cell(row["median_total_s"]))
+    console = Console(highlight=False)
+    console.print(table)
+    for name, how in result["summary"].get("configurations", {}).items():
+        if not how["ran"]:
+            console.print(f"{name} configuration not run: {how['why']}", soft_wrap=True, markup=False)
+    for r in result["summary"].get("safe_over_default", []):
+        console.print(f"safe over default, {r['prompt_size']} tokens {r['kind']}: prefill {cell(r['prefill'])}x, "
+                      f"decode {cell(r['decode'])}x")
 
 
 @bench_app.command("search")
@@ -190,6 +209,16 @@ def bench_search(
     if suggested:
         console.print(f"exact search reaches {result['summary']['fast_enough_ms']:g} ms p50 at about {suggested:,} vectors; "
                       f"the store switches to IVF from {APPROXIMATE_FROM:,}")
+
+
+def _safe_backend(s):
+    """The in-process engine of settings ``s`` without llama.cpp's extra buffer
+    types, and without the on-disk stores (a bench must not share them)."""
+    from engine.llama_cpp.backend import DEFAULT_N_CTX, LlamaCppBackend
+
+    e = s.engine
+    return LlamaCppBackend(s.model, n_ctx=s.n_ctx or DEFAULT_N_CTX, n_gpu_layers=e.gpu_layers, flash_attn=e.flash_attn,
+                           kv_type=e.kv_type, slots=e.slots, kv_cells=e.kv_cells, extra_bufts=False)
 
 
 def _print_sequences(result: dict) -> None:

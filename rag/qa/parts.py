@@ -76,7 +76,8 @@ class Parts:
                 with engine_errors():
                     self._backend = open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=kv_dir,
                                                  snapshot_ram_bytes=self.kv_ram_bytes,
-                                                 snapshot_disk_bytes=KV_DISK_BYTES)
+                                                 snapshot_disk_bytes=KV_DISK_BYTES,
+                                                 check_dir=s.cache_folder / "engine-checks", notice=self.notice)
             return self._backend
 
     @property

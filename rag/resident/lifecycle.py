@@ -109,8 +109,12 @@ def _start_failure(address: Address, status: int | None) -> RagError:
     errors = [line.removeprefix("error: ") for line in _log_lines(address) if line.startswith("error: ")]
     if errors:
         return RagError(errors[-1])
-    how = f"exited with status {status}" if status is not None else "stopped"
-    return RagError(f"the rag server {how} while starting; its log: {address.log}")
+    from engine.llama_cpp.selfcheck import describe_exit
+
+    how = describe_exit(status) if status is not None else "stopped"
+    last = [line.strip() for line in _log_lines(address) if line.strip()][-2:]
+    return RagError(f"the rag server {how} while starting; its log: {address.log}"
+                    + (f" (last lines: {' | '.join(last)})" if last else ""))
 
 
 def servers(settings: Settings) -> list[dict]:
