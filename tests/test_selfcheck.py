@@ -163,3 +163,25 @@ def test_a_llama_server_follows_the_verdict_and_a_crash_is_named(tmp_path, child
         server.stop()
     assert server.log_path.exists()  # kept: it explains the crash
     server.log_path.unlink()
+
+
+@pytest.mark.parametrize("fault", ["", "segv:default"])
+def test_bench_engine_runs_the_safe_configuration_beside_the_default_where_both_run(run, tmp_path, monkeypatch,
+                                                                                     fault):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a verdict of its own
+    if fault:
+        monkeypatch.setenv(FAULT_VARIABLE, fault)  # as where the default dies
+    selfcheck.forget_memo()
+    result = run("bench", "engine", "--sizes", "64", "--repeats", "1", "--max-tokens", "2", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    configurations = d["summary"]["configurations"]
+    ran = {r["configuration"] for r in d["rows"]}
+    assert configurations["safe"]["ran"] and "safe" in ran
+    if configurations["default"]["ran"]:
+        assert not fault and ran == {"default", "safe"}
+        assert {(r["prompt_size"], r["kind"]) for r in d["summary"]["safe_over_default"]} == {
+            (64, "cold"), (64, "cached prefix")}
+    else:
+        assert ran == {"safe"} and "died by SIGSEGV" in configurations["default"]["why"]
+        assert d["summary"]["safe_over_default"] == []

@@ -96,8 +96,7 @@ def bench_engine(
 
 
 def bench_configurations(
-    backend: Backend,
-    open_safe: Callable[[], Backend],
+    open_engine: Callable[[bool | None], Backend],
     document: str,
     sizes: Sequence[int],
     *,
@@ -105,34 +104,35 @@ def bench_configurations(
     max_tokens: int = 32,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, object]:
-    """:func:`bench_engine` on ``backend`` as its self-check configured it,
-    and, where that is llama.cpp's default (extra buffer types: weight
-    repacking, AMX), the same on ``open_safe()`` (without them) side by
-    side, with the safe configuration's prefill and decode speeds over the
-    default's. Where the default died in the check, it is not run (it would
-    take this process with it) and the summary says why. A backend that is
-    not in-process llama.cpp is measured once."""
-    uses_extra = backend.describe().get("extra_buffer_types")
-    result = bench_engine(backend, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
-    if uses_extra is None:
-        return result
-    first = "default" if uses_extra else "safe"
+    """:func:`bench_engine` on the in-process engine as its self-check
+    configured it (``open_engine(None)``), and, where that is llama.cpp's
+    default (extra buffer types: weight repacking, AMX), the same without
+    them (``open_engine(False)``), one engine at a time (each closed before
+    the next opens: an idle second engine in the process halved the other's
+    decode speed), with the safe configuration's prefill and decode speeds
+    over the default's. Where the default died in the check it is not run
+    (it would take this process with it) and the summary says why."""
+    backend = open_engine(None)
+    try:
+        info = backend.describe()
+        result = bench_engine(backend, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
+    finally:
+        backend.close()
+    first = "default" if info["extra_buffer_types"] else "safe"
     _label(result, first)
     configurations: dict[str, dict[str, object]] = {first: {"ran": True}}
-    if uses_extra:
-        safe = open_safe()
+    if first == "default":
+        safe = open_engine(False)
         try:
             other = bench_engine(safe, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
         finally:
-            close = getattr(safe, "close", None)
-            if close:
-                close()
+            safe.close()
         _label(other, "safe")
         result["rows"].extend(other["rows"])
         result["summary"]["systems"].extend(other["summary"]["systems"])
         configurations["safe"] = {"ran": True}
     else:
-        configurations["default"] = {"ran": False, "why": backend.describe().get("extra_buffer_types_why")}
+        configurations["default"] = {"ran": False, "why": info["extra_buffer_types_why"]}
     result["config"]["configurations"] = list(configurations)
     result["summary"]["configurations"] = configurations
     result["summary"]["safe_over_default"] = _safe_over_default(result["summary"]["systems"])

@@ -123,25 +123,27 @@ def bench_engine_cmd(
     with user_errors():
         wanted = int_list(sizes, "--sizes")
         s = settings(model=model)
-        backend = command_pipeline(s).backend
-        if sequences is not None:
-            counts = int_list(sequences, "--sequences")
-            with counting("requests") as update, engine_errors():
-                result = bench_sequences(backend, counts, max_tokens=max_tokens, progress=update)
-            _print_sequences(result) if not as_json else echo_json(result)
-            return
         document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
-        with counting("requests") as update:
-            with engine_errors():
-                if safe_beside:
-                    result = bench_configurations(backend, lambda: _safe_backend(s), document, wanted,
-                                                  repeats=repeats, max_tokens=max_tokens, progress=update)
-                else:
-                    result = bench_engine(backend, document, wanted, repeats=repeats, max_tokens=max_tokens,
-                                          progress=update)
+        with counting("requests") as update, engine_errors():
+            if sequences is not None:
+                backend = command_pipeline(s).backend
+                result = bench_sequences(backend, int_list(sequences, "--sequences"), max_tokens=max_tokens,
+                                         progress=update)
+            elif safe_beside and not s.engine.engine_url:
+                result = bench_configurations(lambda extra: _in_process(s, extra), document, wanted, repeats=repeats,
+                                              max_tokens=max_tokens, progress=update)
+            else:
+                result = bench_engine(command_pipeline(s).backend, document, wanted, repeats=repeats,
+                                      max_tokens=max_tokens, progress=update)
     if as_json:
         echo_json(result)
-        return
+    elif sequences is not None:
+        _print_sequences(result)
+    else:
+        _print_engine(result, repeats)
+
+
+def _print_engine(result: dict, repeats: int) -> None:
     table = Table(title=f"rag bench engine ({result['config']['engine']}, {repeats} requests each, medians)",
                   title_justify="left")
     columns = ("configuration",) if "configurations" in result["summary"] else ()
@@ -211,14 +213,16 @@ def bench_search(
                       f"the store switches to IVF from {APPROXIMATE_FROM:,}")
 
 
-def _safe_backend(s):
-    """The in-process engine of settings ``s`` without llama.cpp's extra buffer
-    types, and without the on-disk stores (a bench must not share them)."""
+def _in_process(s, extra_bufts: bool | None):
+    """The in-process engine of settings ``s``, with llama.cpp's extra buffer
+    types as its self-check decides (None) or as given, and without on-disk
+    stores (a bench must not share them)."""
     from engine.llama_cpp.backend import DEFAULT_N_CTX, LlamaCppBackend
 
     e = s.engine
     return LlamaCppBackend(s.model, n_ctx=s.n_ctx or DEFAULT_N_CTX, n_gpu_layers=e.gpu_layers, flash_attn=e.flash_attn,
-                           kv_type=e.kv_type, slots=e.slots, kv_cells=e.kv_cells, extra_bufts=False)
+                           kv_type=e.kv_type, slots=e.slots, kv_cells=e.kv_cells, extra_bufts=extra_bufts,
+                           check_dir=s.cache_folder / "engine-checks")
 
 
 def _print_sequences(result: dict) -> None:
