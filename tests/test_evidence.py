@@ -1,0 +1,391 @@
+"""Evidence chosen without the model: units of passages, what each is
+about, their ranking, and the picked sentences' spans, passages and length
+(pure logic; the documents are excerpts of the Python 3.11 docs as the
+bench indexes them, and the embedder a small deterministic fake)."""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+import numpy as np
+import pytest
+
+from rag.index.lexical import tokenize
+from rag.index.store import Hit
+from rag.qa.evidence import MAX_WORDS, Evidence, Ranked, about_of, rank, split_units
+
+FUNCTOOLS = """\
+:mod:`functools` --- Higher-order functions and operations on callable objects
+==============================================================================
+
+.. module:: functools
+   :synopsis: Higher-order functions and operations on callable objects.
+
+.. decorator:: lru_cache(user_function)
+               lru_cache(maxsize=128, typed=False)
+
+   Decorator to wrap a function with a memoizing callable that saves up to the
+   *maxsize* most recent calls.  It can save time when an expensive or I/O bound
+   function is periodically called with the same arguments.
+
+   If *maxsize* is set to ``None``, the LRU feature is disabled and the cache can
+   grow without bound.
+
+   Example of an LRU cache for static web content::
+
+       @lru_cache(maxsize=32)
+       def get_pep(num):
+           'Retrieve text of a Python Enhancement Proposal'
+
+   .. versionadded:: 3.2
+"""
+
+TEXTWRAP = """\
+.. function:: wrap(text, width=70, *, initial_indent="", \\
+                   subsequent_indent="", expand_tabs=True, \\
+                   break_on_hyphens=True, tabsize=8, max_lines=None, \\
+                   placeholder=' [...]')
+
+   Wraps the single paragraph in *text* (a string) so every line is at most
+   *width* characters long.  Returns a list of output lines, without final
+   newlines.
+
+.. class:: TextWrapper(**kwargs)
+
+   .. attribute:: break_long_words
+
+      (default: ``True``) If true, then words longer than :attr:`width` will be
+      broken in order to ensure that no lines are longer than :attr:`width`.
+"""
+
+SHUTIL = """\
+.. function:: rmtree(path, ignore_errors=False, onerror=None, *, dir_fd=None)
+
+   .. index:: single: directory; deleting
+
+   Delete an entire directory tree; *path* must point to a directory (but not a
+   symbolic link to a directory).  If *ignore_errors* is true, errors resulting
+   from failed removals will be ignored.
+
+.. function:: copytree(src, dst, symlinks=False, ignore=None)
+
+   Recursively copy an entire directory tree rooted at *src* to a directory
+   named *dst* and return the destination directory.
+"""
+
+
+def make_hit(document: str, start: int, end: int | None = None, *, source: str = "library/doc.rst.txt",
+             context: str = "", location: dict | None = None, chunk_id: str | None = None) -> Hit:
+    """A hit on ``document[start:end]``, as the index returns it."""
+    end = len(document) if end is None else end
+    return Hit(chunk_id=chunk_id or f"{source}:{start}", source=source, score=0.5, text=document[start:end],
+               char_start=start, char_end=end, location=location, context=context)
+
+
+def texts(text: str) -> list[str]:
+    return [text[a:b] for a, b in split_units(text)]
+
+
+def shown(evidence: list[Evidence]) -> str:
+    return " ".join(f"{e.about} {e.text}" for e in evidence)
+
+
+def words(evidence: list[Evidence]) -> int:
+    return sum(len(e.about.split()) + len(e.text.split()) for e in evidence)
+
+
+# -- units --------------------------------------------------------------------
+
+
+def test_prose_is_split_at_sentence_ends_but_not_after_abbreviations_or_inside_dotted_names():
+    text = ("Use os.path.join to join paths, e.g. ``a`` and ``b``.  It calls str.join etc. and more!\n"
+            "Written by J. Smith vs. others; see: below.  Really? Yes")
+    assert texts(text) == [
+        "Use os.path.join to join paths, e.g. ``a`` and ``b``.",
+        "It calls str.join etc. and more!",
+        "Written by J. Smith vs. others; see: below.",  # never split at ';' or ':'
+        "Really?",
+        "Yes",
+    ]
+
+
+def test_units_are_stripped_and_their_spans_point_into_the_text():
+    text = "  First one.   Second one.  \n\n\n   Third.  "
+    assert texts(text) == ["First one.", "Second one.", "Third."]
+    for a, b in split_units(text):
+        assert text[a:b] == text[a:b].strip() and text[a:b]
+
+
+def test_blank_lines_end_a_unit():
+    assert texts("A sentence without end\n\nanother without end") == ["A sentence without end",
+                                                                      "another without end"]
+
+
+def test_directives_headings_rows_items_and_code_lines_are_units_of_their_own():
+    units = texts(FUNCTOOLS)
+    assert units[0].startswith(":mod:`functools` --- Higher-order")  # the heading, not its underline
+    assert not any(set(u) <= set("=-~") for u in units)
+    assert ".. decorator:: lru_cache(user_function)\n               lru_cache(maxsize=128, typed=False)" in units
+    assert "Decorator to wrap a function with a memoizing callable that saves up to the\n   *maxsize* most " \
+           "recent calls." in units
+    assert "@lru_cache(maxsize=32)" in units and "def get_pep(num):" in units  # a literal block, line by line
+    assert not any(u.startswith(":synopsis:") for u in units)  # a directive's option is no unit
+    sheet = "Region | Units\nCity: Oslo; Units: 700\nCity: Bergen; Units: 300"
+    assert texts(sheet) == ["Region | Units", "City: Oslo; Units: 700", "City: Bergen; Units: 300"]
+    items = "Options:\n\n* *level* - Set the root logger level.\n  It is optional.\n* *format* - Use it.\n"
+    assert texts(items) == ["Options:", "* *level* - Set the root logger level.\n  It is optional.",
+                            "* *format* - Use it."]
+    markdown = "# Install\n\nRun it. Then stop.\n\n```\npip install x\n```\n"
+    assert texts(markdown) == ["# Install", "Run it.", "Then stop.", "pip install x"]
+
+
+# -- what a unit is about -----------------------------------------------------
+
+
+def test_about_is_the_enclosing_signature_with_its_continuation_lines():
+    at = FUNCTOOLS.index("If *maxsize*")
+    assert about_of(FUNCTOOLS, at, "functools") == "lru_cache(user_function) lru_cache(maxsize=128, typed=False)"
+    assert about_of(FUNCTOOLS, FUNCTOOLS.index("@lru_cache(maxsize=32)"), "").startswith("lru_cache(")
+    # Backslash continuations are joined too.
+    assert about_of(TEXTWRAP, TEXTWRAP.index("Wraps"), "").startswith('wrap(text, width=70, *, initial_indent="",'
+                                                                      ' subsequent_indent=""')
+    # A nested directive encloses its own body; the directive line itself is about what is above it.
+    assert about_of(TEXTWRAP, TEXTWRAP.index("(default: ``True``)"), "") == "break_long_words"
+    assert about_of(FUNCTOOLS, FUNCTOOLS.index(".. decorator::"), "").startswith("functools — Higher-order")
+
+
+def test_a_directive_that_is_not_an_api_does_not_enclose():
+    text = ".. function:: f(x)\n\n   Does y.\n\n   .. note::\n\n      Beware of z.\n"
+    assert about_of(text, text.index("Beware"), "") == "f(x)"
+    text = ".. function:: f(x)\n\n   Does y.\n\nPlain text after it.\n"
+    assert about_of(text, text.index("Plain"), "doc > Section") == "Section"
+
+
+def test_about_is_the_heading_above_or_the_context():
+    text = "Intro.\n\nCommand-Line Interface\n----------------------\n\nThe server listens to port 8000.\n"
+    assert about_of(text, text.index("The server"), "http.server > Other") == "Command-Line Interface"
+    assert about_of("# Setup\n\nRun it.\n", 9, "") == "Setup"
+    assert about_of("Just prose.", 0, "Title > Heading > Subheading") == "Subheading"
+    assert about_of("Just prose.", 0, "") == ""
+
+
+def test_a_table_row_is_about_its_own_first_pair():
+    sheet = "City | Pop\nCity: Oslo; Pop: 700k\nCity: Bergen; Pop: 290k"
+    assert about_of(sheet, sheet.index("City: Bergen"), "sales > Sheet1") == "City: Bergen"
+
+
+# -- picking: spans, passages, length -----------------------------------------
+
+
+def test_picked_evidence_spans_the_document_and_narrows_its_lines():
+    document = "Preface line.\n\n" + FUNCTOOLS
+    start = document.index(".. decorator::")
+    hit = make_hit(document, start, location={"lines": [20, 40]}, context="functools — Higher-order functions")
+    ranked = rank("What is the default maxsize of functools.lru_cache?", [hit])
+    evidence = ranked.pick([hit], {0: 1})
+    assert evidence and "128" in shown(evidence)
+    for e in evidence:
+        assert document[e.start:e.end] == e.text and e.start >= start > 0
+        first = 20 + hit.text.count("\n", 0, e.start - start)
+        assert e.location == {"lines": [first, first + e.text.count("\n")]}
+        assert e.passage == 1 and e.source == hit.source and e.chunk_id == hit.chunk_id
+        assert Evidence.from_dict(e.to_dict()) == e
+    assert list(evidence[0].to_dict()) == ["text", "passage", "source", "location", "start", "end", "about",
+                                           "chunk_id", "score"]
+
+
+def test_a_long_sentence_is_cut_to_its_best_window_within_the_limit():
+    filler = " ".join(f"word{i}" for i in range(200))
+    document = f"Prefix.\n\n{filler} the answer is 4711 {filler}.\n"
+    hit = make_hit(document, 9, context="Notes > A very long heading " + "about many things " * 10)
+    evidence = rank("What is the answer?", [hit]).pick([hit], {0: 3})
+    assert len(evidence) == 1 and words(evidence) <= MAX_WORDS
+    assert "4711" in evidence[0].text and "answer" in evidence[0].text
+    assert document[evidence[0].start:evidence[0].end] == evidence[0].text
+    about = evidence[0].about.split()
+    assert evidence[0].passage == 3 and 0 < len(about) < 34  # the long about gave way first, but stays
+
+
+@pytest.mark.parametrize("max_words", [1, 2, 5, 12, 30, 60])
+def test_evidence_never_exceeds_the_word_limit(max_words):
+    hits = [make_hit(FUNCTOOLS, 0), make_hit(TEXTWRAP, 0, source="library/textwrap.rst.txt")]
+    for question in ("What is the default maxsize of functools.lru_cache?", "default width of textwrap.wrap",
+                     "Which class wraps text?"):
+        evidence = rank(question, hits).pick(hits, {0: 1, 1: 2}, max_words=max_words)
+        assert evidence and words(evidence) <= max_words
+
+
+def test_units_of_hits_not_in_the_prompt_are_skipped_and_passages_numbered():
+    other = make_hit(TEXTWRAP, 0, source="library/textwrap.rst.txt")
+    hits = [make_hit(SHUTIL, 0, source="library/shutil.rst.txt"), other]
+    ranked = rank("Which shutil function deletes an entire directory tree?", hits)
+    assert ranked.units[0].hit == 0
+    evidence = ranked.pick(hits, {1: 1})  # the prompt kept only the second hit, as passage 1
+    assert evidence and all(e.source == "library/textwrap.rst.txt" and e.passage == 1 for e in evidence)
+    evidence = ranked.pick(hits, {0: 2, 1: 1})
+    assert evidence[0].passage == 2 and "rmtree" in shown(evidence)
+    assert ranked.pick(hits, {}) == []
+
+
+def test_a_second_unit_only_when_it_scores_near_the_best_and_fits():
+    hits = [make_hit(SHUTIL, 0, source="library/shutil.rst.txt")]
+    ranked = rank("Which shutil function deletes an entire directory tree?", hits)
+    assert len(ranked.pick(hits, {0: 1}, max_units=1)) == 1
+    assert len(ranked.pick(hits, {0: 1}, min_share=1.01)) == 1
+    two = ranked.pick(hits, {0: 1})
+    assert len(two) <= 2 and all(e.score >= 0.6 * two[0].score for e in two)
+    # The signature line is no second unit when the first already says it as its about.
+    gzip = ".. function:: open(filename, mode='rb')\n\n   Open a gzip-compressed file in binary or text mode.\n"
+    hits = [make_hit(gzip, 0, context="gzip — Support for gzip files")]
+    evidence = rank("Which function opens a gzip-compressed file?", hits).pick(hits, {0: 1})
+    assert [e.about for e in evidence] == ["open(filename, mode='rb')"]
+
+
+# -- ranking ------------------------------------------------------------------
+
+
+HTTP_SERVER = """\
+Command-line usage
+------------------
+
+:mod:`http.server` can also be invoked directly using the ``-m`` switch
+of the interpreter.  Similar to the previous example, this serves files relative
+to the current directory::
+
+        python -m http.server
+
+The server listens to port 8000 by default. The default can be overridden
+by passing the desired port number as an argument::
+
+        python -m http.server 9000
+"""
+SUBPROCESS = """\
+.. function:: run(args, *, stdin=None, input=None, stdout=None, stderr=None,\\
+                  capture_output=False, shell=False, cwd=None, timeout=None)
+
+   Run the command described by *args*.  Wait for command to complete, then
+   return a :class:`CompletedProcess` instance.
+"""
+OS = "Use :func:`subprocess.run` to run a command.  Most users should use :func:`subprocess.run` instead.\n"
+HEAPQ = """\
+.. function:: heappush(heap, item)
+
+   Push the value *item* onto the *heap*, maintaining the heap invariant.
+
+
+.. function:: heappop(heap)
+
+   Pop and return the smallest item from the *heap*, maintaining the heap
+   invariant.  If the heap is empty, :exc:`IndexError` is raised.
+"""
+GETPASS = """\
+The :mod:`getpass` module provides two functions:
+
+.. function:: getpass(prompt='Password: ', stream=None)
+
+   Prompt the user for a password without echoing.  The user is prompted using
+   the string *prompt*, which defaults to ``'Password: '``.
+
+.. function:: getuser()
+
+   Return the "login name" of the user.
+"""
+
+
+@pytest.mark.parametrize("question, documents, fact", [
+    ("What is the default maxsize of functools.lru_cache?", {"functools": FUNCTOOLS}, "128"),
+    ("What is the default width used by textwrap.wrap?", {"textwrap": TEXTWRAP}, "width=70"),
+    ("Which shutil function deletes an entire directory tree?", {"shutil": SHUTIL, "textwrap": TEXTWRAP},
+     "rmtree"),
+    ("On which port does python -m http.server listen by default?", {"http.server": HTTP_SERVER}, "8000"),
+    ("What does subprocess.run return?", {"os": OS, "subprocess": SUBPROCESS}, "CompletedProcess"),
+    ("Which heapq function pushes an item onto a heap?", {"heapq": HEAPQ}, "heappush"),
+    ("How do I prompt the user for a password without echoing it?", {"getpass": GETPASS}, "getpass("),
+])
+def test_the_fact_is_in_the_evidence_of_python_docs(question, documents, fact):
+    hits = [make_hit(text, 0, source=f"library/{title}.rst.txt", context=f"{title} — Module")
+            for title, text in documents.items()]
+    evidence = rank(question, hits).pick(hits, {i: i + 1 for i in range(len(hits))})
+    assert fact in shown(evidence) and words(evidence) <= MAX_WORDS
+
+
+def test_a_chunk_that_starts_inside_a_body_finds_its_signature_in_the_text_before_it():
+    start = SHUTIL.index("Delete an entire")
+    cut = make_hit(SHUTIL, start, context="shutil — High-level file operations > Directory and files operations")
+    question = "Which shutil function deletes an entire directory tree?"
+    alone = rank(question, [cut]).pick([cut], {0: 1})
+    assert alone[0].about == "Directory and files operations" and "rmtree" not in shown(alone)
+    given = rank(question, [cut], text_before=lambda h: SHUTIL[:h.char_start]).pick([cut], {0: 1})
+    assert given[0].about.startswith("rmtree(path") and given[0].text.startswith("Delete an entire")
+    # Another hit that holds the text before it serves as well, even one the prompt left out.
+    before = make_hit(SHUTIL, 0, start + 10, context=cut.context)
+    ranked = rank(question, [cut, before], shortlist=1)
+    assert ranked.pick([cut, before], {0: 1})[0].about.startswith("rmtree(path")
+
+
+def test_overlapping_hits_give_each_text_once_and_ranking_is_deterministic():
+    hits = [make_hit(FUNCTOOLS, 0), make_hit(FUNCTOOLS, FUNCTOOLS.index(".. decorator::"))]
+    ranked = rank("What is the default maxsize of functools.lru_cache?", hits)
+    keys = [" ".join(u.text.split()) for u in ranked.units]
+    assert len(keys) == len(set(keys))
+    again = rank("What is the default maxsize of functools.lru_cache?", hits)
+    assert again.units == ranked.units and again.scores == ranked.scores
+    assert list(ranked.scores) == sorted(ranked.scores, reverse=True) and ranked.best == ranked.scores[0]
+    assert ranked.seconds >= 0
+
+
+def test_shortlist_limits_the_hits_read_and_nothing_gives_nothing():
+    hits = [make_hit(TEXTWRAP, 0), make_hit(SHUTIL, 0, source="library/shutil.rst.txt")]
+    assert {u.hit for u in rank("directory tree", hits, shortlist=1).units} == {0}
+    empty = rank("anything", [])
+    assert empty.units == () and empty.best == 0.0 and empty.pick([], {}) == []
+
+
+# A deterministic stand-in for the sentence embedder: bags of words over a
+# few synonym classes, so "terminate" lies near "exit" but shares no word.
+SYNONYMS = {"terminate": "exit", "quit": "exit", "stop": "exit", "end": "exit", "leave": "exit"}
+
+
+def fake_embed(calls: list[list[str]]):
+    def embed(batch: list[str]) -> np.ndarray:
+        calls.append(list(batch))
+        vectors = np.zeros((len(batch), 64), dtype=np.float32)
+        for row, text in enumerate(batch):
+            for word in re.findall(r"[a-z]+", text.lower()):
+                vectors[row, zlib.crc32(SYNONYMS.get(word, word).encode()) % 64] += 1.0
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
+    return embed
+
+
+def test_with_an_embedder_the_cosine_adds_to_the_lexical_score():
+    document = ("Process control\n===============\n\nThe interpreter reads the program and the program runs.\n\n"
+                ".. function:: exit(code=0)\n\n   Exit the interpreter with the given status.\n")
+    hit = make_hit(document, 0)
+    question = "How do I terminate the interpreter?"
+    lexical = rank(question, [hit])  # "interpreter" alone: the first sentence that has it wins
+    assert lexical.units[0].text.startswith("The interpreter reads")
+    calls: list[list[str]] = []
+    embed = fake_embed(calls)
+    ranked = rank(question, [hit], embed=embed, embed_top=3)
+    assert calls[0] == [question] and len(calls[1]) == 3  # the question, then the 3 best units
+    assert ranked.units[0].about + ": " + ranked.units[0].text in calls[1]  # embedded as "about: text"
+    assert ranked.units[0].text.startswith("Exit the interpreter") and len(ranked.units) == 3
+    # The score is the cosine plus the weighted lexical share.
+    vector = embed([question])[0]
+    unit = ranked.units[0]
+    cosine = float(embed([f"{unit.about}: {unit.text}"])[0] @ vector)
+    share = dict(zip(lexical.units, lexical.scores))[unit]
+    assert ranked.scores[0] == pytest.approx(cosine + 0.5 * share, abs=1e-6)
+    # A given query vector is used as it is.
+    calls.clear()
+    again = rank(question, [hit], embed=embed, query_vector=vector, embed_top=3)
+    assert len(calls) == 1 and again.units == ranked.units
+
+
+def test_question_words_match_identifiers_and_plurals_in_either_case():
+    assert {"lru", "cache"} <= set(tokenize("functools.LRU_CACHE")) & set(tokenize("lru_cache(maxsize=128)"))
+    document = ".. function:: heappush(heap, item)\n\n   Push the value *item* onto the *heap*.\n"
+    hit = make_hit(document, 0)
+    ranked = rank("Which function PUSHES items onto heaps?", [hit])
+    assert ranked.best > 0.5 and isinstance(ranked, Ranked)
