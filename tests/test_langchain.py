@@ -20,11 +20,15 @@ def chat_model():
 
     from langchain_community.chat_models import ChatLlamaCpp
 
+    from engine.llama_cpp.internals import extra_buffer_types
+    from engine.llama_cpp.selfcheck import engine_verdict
     from engine.models import default_model_path
 
-    with warnings.catch_warnings():
+    path = default_model_path()
+    # Every llama.cpp the project starts follows the engine's self-check (no AMX where it crashes).
+    with warnings.catch_warnings(), extra_buffer_types(engine_verdict(path).extra_bufts):
         warnings.simplefilter("ignore")
-        return ChatLlamaCpp(model_path=str(default_model_path()), n_ctx=2048, max_tokens=12, temperature=0.0, verbose=False)
+        return ChatLlamaCpp(model_path=str(path), n_ctx=2048, max_tokens=12, temperature=0.0, verbose=False)
 
 
 def test_a_langchain_chain_answers_from_the_budgeted_chunks(pipeline_factory, corpus, tmp_path, chat_model):

@@ -146,8 +146,6 @@ def test_a_llama_server_follows_the_verdict_and_a_crash_is_named(tmp_path, child
     from rag.bench.pool import _check_alive as check_alive
     from rag.errors import RagError
 
-    if not os.environ.get("RAG_LLAMA_SERVER") and not llama_server.server_binary().is_file():
-        pytest.skip("no llama-server binary")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(FAULT_VARIABLE, "segv:default")
     server = llama_server.LlamaServer(default_model_path(), n_ctx=512)
