@@ -62,11 +62,51 @@ def passage_blocks(passages: Sequence[ContextPassage]) -> str:
     return "\n\n".join(format_passage(i, p) for i, p in enumerate(passages, start=1))
 
 
-def user_message(question: str, passages: Sequence[ContextPassage]) -> str:
-    """The user turn: the numbered passages, then the question."""
+@dataclass(frozen=True)
+class Quote:
+    """A sentence of a passage chosen as evidence for the question, with
+    the signature or heading it is about."""
+
+    passage: int
+    text: str
+    about: str = ""
+
+
+def quote_line(quote: Quote) -> str:
+    """One quote on one line, its whitespace collapsed.
+
+    ``quote_line(Quote(2, "Wraps  a\nfunction.", "lru_cache()")) -> '[2] lru_cache(): "Wraps a function."'``
+    """
+    about = " ".join(quote.about.split())
+    text = " ".join(quote.text.split())
+    return f"[{quote.passage}] {about + ': ' if about else ''}\"{text}\""
+
+
+EVIDENCE_HEADING = "Most relevant:"
+
+
+def evidence_block(evidence: Sequence[Quote]) -> str:
+    """The evidence as the user turn quotes it, under its heading ("" for none)."""
+    if not evidence:
+        return ""
+    return f"{EVIDENCE_HEADING}\n" + "\n".join(quote_line(q) for q in evidence)
+
+
+def user_message(question: str, passages: Sequence[ContextPassage], evidence: Sequence[Quote] = ()) -> str:
+    """The user turn: the numbered passages, the evidence quoted from them
+    (after the passages, so it changes no cached prefix), then the question."""
     if not passages:
         return f"Context: (no passages found)\n\nQuestion: {question.strip()}"
-    return f"Context:\n\n{passage_blocks(passages)}\n\nQuestion: {question.strip()}"
+    quoted = f"\n\n{evidence_block(evidence)}" if evidence else ""
+    return f"Context:\n\n{passage_blocks(passages)}{quoted}\n\nQuestion: {question.strip()}"
+
+
+def answer_lead(evidence: Sequence[Quote]) -> str:
+    """The start of the answer, written for the model, that quotes the
+    evidence first (a small model then answers from it): empty without any."""
+    if not evidence:
+        return ""
+    return "The passages say: " + " ".join(quote_line(q) for q in evidence) + "\n\n"
 
 
 @dataclass(frozen=True)
@@ -104,14 +144,15 @@ def build_messages(
     summary: str | None = None,
     turns: Sequence[PastTurn] = (),
     system: str = SYSTEM_PROMPT,
+    evidence: Sequence[Quote] = (),
 ) -> list[Message]:
     """The chat messages of one request: the system prompt (with the
     conversation summary), the recent turns, then one user turn holding the
-    passages and the question."""
+    passages, the evidence quoted from them and the question."""
     return [
         system_message(summary, system),
         *history_messages(turns),
-        Message("user", user_message(question, passages)),
+        Message("user", user_message(question, passages, evidence)),
     ]
 
 

@@ -40,6 +40,14 @@ FLAGS = {
 OFF = ("none", "off")
 
 
+# Evidence score (rag.qa.evidence: word share plus passage cosine) under which the documents are
+# taken not to answer. Measured (`rag bench answers --evidence-only`, 2026-12-05): the 38 answerable
+# questions scored 1.07 and up, the 20 "how do I" and 30 follow-up questions 0.86 and up, 12 the
+# Python docs do not answer 0.24-0.60; on the small sample corpus a partly answered question scored
+# 0.52, unanswerable ones 0.08-0.15. At 0.45: 8 of those 12 declined, no answerable one.
+DEFAULT_EVIDENCE_FLOOR = 0.45
+
+
 class Settings(BaseSettings):
     """Where the index, conversations and caches live, which model and
     engine answer, how candidates are retrieved and the default TTFT target."""
@@ -51,6 +59,9 @@ class Settings(BaseSettings):
     retrieval: RetrievalMode = Field("hybrid", description="hybrid (dense + BM25), dense or bm25")
     target_ttft: Optional[float] = Field(
         DEFAULT_TARGET_TTFT, gt=0, description="seconds to first token to plan for; none for no target")
+    evidence_floor: float = Field(
+        DEFAULT_EVIDENCE_FLOOR, ge=0,
+        description="evidence score under which a question is answered that the documents do not seem to answer; 0: never")
     conversations: Optional[Union[str, Path]] = Field(
         None, description="conversation store: a SQLite file, or a postgresql:// URL (default: a file under the data folder)")
     data_dir: Optional[Path] = Field(None, description="user data (default: $XDG_DATA_HOME/rag-budget)")

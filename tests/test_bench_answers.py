@@ -70,17 +70,23 @@ def test_bench_answers_scores_ours_beside_langchain(run, corpus, tmp_path):
     d = json.loads(result.stdout)
     assert d["bench"] == "answers" and d["config"]["target_ttft_s"] == 2.0
     systems = d["summary"]["systems"]
-    assert [s["name"] for s in systems] == ["rag-budget", "rag-budget, 2.5 s", "rag-budget, no target", "langchain k=4"]
+    assert [s["name"] for s in systems] == ["rag-budget", "rag-budget, today's prompt", "rag-budget, 2.5 s",
+                                            "rag-budget, no target", "langchain k=4"]
     # Each of ours answers from its own passage store, the turn before forgotten: each finds the
     # system prompt cached and nothing of the passages another's turn just evaluated.
     ours = [r for r in d["rows"] if r["system"].startswith("rag-budget")]
-    assert len(ours) == 3 and all(r["chunks"] > 0 for r in ours)
+    assert len(ours) == 4 and all(r["chunks"] > 0 for r in ours)
+    # The evidence of ours is judged alone (within 60 words), beside whether the prompt states the facts.
+    assert all(isinstance(r["evidence_right"], bool) and r["prompt_states_facts"] is True for r in ours)
+    assert all(r["evidence_words"] <= 60 or not r["evidence_right"] for r in ours)
     assert ours[0]["cached_tokens"] > 0 and len({r["cached_tokens"] for r in ours}) == 1
     for s in systems:
         assert s["questions"] == 1 and s["accuracy"] in (0.0, 1.0) and len(s["accuracy_ci95"]) == 2
-        assert s["median_ttft_s"] > 0 and s["invented_citations"] >= 0
-    assert {"only_ours_right", "only_theirs_right", "ttft_ratio"} <= set(d["summary"]["vs_langchain_k4"])
-    assert len(d["rows"]) == 4 and all(isinstance(r["right"], bool) and "answer" in r for r in d["rows"])
+        assert s["median_ttft_s"] > 0 and s["p95_ttft_s"] >= s["median_ttft_s"] and s["invented_citations"] >= 0
+    assert {"only_ours_right", "only_theirs_right", "ttft_ratio", "sign_test_p",
+            "accuracy_difference_ci95"} <= set(d["summary"]["vs_langchain_k4"])
+    assert "vs_todays_prompt" in d["summary"]
+    assert len(d["rows"]) == 5 and all(isinstance(r["right"], bool) and "answer" in r for r in d["rows"])
     table = run("bench", "answers", "--corpus", corpus, "--include", "*", "--questions", questions,
                 "--max-tokens", "2", "--index", tmp_path / "index", "--no-peer")
     assert table.exit_code == 0, table.output

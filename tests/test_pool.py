@@ -177,7 +177,7 @@ def test_an_engine_dying_mid_answer_ends_the_stream_with_an_error_event(engines,
         events = []
         with httpx.stream("POST", f"{server.url}/v1/ask", json=body, timeout=120) as r:
             events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
-        assert r.status_code == 200 and "delta" in events[0] and "error" in events[-1]
+        assert r.status_code == 200 and "evidence" in events[0] and "delta" in events[1] and "error" in events[-1]
         message = events[-1]["error"]["message"]
         dead = next(i for i, p in enumerate(proxies) if p.url in message)
         assert "ask again" in message

@@ -86,10 +86,10 @@ def test_a_fresh_address_has_no_server(tmp_path):
 
 def test_what_the_command_line_saw():
     seen = Seen(started=10.0, via="server", server_pid=42)
-    assert seen.to_dict() == {"ttft_s": None, "total_s": None, "via": "server", "server_pid": 42}
+    assert seen.to_dict() == {"ttft_s": None, "total_s": None, "via": "server", "server_pid": 42, "evidence_s": None}
     seen.first_text, seen.ended = 10.5, 11.25
     seen.text_shown()  # only the first text stops the clock
-    assert seen.to_dict() == {"ttft_s": 0.5, "total_s": 1.25, "via": "server", "server_pid": 42}
+    assert seen.to_dict() == {"ttft_s": 0.5, "total_s": 1.25, "via": "server", "server_pid": 42, "evidence_s": None}
     age = process_age()
     assert age is not None and age > 0  # Linux: read from /proc/self/stat
 

@@ -135,6 +135,16 @@ def test_upload_ask_stream_open_the_source_and_see_the_costs(page, server, shots
     page.keyboard.press("Escape")
     page.wait_for_selector("#viewer:not([open])", state="attached")
 
+    # The evidence, shown above the answer, opens its source at the sentence, highlighted.
+    quote = page.locator(".turn:last-child blockquote.evidence q").first.inner_text()
+    assert quote and " ".join(quote.split()) in " ".join(CORPUS["guide/cooking.rst"].split())
+    page.locator(".turn:last-child .evidence-link").first.click()
+    strong = page.wait_for_selector("#viewer[open] mark#passage mark#evidence")
+    assert " ".join(strong.inner_text().split()) == " ".join(quote.split()) and strong.is_visible()
+    page.screenshot(path=str(shots / "3b-evidence.png"))
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#viewer:not([open])", state="attached")
+
     assert page.is_visible("#why-body")
     figure = lambda name: page.inner_text(f'#why-figures dd[data-figure="{name}"]')  # noqa: E731
     assert int(figure("prompt tokens")) == int(figure("cached")) + int(figure("prefilled"))

@@ -116,8 +116,9 @@ def bench_chat(
         started = time.perf_counter()
         first: float | None = None
         with pipeline.stream(question, session=ids[s], max_tokens=max_tokens, target_ttft=target_ttft) as stream:
-            for _ in stream:  # the first piece is the first text the person would see
-                first = time.perf_counter() if first is None else first
+            for piece in stream:  # the first text is what the person would see first (an empty piece: planned)
+                if piece and first is None:
+                    first = time.perf_counter()
             ours = stream.answer
         wall = time.perf_counter() - started
         rows.append(_our_row(s, t, ours, wall, waited) | {"seen_ttft_s": round(first - started, 4) if first else None})

@@ -83,8 +83,9 @@ def _ask_api(http: httpx.Client, question: str, max_tokens: int) -> dict[str, ob
             return {"how": "api", "status": r.status_code}
         for line in r.iter_lines():
             if line.startswith("data: "):
-                first = first if first is not None else time.perf_counter() - sent
                 event = json.loads(line[6:])
+                if "evidence" not in event:  # the first text, not the evidence shown before it
+                    first = first if first is not None else time.perf_counter() - sent
                 answer = event.get("answer", answer)
     time.sleep(SETTLE_S)  # as long a pause as the page's
     if answer is None:

@@ -59,9 +59,11 @@ def warm_store(pipeline, questions: Sequence[str], target_ttft: float) -> float 
 
 
 def ask_streamed(http: httpx.Client, body: dict) -> dict[str, object]:
-    """One streamed ``/v1/ask``: status, client-side TTFT and the final answer (or what went wrong)."""
+    """One streamed ``/v1/ask``: status, client-side TTFT (the first text,
+    not the evidence event before it, whose time is ``evidence_s``) and the
+    final answer (or what went wrong)."""
     sent = time.perf_counter()
-    ttft, answer, status, retry, detail = None, None, None, 0.0, None
+    ttft, evidence, answer, status, retry, detail = None, None, None, None, 0.0, None
     try:
         with http.stream("POST", "/v1/ask", json=body) as r:
             status = r.status_code
@@ -73,9 +75,12 @@ def ask_streamed(http: httpx.Client, body: dict) -> dict[str, object]:
                 for line in r.iter_lines():
                     if not line.startswith("data: "):
                         continue
+                    event = json.loads(line[6:])
+                    if "evidence" in event:  # before the first token: shown, but not the answer's text
+                        evidence = time.perf_counter() - sent if evidence is None else evidence
+                        continue
                     if ttft is None:
                         ttft = time.perf_counter() - sent
-                    event = json.loads(line[6:])
                     if "answer" in event:
                         answer = event["answer"]
                     elif "error" in event:
@@ -87,6 +92,7 @@ def ask_streamed(http: httpx.Client, body: dict) -> dict[str, object]:
     except (httpx.HTTPError, ValueError) as exc:
         status = f"error: {type(exc).__name__}"
     return {"status": status, "ttft_s": round(ttft, 4) if ttft is not None else None,
+            "evidence_s": round(evidence, 4) if evidence is not None else None,
             "total_s": round(time.perf_counter() - sent, 4), "answer": answer, "retry_after_s": retry,
             "detail": detail}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import RagError
-from ..qa.answer import Answer, where
+from ..qa.answer import Answer, Evidence, where
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
 from .common import (
     INDEX_OPTION,
@@ -126,6 +126,10 @@ def stream_answer(pipeline: Answerer, question: str, options: AskOptions, seen: 
     with pipeline.stream(question, options) as stream:
         try:
             for piece in stream:
+                if stream.evidence is not None and seen.evidence_shown is None:
+                    if echo:  # before the answer: it is known before the first token, and it is what answers
+                        print_evidence(stream.evidence)
+                    seen.evidence_known()
                 if echo:
                     sys.stdout.write(piece)
                     sys.stdout.flush()
@@ -136,6 +140,19 @@ def stream_answer(pipeline: Answerer, question: str, options: AskOptions, seen: 
                 sys.stdout.write("\n")
     seen.ended = time.perf_counter()
     return stream.answer
+
+
+def print_evidence(evidence: Sequence[Evidence], console: Console | None = None) -> None:
+    """The evidence, marked: where each sentence is and what it is about,
+    then the sentence itself highlighted (on stdout, before the answer)."""
+    if not evidence:
+        return
+    console = console or Console(highlight=False)
+    for e in evidence:
+        about = f" — {escape(' '.join(e.about.split()))}" if e.about else ""
+        console.print(f"[bold]Evidence[/] [{e.passage}] {escape(where(e.source, e.location))}{about}", soft_wrap=True)
+        console.print(f"  [reverse]{escape(' '.join(e.text.split()))}[/]", soft_wrap=True)
+    console.print()
 
 
 def print_sources(answer: Answer, console: Console) -> None:

@@ -39,8 +39,11 @@ def questions_of(path: Path) -> list[Question]:
 def bench_pipeline(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], *,
                    slots: Optional[int] = None, **options) -> Pipeline:
     """A pipeline over an index of ``corpus``, brought up to date first
-    (default: a cache folder per corpus and include patterns)."""
-    s = settings(model=model, slots=slots)
+    (default: a cache folder per corpus and include patterns). It answers
+    every question with the model: the benches measure the engine's path,
+    and a question declined for want of evidence would measure nothing
+    (``rag bench answers`` sets its floor per question)."""
+    s = settings(model=model, slots=slots).model_copy(update={"evidence_floor": 0.0})
     if index is None:
         tag = hashlib.sha256(f"{corpus.resolve()}|{sorted(include)}".encode()).hexdigest()[:10]
         index = s.cache_folder / f"bench-index-{tag}"

@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import RagError
+from ..qa.options import DEFAULT_EVIDENCE, EVIDENCE_PLACES
+from ..settings import DEFAULT_EVIDENCE_FLOOR
 from .bench_answers import BENCH_DATA, DEFAULT_CHAT_CORPUS, bench_pipeline
 from .common import MODEL_OPTION, bench_app, counting, echo_json, err, seconds_list, settings, user_errors
 
@@ -29,13 +31,22 @@ def bench_answers(
     peer: bool = typer.Option(True, "--peer/--no-peer", help="Also answer with the classic LangChain RAG (k=4)."),
     also_targets: str = typer.Option("", "--also-targets", help="Also answer with rag-budget at these targets (seconds, comma-separated)."),
     index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
+    evidence: str = typer.Option(DEFAULT_EVIDENCE, "--evidence", help="Where rag-budget puts the evidence: last, prefill, both or off."),
+    evidence_variants: str = typer.Option("off", "--evidence-variants", help="Also rag-budget at the target with the evidence placed so (comma-separated; off: today's prompt; none: no variant)."),
+    evidence_embed: bool = typer.Option(False, "--evidence-embed", help="Rank the evidence by embedding similarity too."),
+    evidence_floor: float = typer.Option(DEFAULT_EVIDENCE_FLOOR, "--evidence-floor", min=0.0, help="Evidence score under which rag-budget says the documents do not answer."),
+    free: bool = typer.Option(True, "--free/--no-free", help="Also rag-budget with no target."),
+    evidence_only: bool = typer.Option(False, "--evidence-only", help="No model: plan each prompt and score its evidence, and the best evidence score of questions the docs do not answer."),
+    unanswerable: Optional[Path] = typer.Option(None, "--unanswerable", help="With --evidence-only: JSON lines of {question} the corpus does not answer (default: the bundled set)."),
     model: Optional[Path] = MODEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
-    """Every question answered by rag-budget at its target, by rag-budget with
-    no target and by LangChain k=4 on the same model, taking turns; each
-    answer scored by the key facts it states: accuracy and median TTFT with
-    bootstrap 95 % intervals."""
+    """Every question answered by rag-budget at its target, beside today's
+    prompt (the evidence not prompted), rag-budget with no target and
+    LangChain k=4 on the same model, taking turns; each answer scored by the
+    key facts it states, the evidence by whether it states them alone:
+    accuracy, median and p95 TTFT with bootstrap 95 % intervals, and a
+    paired comparison."""
     from ..bench.answers import bench_answers as run_bench
     from ..bench.grading import load_gold
 
@@ -46,11 +57,27 @@ def bench_answers(
         qs = qs[:limit] if limit else qs
         target = target_ttft or settings(model=model).target_ttft or 2.0
         extra = seconds_list(also_targets, "--also-targets")
+        places = [p.strip() for p in evidence_variants.split(",") if p.strip() and p.strip() != "none"]
+        unknown = [p for p in [evidence, *places] if p not in EVIDENCE_PLACES]
+        if unknown:
+            raise RagError(f"--evidence/--evidence-variants: {', '.join(unknown)}? use {', '.join(EVIDENCE_PLACES)}")
         pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)
         pipeline.prepare()  # calibrate, if needed, before anything is timed
+        options = {"evidence": evidence, "evidence_embed": evidence_embed, "evidence_floor": evidence_floor}
+        if evidence_only:
+            from ..bench.evidence import bench_evidence
+            from ..bench.questions import json_lines
+
+            others = json_lines(unanswerable or BENCH_DATA / "python_docs_unanswerable.jsonl",
+                                lambda raw: str(raw["question"]), "a line with 'question'")
+            with counting("questions") as update:
+                result = bench_evidence(pipeline, qs, others, target_ttft=target, options=options, progress=update)
+            echo_json(result) if as_json else print_evidence(result)
+            return
         with counting("answers") as update:
             result = run_bench(pipeline, qs, target_ttft=target, max_tokens=max_tokens, peer=peer, also_targets=extra,
-                               progress=update, notice=lambda m: err().print(m))
+                               evidence_places=places, free=free, options=options, progress=update,
+                               notice=lambda m: err().print(m))
     echo_json(result) if as_json else print_answers(result)
 
 
@@ -59,14 +86,21 @@ def print_answers(result: dict) -> None:
     config = result["config"]
     table = Table(title=f"rag bench answers ({config['questions']} questions, target {config['target_ttft_s']:g} s, "
                         f"{config['max_tokens']} answer tokens, {Path(config['model']).name})", title_justify="left")
-    for c in ("system", "right", "accuracy [95% CI]", "median TTFT s [95% CI]", "F1", "mean chunks",
-              "prompt recall", "invented citations (ours: removed)"):
+    for c in ("system", "right", "accuracy [95% CI]", "evidence right", "prompt states facts",
+              "median TTFT s [95% CI]", "p95 TTFT s [95% CI]", "F1", "mean chunks", "prompt recall",
+              "invented citations (ours: removed)"):
         table.add_column(c, justify="right")
+
+    def interval(value, ci, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
     for row in result["summary"]["systems"]:
-        lo, hi = row["accuracy_ci95"]
-        tlo, thi = row["median_ttft_ci95"]
-        table.add_row(row["name"], f"{row['right']}/{row['questions']}", f"{row['accuracy']:.2f} [{lo:.2f}, {hi:.2f}]",
-                      f"{row['median_ttft_s']:.3f} [{tlo:.3f}, {thi:.3f}]",
+        n = row["questions"]
+        table.add_row(row["name"], f"{row['right']}/{n}", interval(row["accuracy"], row["accuracy_ci95"], 2),
+                      "-" if row.get("evidence_right") is None else f"{row['evidence_right']}/{n}",
+                      "-" if row.get("prompt_states_facts") is None else f"{row['prompt_states_facts']}/{n}",
+                      interval(row["median_ttft_s"], row["median_ttft_ci95"], 3),
+                      interval(row["p95_ttft_s"], row["p95_ttft_ci95"], 3),
                       "-" if row["mean_f1"] is None else f"{row['mean_f1']:.2f}", f"{row['mean_chunks']:.1f}",
                       f"{row['prompt_recall'] * 100:.0f}%", str(row["invented_citations"]))
     console = Console(highlight=False)
@@ -74,4 +108,18 @@ def print_answers(result: dict) -> None:
     for key, v in result["summary"].items():
         if key.startswith("vs_"):
             console.print(f"rag-budget {key.replace('_', ' ')}: right only ours {v['only_ours_right']}, "
-                          f"only theirs {v['only_theirs_right']}; their median TTFT / ours {v['ttft_ratio']}")
+                          f"only theirs {v['only_theirs_right']} (sign test p {v['sign_test_p']}; accuracy "
+                          f"difference {v['accuracy_difference']:+.3f} {v['accuracy_difference_ci95']}); "
+                          f"their median TTFT / ours {v['ttft_ratio']}")
+
+
+def print_evidence(result: dict) -> None:
+    """The summary of a ``rag bench answers --evidence-only`` object."""
+    s = result["summary"]
+    console = Console(highlight=False)
+    console.print(f"evidence alone states the facts: {s['evidence_right']}/{s['questions']} "
+                  f"(the prompt's passages: {s['prompt_states_facts']}/{s['questions']}); "
+                  f"{s['mean_evidence_words']} words, {s['mean_evidence_ms']} ms to find")
+    console.print(f"best evidence score: lowest of the answerable {s['lowest_answerable_score']}, "
+                  f"highest of the unanswerable {s['highest_unanswerable_score']} "
+                  f"({'a floor between them separates them' if s['floor_separates'] else 'no floor separates them'})")

@@ -44,7 +44,7 @@ def run_pool_bench(index: Path, model: Optional[Path], conversations: List[List[
     gguf = model or default_model_path()
     server_binary()  # built once, before anything is timed
     threads = max(1, (os.cpu_count() or 2) // engines)  # the engines share this machine's cores
-    s = settings(model=model)
+    s = settings(model=model).model_copy(update={"evidence_floor": 0.0})  # every question reaches an engine
 
     def start_engines():
         return [LlamaServer(gguf, n_ctx=ENGINE_SLOTS * ENGINE_SLOT_CTX, slots=ENGINE_SLOTS, threads=threads)

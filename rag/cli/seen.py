@@ -91,6 +91,7 @@ class Seen:
     server_pid: int | None = None
     first_text: float | None = None
     ended: float | None = None
+    evidence_shown: float | None = None
 
     @classmethod
     def of(cls, pipeline: object, started: float) -> "Seen":
@@ -102,13 +103,21 @@ class Seen:
         if self.first_text is None:
             self.first_text = time.perf_counter()
 
+    def evidence_known(self) -> None:
+        """The answer's evidence reached the person (shown, or known, before the first text)."""
+        if self.evidence_shown is None:
+            self.evidence_shown = time.perf_counter()
+
     @property
     def ttft_s(self) -> float | None:
         """Seconds from the start to the first text (None: no text came)."""
         return None if self.first_text is None else self.first_text - self.started
 
     def to_dict(self) -> dict[str, object]:
-        """The ``cli`` object of ``rag ask --json``: ``ttft_s`` and ``total_s``
-        from the command's start, ``via`` and ``server_pid``."""
+        """The ``cli`` object of ``rag ask --json``: ``ttft_s``, ``total_s``
+        and ``evidence_s`` (when the evidence was known) from the command's
+        start, ``via`` and ``server_pid``."""
         total = None if self.ended is None else self.ended - self.started
-        return {"ttft_s": self.ttft_s, "total_s": total, "via": self.via, "server_pid": self.server_pid}
+        evidence = None if self.evidence_shown is None else self.evidence_shown - self.started
+        return {"ttft_s": self.ttft_s, "total_s": total, "via": self.via, "server_pid": self.server_pid,
+                "evidence_s": evidence}

@@ -345,6 +345,17 @@ class Index:
             )
         return result
 
+    def text_before(self, hit: Hit) -> str:
+        """The text of ``hit``'s document that comes just before it: the
+        chunk before it in its file, up to where ``hit`` starts ("" for the
+        first chunk, or one no longer indexed)."""
+        row = self._db.execute(
+            "SELECT p.text, p.char_start FROM chunks c JOIN chunks p ON p.file_id = c.file_id "
+            "AND p.position = c.position - 1 WHERE c.chunk_id = ?", (hit.chunk_id,)).fetchone()
+        if row is None or row[1] >= hit.char_start:
+            return ""
+        return row[0][: hit.char_start - row[1]]
+
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
         """The ingested files, keyed by ``(root, source)``, optionally only
         those ingested from ``root``."""

@@ -8,6 +8,7 @@ Does not: compute any of it (the pipeline does).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Mapping
 
 from engine.backend import Timings
 
@@ -46,6 +47,36 @@ class Source:
         """The source as a reader cites it: ``"deck.pptx, slide 3"``, or
         with its section when it has no location (``"a.docx § Budget"``)."""
         return where(self.source, self.location, self.context)
+
+
+EVIDENCE_FIELDS = ("text", "passage", "source", "location", "start", "end", "about", "chunk_id", "score")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A unit as shown: ``document[start:end] == text``, ``passage`` is its
+    1-based passage number in the prompt, ``location`` the hit's, its
+    ``lines`` narrowed to the unit's own."""
+
+    text: str
+    about: str
+    passage: int
+    source: str
+    location: dict | None
+    start: int
+    end: int
+    chunk_id: str
+    score: float
+
+    def to_dict(self) -> dict:
+        """The JSON object of an answer's ``"evidence"`` list: text, passage,
+        source, location, start, end (the contract), then about, chunk_id, score."""
+        return {name: getattr(self, name) for name in EVIDENCE_FIELDS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Evidence":
+        """The inverse of :meth:`to_dict`; ``about``, ``chunk_id`` and ``score`` may be missing."""
+        return cls(**{"about": "", "chunk_id": "", "score": 0.0, **{k: d[k] for k in EVIDENCE_FIELDS if k in d}})
 
 
 def where(source: str, location: dict[str, object] | None, context: str = "") -> str:
@@ -111,6 +142,8 @@ class Budget:
     predicted_prefill_s: float = 0.0  # of predicted_ttft_s, the prompt's evaluation (and loads of held passages)
     behind: int = 0  # questions asked and not yet planned when it was: room was left for each
     coming: float = 0.0  # questions expected before its first token: room was left for them too
+    evidence_s: float = 0.0  # finding the evidence (counted in the time spent before the prompt)
+    evidence_tokens: int = 0  # prompt tokens the evidence added (quoted, or written as the answer's start)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -128,6 +161,8 @@ class Budget:
             "predicted_prefill_s": self.predicted_prefill_s,
             "behind": self.behind,
             "coming": self.coming,
+            "evidence_s": self.evidence_s,
+            "evidence_tokens": self.evidence_tokens,
             "decisions": [d.to_dict() for d in self.decisions],
         }
 
@@ -137,6 +172,9 @@ class Budget:
         values = known(cls, d) | {"target_ttft": d.get("target_ttft_s")}
         values["decisions"] = tuple(BudgetDecision.from_dict(x) for x in d.get("decisions", ()))
         return cls(**values)
+
+
+DECLINED = "The documents do not seem to answer this question."
 
 
 @dataclass(frozen=True)
@@ -152,6 +190,8 @@ class Answer:
     turns_shown: int = 0  # earlier turns replayed in its prompt
     engine: dict[str, object] | None = None  # with a pool of engines: which answered, and why (Route.report)
     ungrounded: tuple[str, ...] = ()  # citations removed: passages or files its prompt did not show
+    evidence: tuple[Evidence, ...] = ()  # the sentences of its passages that best answer it, found without the model
+    declined: bool = False  # no passage seemed to answer: said so without asking the model
 
     def to_dict(self) -> dict[str, object]:
         """The ``rag ask --json`` object of DESIGN.md."""
@@ -165,6 +205,8 @@ class Answer:
             "turns_shown": self.turns_shown,
             "engine": self.engine,
             "ungrounded_citations": list(self.ungrounded),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "declined": self.declined,
         }
 
     @classmethod
@@ -175,7 +217,9 @@ class Answer:
         return cls(answer=d["answer"], sources=tuple(Source.from_dict(x) for x in d["sources"]),
                    budget=Budget.from_dict(d["budget"]), timings=Timings(**known(Timings, d["timings"])),
                    session=d.get("session"), turn=d.get("turn"), turns_shown=d.get("turns_shown", 0),
-                   ungrounded=tuple(d.get("ungrounded_citations", ())))
+                   ungrounded=tuple(d.get("ungrounded_citations", ())),
+                   evidence=tuple(Evidence.from_dict(e) for e in d.get("evidence", ())),
+                   declined=bool(d.get("declined", False)))
 
 
 def known(cls, d: dict) -> dict:

@@ -25,6 +25,7 @@ from .engines import EngineDesk
 from .options import AskOptions
 from .passages import splicing, takes_passages
 from .arrivals import Arrival, Arrivals
+from .evidence import Ranked
 from .planner import ShownForms, PlannedPrompt, PromptPlanner, load_plan, routing_prefix
 
 
@@ -55,10 +56,12 @@ class Dispatcher:
         return self._arrivals.arrive()
 
     def plan(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
-             conversation: Conversation | None, deadline: float | None = None) -> tuple[PlannedPrompt, Route]:
+             conversation: Conversation | None, deadline: float | None = None,
+             ranked: Ranked | None = None) -> tuple[PlannedPrompt, Route]:
         """The prompt, planned for the engine that will answer it (its
         prompt served in the order of ``deadline``, by default ``target``
-        seconds after ``received``), and the route to that engine."""
+        seconds after ``received``), with the evidence ``ranked`` quoted
+        where ``options`` say, and the route to that engine."""
         deadline = deadline if deadline is not None else deadline_of(received, target)
         history = self.keeper.history(conversation)
         route = self.desk.route(lambda: routing_prefix(self._backend(), question, history), deadline,
@@ -69,15 +72,16 @@ class Dispatcher:
         coming = self._arrivals.expected(deadline - now, now) if deadline is not None else 0.0
         return PromptPlanner(route.engine, self._forms).plan(
             question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
-            history=history, load=load_plan(route.engine, cost, deadline, behind, coming),
+            history=history, load=load_plan(route.engine, cost, deadline, behind, coming), ranked=ranked,
         ), route
 
     def submit(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
-               conversation: Conversation | None) -> tuple[PlannedPrompt, Route, Generation]:
+               conversation: Conversation | None, ranked: Ranked | None = None
+               ) -> tuple[PlannedPrompt, Route, Generation]:
         """Plan the prompt and submit it, before the next question is planned."""
         with self._planning:
             deadline = self._in_plan_order(deadline_of(received, target))
-            prompt, route = self.plan(question, hits, options, target, received, conversation, deadline)
+            prompt, route = self.plan(question, hits, options, target, received, conversation, deadline, ranked)
             return prompt, route, self._generate(route, prompt, options, deadline, options.session)
 
     def _in_plan_order(self, deadline: float | None) -> float | None:

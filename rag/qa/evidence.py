@@ -24,7 +24,7 @@ import bisect
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -34,12 +34,20 @@ from prompt_budget.focus import best_window
 from ..index.lexical import tokenize
 from ..index.store import Hit
 from ..ingest.formats.text import clean_heading
+from .answer import Evidence
 
 MAX_WORDS = 60  # evidence length, about and text of all its units together (issue 36)
 SECOND_SHARE = 0.6  # a second unit must score this share of the best
 ABOUT_LINES = 200  # what lies further above a unit (in a chunk and the text before it) is not what it is about
 # Code lines repeat names (``@lru_cache(maxsize=32)``) and headings name topics, without saying what they mean.
 FORM_WEIGHT = 0.5
+FLOOR_MAX_TERMS = 24  # questions of more terms are never declined (see Ranked.declines)
+# What a unit's passage adds to its score: the passage's retrieval score (cosine, 0-1) times this.
+# Measured (`rag bench answers --evidence-only`, 2 s target, 2026-12-05): at 0, 0.25, 0.5, 1, 2 the
+# evidence alone stated the facts of 31, 30, 31, 33, 31 of the 38 questions, and came from a gold
+# file for 12, -, 13, 17, 18 of the 20 "how do I" questions; at 1 every answerable question scored
+# above every question of the unanswerable set (1.07 against 0.60), so a floor separates them.
+PASSAGE_WEIGHT = 1.0
 
 _UNDERLINE = re.compile(r"([=\-~^\"'`#*+<>:._])\1{2,}[ \t]*")
 _DIRECTIVE = re.compile(r"([ \t]*)\.\.[ \t]+([\w:.-]+)::[ \t]*(.*)")
@@ -58,7 +66,6 @@ _ABBREVIATIONS = frozenset({"e.g", "i.e", "etc", "vs", "cf", "al", "approx", "mr
 # Words that say what kind of thing is asked for, not about what (lexical's stopwords are gone already);
 # in documentation "function", "class" and "module" are markup (".. function::"), not words of the answer.
 _QUESTION_WORDS = frozenset("many much whether way also any some function class method module".split())
-_FIELDS = ("text", "passage", "source", "location", "start", "end", "about", "chunk_id", "score")
 
 
 @dataclass(frozen=True)
@@ -71,33 +78,6 @@ class Unit:
     end: int
     text: str
     about: str
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """A unit as shown: ``document[start:end] == text``, ``passage`` is its
-    1-based passage number in the prompt, ``location`` the hit's, its
-    ``lines`` narrowed to the unit's own."""
-
-    text: str
-    about: str
-    passage: int
-    source: str
-    location: dict | None
-    start: int
-    end: int
-    chunk_id: str
-    score: float
-
-    def to_dict(self) -> dict:
-        """The JSON object of an answer's ``"evidence"`` list: text, passage,
-        source, location, start, end (the contract), then about, chunk_id, score."""
-        return {name: getattr(self, name) for name in _FIELDS}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "Evidence":
-        """The inverse of :meth:`to_dict`; ``about``, ``chunk_id`` and ``score`` may be missing."""
-        return cls(**{"about": "", "chunk_id": "", "score": 0.0, **{k: d[k] for k in _FIELDS if k in d}})
 
 
 def split_units(text: str) -> list[tuple[int, int]]:
@@ -236,14 +216,23 @@ class Ranked:
         """The top score, 0.0 if there is no unit."""
         return self.scores[0] if self.scores else 0.0
 
+    def declines(self, floor: float) -> bool:
+        """Whether no sentence seems to answer: the best scores under
+        ``floor``, for a question of at most :data:`FLOOR_MAX_TERMS` terms (a
+        longer one, a pasted log, covers a small share of its words whatever
+        the documents hold: the model is asked)."""
+        return self.best < floor and len(self.weights) <= FLOOR_MAX_TERMS
+
     def pick(self, hits: Sequence[Hit], passages: Mapping[int, int], max_words: int = MAX_WORDS,
-             max_units: int = 2, min_share: float = SECOND_SHARE) -> list[Evidence]:
+             max_units: int = 2, min_share: float = SECOND_SHARE,
+             shown: Mapping[int, str] | None = None) -> list[Evidence]:
         """The best unit of a hit in ``passages`` (hit index -> 1-based
         passage number; other hits' units are skipped), then the next best
         that scores at least ``min_share`` of it and fits whole, up to
         ``max_units``: never more than ``max_words`` words in all, ``about``
         words counted. A best unit too long alone is cut to its best window
-        of words, its ``about`` first."""
+        of words, its ``about`` first. With ``shown`` (hit index -> the text
+        a prompt shows of it, when cut), only units inside that text count."""
         chosen: list[Evidence] = []
         used = 0
         for unit, score in zip(self.units, self.scores):
@@ -251,7 +240,7 @@ class Ranked:
                 break
             if chosen and score < max(min_share * chosen[0].score, 1e-9):
                 break
-            if unit.hit not in passages:
+            if unit.hit not in passages or (shown is not None and unit.text not in shown.get(unit.hit, unit.text)):
                 continue
             hit, about, (start, end) = hits[unit.hit], unit.about, (unit.start, unit.end)
             if not chosen:
@@ -265,12 +254,26 @@ class Ranked:
                                    chunk_id=hit.chunk_id, score=score))
         return chosen
 
+    def leading(self, hits: Sequence[Hit]) -> tuple[list[Hit], "Ranked"]:
+        """``hits`` with the one holding the best unit moved first (the
+        budget takes passages in that order, so the sentence that answers
+        is in the prompt whenever any passage is), and this ranking with its
+        units numbered for that order."""
+        if not self.units or self.units[0].hit == 0:
+            return list(hits), self
+        first = self.units[0].hit
+        order = [first] + [i for i in range(len(hits)) if i != first]
+        where = {old: new for new, old in enumerate(order)}
+        units = tuple(replace(u, hit=where[u.hit]) for u in self.units)
+        return [hits[i] for i in order], replace(self, units=units)
+
     def _fit(self, text: str, unit: Unit, max_words: int) -> tuple[str, tuple[int, int]]:
-        # The about gives way first, down to a third of the limit, so that the text keeps most of the room.
+        # The about gives way first, down to a third of the limit, so that the text keeps most of the
+        # room; from its head, which names the thing (a signature's parameters come after its name).
         words = list(re.finditer(r"\S+", text[unit.start:unit.end]))
         about = unit.about.split()
         keep = min(len(about), max(max_words // 3, max_words - len(words)))
-        a, b = _window([self._weight(w) for w in about], keep)
+        a, b = 0, keep
         c, d = _window([self._weight(w.group()) for w in words], max_words - (b - a))
         return " ".join(about[a:b]), (unit.start + words[c].start(), unit.start + words[d - 1].end())
 
@@ -302,6 +305,8 @@ def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.
         lines = _lines(whole)
         title = _terms(hit.context.split(" > ")[0])
         for start, end, kind in _units(hit.text):
+            if kind == "heading":
+                continue  # what a unit is about, never an answer itself ("# The KV cache")
             text = hit.text[start:end]
             if (key := " ".join(text.lower().split())) in seen:
                 continue
@@ -325,8 +330,8 @@ def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.
     weights = {t: math.log(1 + (len(units) - df[t] + 0.5) / (df[t] + 0.5)) for t in asked}
     total = sum(weights.values()) or 1.0
     lexical = [sum(weights[t] * ((t in found or t in title) + (t in name)) for t in asked) / total
-               * (FORM_WEIGHT if kind in ("code", "heading") else 1.0)
-               for found, (title, name), kind in zip(terms, extra, kinds)]
+               * (FORM_WEIGHT if kind in ("code", "heading") else 1.0) + PASSAGE_WEIGHT * hits[u.hit].score
+               for found, (title, name), kind, u in zip(terms, extra, kinds, units)]
     order = sorted(range(len(units)), key=lambda k: (-lexical[k], k))
     scores = lexical
     if embed is not None and order:

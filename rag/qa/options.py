@@ -26,6 +26,10 @@ DEFAULT_MAX_K = 8
 DEFAULT_MIN_K = 1
 DEFAULT_RELEVANCE_FLOOR = 0.05  # cosine; below it a chunk is noise, whatever the budget
 MAX_CANDIDATES = 1000  # more is never useful to a budget, and costs memory
+# Where the evidence goes (see rag.qa.evidence): quoted after the passages ("last"), written as
+# the start of the answer ("prefill"), both, or nowhere ("off": the prompt of before issue 36).
+EVIDENCE_PLACES = ("last", "prefill", "both", "off")
+DEFAULT_EVIDENCE = "last"
 
 
 def valid_text(text: object, what: str = "the question") -> str:
@@ -74,7 +78,14 @@ class AskOptions(BaseModel):
     ``source`` and position (overlapping retrievals share prefixes), or by
     relevance, the best first (``relevance_first``) or nearest the question
     (``relevance_last``). ``stop``: end the answer where it starts writing
-    prompt text (``rag.qa.citations.STOP_SEQUENCES``).
+    prompt text (``rag.qa.citations.STOP_SEQUENCES``). ``evidence``: where
+    the sentences that best answer the question (found without the model)
+    go: quoted after the passages (``last``), as the start of the answer
+    (``prefill``), ``both``, or ``off`` (still reported, not prompted).
+    ``evidence_floor``: below this evidence score the answer says the
+    documents do not seem to answer, without asking the model (0: never;
+    None: the pipeline's setting).
+    ``evidence_embed``: rank the evidence by embedding similarity too.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -94,8 +105,11 @@ class AskOptions(BaseModel):
     refuse_late: bool = False
     passage_order: Literal["source", "relevance_first", "relevance_last"] = "source"
     stop: bool = True
+    evidence: Literal["last", "prefill", "both", "off"] = DEFAULT_EVIDENCE
+    evidence_floor: Optional[float] = Field(None, ge=0)
+    evidence_embed: bool = False
 
-    @field_validator("target_ttft", "relevance_floor", "expected_wait_s")
+    @field_validator("target_ttft", "relevance_floor", "expected_wait_s", "evidence_floor")
     @classmethod
     def _finite(cls, value):
         if value is not None and not math.isfinite(value):

@@ -35,7 +35,7 @@ from ..ingest.library import DocumentLibrary, document_id
 from ..ingest.run import IngestProgress, IngestReport
 from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
-from .answer import Answer, Budget, Source
+from .answer import DECLINED, Answer, Budget, Source
 from .citations import STOP_SEQUENCES, GroundedText, Grounding
 from .costs import CostKeeper
 from .dispatch import Dispatcher
@@ -45,8 +45,9 @@ from .options import AskOptions, valid_search, valid_text
 from .parts import Parts
 from .passages import PassageKeeper
 from .arrivals import Arrival
-from .planner import PlannedPrompt
-from .stream import AnswerStream
+from .planner import PlannedPrompt, check_fits
+from .stream import AnswerStream, Early
+from .evidence import Ranked, rank
 
 @dataclass(frozen=True)
 class Retrieval:
@@ -283,9 +284,16 @@ class Pipeline:
         attention term. With a ``session`` id the question continues that
         conversation: its summary and recent turns go before the passages,
         the turn is stored when answered, and older turns are folded into the
-        summary afterwards, in the background. Raises QuestionTooLong if the
-        question alone cannot fit the context window with ``max_tokens`` left
-        for the answer, and another RagError for an engine that fails.
+        summary afterwards, in the background. The sentences of the passages
+        that best answer it are found without the model (``rag.qa.evidence``),
+        the passage holding the best goes first, and they are quoted where
+        ``evidence`` says; once the prompt is planned the stream yields an
+        empty piece and its ``evidence`` is known, before the first token.
+        Where no sentence scores ``evidence_floor``, the answer says the
+        documents do not seem to answer, without asking the model. Raises
+        QuestionTooLong if the question alone cannot fit the context window
+        with ``max_tokens`` left for the answer, and another RagError for an
+        engine that fails.
         """
         received = time.perf_counter()  # the question is received now: TTFT counts from here
         options = AskOptions.of(options, **changes)
@@ -295,7 +303,9 @@ class Pipeline:
         # leaves room for the rest of it (8 at once: the first took 415 prompt tokens, 1.5 s, and the
         # other seven started 2.4 s after they asked).
         arrival = self.dispatcher.arrived()
-        stream = AnswerStream(self._answer(question, options, received, cancel, arrival), cancel=cancel)
+        early = Early()
+        stream = AnswerStream(self._answer(question, options, received, cancel, arrival, early), cancel=cancel,
+                              early=early)
         weakref.finalize(stream, arrival.close)  # a stream dropped unread is no longer on its way
         return stream
 
@@ -316,11 +326,26 @@ class Pipeline:
         with engine_errors():
             self.prepare()
             hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
+            hits, ranked = self.evidence(question, hits, options).leading(hits)
             return self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
-                                        received, None)[0]
+                                        received, None, ranked=ranked)[0]
+
+    def evidence(self, question: str, hits: Sequence[Hit], options: AskOptions | None = None) -> Ranked:
+        """The sentences of ``hits`` ranked by how well they answer
+        ``question``, found without the model (``rag.qa.evidence``); with
+        ``options.evidence_embed``, by embedding similarity too."""
+        options = options or AskOptions()
+        index = self.index()
+        embed = query = None
+        if options.evidence_embed:
+            embed, query = self.embedder.embed, self.parts.query_cache.vector(question)
+        # Every candidate's sentences, not only those the budget will take: the passage holding
+        # the best goes first (``Ranked.leading``).
+        return rank(question, hits, embed=embed, query_vector=query, text_before=index.text_before,
+                    shortlist=len(hits))
 
     def _answer(self, question: str, options: AskOptions, received: float,
-                cancel: Cancel, arrival: Arrival) -> Generator[str, None, Answer]:
+                cancel: Cancel, arrival: Arrival, early: Early) -> Generator[str, None, Answer]:
         session = options.session
         with arrival, engine_errors(), self.keeper.turn(session):
             with self.keeper.question():
@@ -329,10 +354,19 @@ class Pipeline:
                 pieces: list[str] = []
                 target = options.target(self.settings.target_ttft)
                 hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
+                ranked = self.evidence(question, hits, options)
+                hits, ranked = ranked.leading(hits)
+                floor = options.evidence_floor if options.evidence_floor is not None else self.settings.evidence_floor
+                if ranked.declines(floor) and not (conversation and (conversation.turns or conversation.summary)):
+                    # A follow-up leans on the turns before it ("and at what heat?"): it is always asked.
+                    early.evidence = ()
+                    return self._declined(question, hits, ranked, options, target, received, session)
                 prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
-                                                                   conversation)
+                                                                   conversation, ranked)
                 arrival.planned()  # submitted: counted in the engine's load from now
                 cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
+                early.evidence = prompt.evidence
+                yield ""  # the evidence is known: a reader may show it before the first token
                 # Citations the prompt did not show are removed as the text streams (see citations).
                 guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits), prompt.text),
                                      STOP_SEQUENCES if options.stop else ())
@@ -355,11 +389,28 @@ class Pipeline:
                                    document_id(h.root, h.source), h.char_start, h.char_end) for h in prompt.hits)
             number = None
             if session is not None:
-                number = self.keeper.remember(session, question, prompt.user, text, [s.to_dict() for s in sources],
-                                              timings)
+                # The turn is replayed as it was prompted: the answer with the start written for it.
+                number = self.keeper.remember(session, question, prompt.user, prompt.lead + text,
+                                              [s.to_dict() for s in sources], timings)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
                       session=session, turn=number, turns_shown=prompt.turns_shown, engine=route.report(),
-                      ungrounded=tuple(guard.removed))
+                      ungrounded=tuple(guard.removed), evidence=prompt.evidence)
+
+    def _declined(self, question: str, hits: Sequence[Hit], ranked: Ranked, options: AskOptions,
+                  target: float | None, received: float, session: str | None) -> Answer:
+        """The answer to a question no passage seems to answer (its best
+        evidence scores under ``options.evidence_floor``): said without
+        asking the model, and remembered in its conversation. A question
+        that could never fit the context is still QuestionTooLong."""
+        check_fits(self.backend, question, options.max_tokens)
+        text = DECLINED
+        waited = time.perf_counter() - received
+        timings = Timings(0, 0, 0, ttft_s=waited, prefill_s=0.0, decode_tokens=0, decode_s=0.0, total_s=waited)
+        budget = Budget(target_ttft=target, predicted_ttft_s=waited, candidates=len(hits), chosen=0,
+                        evidence_s=round(ranked.seconds, 4))
+        number = self.keeper.remember(session, question, question, text, [], timings) if session else None
+        return Answer(answer=text, sources=(), budget=budget, timings=timings, session=session, turn=number,
+                      declined=True)
 
     # -- conversations -----------------------------------------------------------
 

@@ -26,6 +26,8 @@ from prompt_budget import (
     BudgetRequest,
     PastTurn,
     Candidate,
+    Quote,
+    answer_lead,
     ContextPassage,
     ContextTooSmall,
     PrefillCostModel,
@@ -37,6 +39,7 @@ from prompt_budget import (
     turns_to_skip,
 )
 from prompt_budget.budgeter import passage_room
+from prompt_budget.layout import evidence_block
 from prompt_budget.focus import best_window, focus_cap
 from prompt_budget.trim import sentence_ends, trim_to_tokens
 
@@ -45,6 +48,7 @@ from ..errors import Overloaded, QuestionTooLong
 from ..index.store import Hit
 from ..index.lexical import tokenize as lexical_terms
 from .answer import Budget, BudgetDecision
+from .evidence import Evidence, Ranked
 from .options import AskOptions
 from .passages import exact_reuse
 
@@ -99,6 +103,8 @@ class PlannedPrompt:
     planned_at_s: float
     passages: tuple[str, ...] = ()  # the passages as shown, in prompt order (for an engine that splices)
     to_keep: tuple[str, ...] = ()  # passages worth storing: chosen and not stored, or left out for time
+    evidence: tuple[Evidence, ...] = ()  # the sentences of its passages that best answer the question
+    lead: str = ""  # the start of the answer written into the prompt (the evidence quoted), if any
 
 
 def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0,
@@ -160,6 +166,14 @@ def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong
     )
 
 
+def check_fits(backend: Backend, question: str, max_tokens: int) -> None:
+    """QuestionTooLong when ``question`` alone, with nothing else in its
+    prompt, cannot fit ``backend``'s context with ``max_tokens`` to answer."""
+    bare = len(backend.tokenize(backend.render(build_messages(question, []))))
+    if bare > backend.n_ctx - max_tokens:
+        raise too_long(bare, max_tokens, backend.n_ctx)
+
+
 class ShownForms:
     """The forms (whole or a focused window) in which recent prompts showed
     each chunk, by chunk id, bounded: a chunk held by the engine in a window
@@ -214,6 +228,7 @@ class PromptPlanner:
         elapsed: Callable[[], float],
         history: History = History(None, (), ()),
         load: LoadPlan = LoadPlan(),
+        ranked: Ranked | None = None,
     ) -> PlannedPrompt:
         """The prompt for ``question`` with ``history`` and the chunks the
         budgeter chose from ``hits`` (best first); ``elapsed()`` is the
@@ -221,14 +236,26 @@ class PromptPlanner:
         load adds. Raises QuestionTooLong when not even the question fits
         with ``options.max_tokens`` to answer, and Overloaded when
         ``options.refuse_late`` and not even the question alone can meet the
-        target under this load."""
+        target under this load. ``ranked``: the evidence units of ``hits``
+        (``rag.qa.evidence``); the best of those the prompt shows are quoted
+        where ``options.evidence`` says, their tokens costed."""
         backend, max_tokens = self.backend, options.max_tokens
         summary, past = history.summary, self._turns_in_view(question, history, max_tokens)
+        place = options.evidence if ranked is not None else "off"
 
-        def render(shown: Sequence[ContextPassage]) -> str:
-            return backend.render(build_messages(question, shown, summary=summary, turns=past))
+        def render(shown: Sequence[ContextPassage], quotes: Sequence[Quote] = ()) -> str:
+            text = backend.render(build_messages(question, shown, summary=summary, turns=past,
+                                                 evidence=quotes if place in ("last", "both") else ()))
+            return text + (answer_lead(quotes) if place in ("prefill", "both") else "")
 
         fixed_tokens = backend.tokenize(render([]))
+        # Costed before the passages are chosen, as if the best units of all the candidates were
+        # quoted: what is quoted in the end comes from those chosen, and is counted again below.
+        evidence_room = self._evidence_tokens(ranked, hits, place)
+        first = self._block_tokens(1, ContextPassage(hits[0].source, hits[0].text, hits[0].page)) if hits else 0
+        if len(fixed_tokens) + evidence_room + first > backend.n_ctx - max_tokens:
+            # Room for it only beside the best passage: never a refusal, nor an empty prompt, on its account.
+            evidence_room = 0
         if len(fixed_tokens) > backend.n_ctx - max_tokens:
             # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
             raise too_long(len(fixed_tokens), max_tokens, backend.n_ctx)
@@ -236,7 +263,7 @@ class PromptPlanner:
         safety = cost.safety_factor(n_cached=cached)
         planned_at = elapsed()
         idle = BudgetRequest(
-            fixed_tokens=len(fixed_tokens), n_ctx=backend.n_ctx, reserve_tokens=max_tokens, target_ttft=target_ttft,
+            fixed_tokens=len(fixed_tokens) + evidence_room, n_ctx=backend.n_ctx, reserve_tokens=max_tokens, target_ttft=target_ttft,
             cached_tokens=cached, overhead_s=planned_at + cost.overhead() + options.expected_wait_s,
             safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
         )
@@ -248,7 +275,7 @@ class PromptPlanner:
                                    cost.overhead() + cost.predict(new, cached), options.refuse_late)
         passages, candidates, path = self._candidates(question, hits, request, loaded,
                                                       lambda kept: cost.splice_seconds(kept) + load.step_s,
-                                                      render, cached)
+                                                      render, cached, ranked)
         if path and hits:
             request = replace(request, prefer_stored=PREFER_HELD * abs(hits[0].score))
         try:
@@ -258,8 +285,17 @@ class PromptPlanner:
                 cut = max(len(plan_budget(candidates, idle, cost.predict).chosen) - len(plan.chosen), 0)
         except ContextTooSmall as exc:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
-        picked = self._picked(plan, passages)
+        picked = self._picked(plan, passages, self._evidence_starts(ranked, hits, passages))
         text, shown, chosen, tokens = self._fitted(picked, hits, render, max_tokens, options.passage_order, path)
+        evidence = ranked.pick(hits, {i: n for n, i in enumerate(chosen, start=1)},
+                               shown={i: p.text for i, p in zip(chosen, shown)}) if ranked is not None else []
+        quotes = [Quote(e.passage, e.text, e.about) for e in evidence]
+        bare = len(tokens)
+        if place != "off" and quotes:
+            quoted = render(shown, quotes)
+            quoted_tokens = backend.tokenize(quoted)
+            if len(quoted_tokens) + max_tokens <= backend.n_ctx:  # else the passages win the room
+                text, tokens = quoted, quoted_tokens
         # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
             held, _ = backend.held_prefix(tokens, [passage_body(p) for p in shown])
@@ -281,12 +317,28 @@ class PromptPlanner:
             safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
             load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
             predicted_prefill_s=seconds, behind=load.behind, coming=round(load.coming, 2),
+            evidence_s=round(ranked.seconds, 4) if ranked is not None else 0.0,
+            evidence_tokens=len(tokens) - bare,
         )
         if self.forms is not None:
             self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
-        user = build_messages(question, shown)[-1].content
-        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user, len(past), planned_at,
-                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates))
+        quoted = len(tokens) > bare
+        user = build_messages(question, shown, evidence=quotes if quoted and place in ("last", "both") else ())
+        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
+                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates),
+                             tuple(evidence),
+                             answer_lead(quotes) if quoted and place in ("prefill", "both") else "")
+
+    def _evidence_tokens(self, ranked: Ranked | None, hits: Sequence[Hit], place: str) -> int:
+        """Prompt tokens the evidence will add, planned as if from the best
+        units of all ``hits``."""
+        if ranked is None or place == "off":
+            return 0
+        quotes = [Quote(e.passage, e.text, e.about) for e in ranked.pick(hits, {i: i + 1 for i in range(len(hits))})]
+        if not quotes:
+            return 0
+        quoted = evidence_block(quotes) if place in ("last", "both") else ""
+        return self._tokens(quoted + (answer_lead(quotes) if place in ("prefill", "both") else ""))
 
     def _turns_in_view(self, question: str, history: History, max_tokens: int) -> list[PastTurn]:
         """The recent turns that fit beside the passages: turns the summary
@@ -359,7 +411,8 @@ class PromptPlanner:
 
     def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
                     cost: Callable[[int, int], float], splice_seconds: Callable[[int], float],
-                    render, cached: int) -> tuple[list[ContextPassage], list[Candidate], list[int]]:
+                    render, cached: int, ranked: Ranked | None = None
+                    ) -> tuple[list[ContextPassage], list[Candidate], list[int]]:
         """The passages of ``hits`` (each focused on the question when the
         room is too small for three whole ones, unless the engine holds it
         stored whole, or holds its exact KV whole or focused: then it costs
@@ -372,7 +425,8 @@ class PromptPlanner:
         focused = passages
         if cap is not None:
             terms = set(lexical_terms(question))
-            focused = [self._focused(p, terms, cap, n) for n, p in enumerate(passages, start=1)]
+            spans = self._evidence_spans(ranked, hits)
+            focused = [self._focused(p, terms, cap, n, spans.get(n - 1)) for n, p in enumerate(passages, start=1)]
         variants = [passages, focused] if cap is not None else [passages]
         if self.forms is not None and exact_reuse(self.backend) is not None:
             variants.append([self.forms.get(h.chunk_id) or p for h, p in zip(hits, passages)])
@@ -395,14 +449,37 @@ class PromptPlanner:
         ]
         return passages, candidates, [i for i, _, _ in path]
 
-    def _picked(self, plan, passages: Sequence[ContextPassage]) -> list[tuple[int, ContextPassage]]:
-        """The chosen passages in relevance order, trimmed where the plan says."""
+    @staticmethod
+    def _evidence_spans(ranked: Ranked | None, hits: Sequence[Hit]) -> dict[int, tuple[int, int]]:
+        """Each candidate's best evidence unit, as a span of its text."""
+        spans: dict[int, tuple[int, int]] = {}
+        for unit in ranked.units if ranked is not None else ():
+            spans.setdefault(unit.hit, (unit.start, unit.end))
+        return spans
+
+    @staticmethod
+    def _evidence_starts(ranked: Ranked | None, hits: Sequence[Hit], passages: Sequence[ContextPassage]
+                         ) -> dict[int, int]:
+        """Where in each whole passage its best evidence unit's line begins
+        (by candidate index): a passage cut to fit is cut from there, not
+        from its head, so the sentence that answers stays in the prompt."""
+        starts: dict[int, int] = {}
+        for unit in ranked.units if ranked is not None else ():
+            if unit.hit not in starts and passages[unit.hit].text == hits[unit.hit].text:
+                starts[unit.hit] = hits[unit.hit].text.rfind("\n", 0, unit.start) + 1
+        return starts
+
+    def _picked(self, plan, passages: Sequence[ContextPassage],
+                starts: dict[int, int] | None = None) -> list[tuple[int, ContextPassage]]:
+        """The chosen passages in relevance order, trimmed where the plan
+        says: from the line of their best evidence where ``starts`` has it,
+        else from their head."""
         picked: list[tuple[int, ContextPassage]] = []
         for i in plan.chosen:
             p = passages[i]
             if i in plan.trim:
                 number = len(picked) + 1
-                keep = trim_to_tokens(p.text, plan.trim[i],
+                keep = trim_to_tokens(p.text[(starts or {}).get(i, 0):], plan.trim[i],
                                       lambda t: self._block_tokens(number, ContextPassage(p.source, t, p.page)))
                 if not keep.strip():
                     continue  # not even one word fits: leave it out
@@ -438,17 +515,23 @@ class PromptPlanner:
             raise too_long(n, max_tokens, n_ctx)
         return text, shown, [picked[j][0] for j in order], tokens
 
-    def _focused(self, passage: ContextPassage, terms: set[str], cap: int, number: int) -> ContextPassage:
+    def _focused(self, passage: ContextPassage, terms: set[str], cap: int, number: int,
+                 evidence: tuple[int, int] | None = None) -> ContextPassage:
         """``passage`` cut to the run of its sentences that shares the most
-        terms with the question, in at most ``cap`` prompt tokens."""
+        terms with the question, in at most ``cap`` prompt tokens; one that
+        holds its best ``evidence`` unit (a span of its text) wins."""
         if self._block_tokens(number, passage) <= cap:
             return passage
         room = cap - self._block_tokens(number, ContextPassage(passage.source, "", passage.page))
         text = passage.text
         ends = sentence_ends(text)
-        units = [text[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+        starts = [0, *ends[:-1]]
+        units = [text[a:b] for a, b in zip(starts, ends)]
         sizes = [self._tokens(u) for u in units]
         scores = [len(terms.intersection(lexical_terms(u))) for u in units]
+        if evidence is not None:  # outweighs every overlap count
+            scores = [s + (len(terms) + 1) * (a < evidence[1] and evidence[0] < b)
+                      for s, a, b in zip(scores, starts, ends)]
         start, end = best_window(scores, sizes, room)
         window = "".join(units[start:end]).strip()
         if not window:  # one sentence longer than the room: its head

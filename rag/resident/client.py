@@ -19,9 +19,9 @@ from urllib.parse import quote
 
 from ..conversations.store import Conversation, Turn
 from ..errors import RagError
-from ..qa.answer import Answer
+from ..qa.answer import Answer, Evidence
 from ..qa.options import AskOptions
-from ..qa.stream import AnswerStream
+from ..qa.stream import AnswerStream, Early
 from ..retrieval.scope import Scope
 from ..settings import Settings
 from .address import Address
@@ -86,18 +86,20 @@ class ResidentClient:
         hangs up, which stops the generation on the server."""
         if options.session is not None:
             self._sessions.add(options.session)
-        return AnswerStream(self._answer(self._ask_body(question, options)))
+        early = Early()
+        return AnswerStream(self._answer(self._ask_body(question, options), early), early=early)
 
     def _ask_body(self, question: str, options: AskOptions) -> dict:
         target = options.target(self.settings.target_ttft)
         body = {"question": question, "stream": True, "session": options.session, "max_tokens": options.max_tokens,
                 "max_k": options.max_k, "candidates": options.candidates,
-                "retrieval": options.retrieval or self.settings.retrieval}
+                "retrieval": options.retrieval or self.settings.retrieval, "evidence": options.evidence,
+                "evidence_floor": options.evidence_floor, "evidence_embed": options.evidence_embed}
         if options.scope != Scope():
             body["scope"] = options.scope.model_dump(mode="json")
         return body | ({"no_target": True} if target is None else {"target_ttft_s": target})
 
-    def _answer(self, body: dict) -> Generator[str, None, Answer]:
+    def _answer(self, body: dict, early: Early) -> Generator[str, None, Answer]:
         for attempt in range(ATTEMPTS):
             try:
                 with exchange(self._socket, "POST", "/v1/ask", body, timeout=None) as response:
@@ -106,6 +108,9 @@ class ResidentClient:
                     for event in events(response):
                         if "delta" in event:
                             yield event["delta"]
+                        elif "evidence" in event:
+                            early.evidence = tuple(Evidence.from_dict(e) for e in event["evidence"])
+                            yield ""  # as in process: the evidence is known before the first token
                         elif "answer" in event:
                             return Answer.from_dict(event["answer"])
                         elif "error" in event:

@@ -96,6 +96,11 @@ class ThreadedAnswer:
         raise StopAsyncIteration
 
     @property
+    def evidence(self):
+        """The answer's evidence once its prompt is planned (None before)."""
+        return self._stream.evidence
+
+    @property
     def answer(self) -> Answer:
         """The final answer, once the pieces are all read."""
         if self._answer is None:
@@ -122,6 +127,18 @@ class ThreadedAnswer:
         client went away: while the prompt is evaluated no piece is written,
         so nothing else would notice."""
         return await self.unless_gone(self.__anext__(), gone, every_s)
+
+    async def first_text_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> str | None:
+        """The next piece that holds text (None when the answer ends with
+        none), or ClientGone as :meth:`first_unless`: once the evidence is
+        sent, the wait for the first token still stops for a client that left."""
+        while True:
+            try:
+                piece = await self.first_unless(gone, every_s)
+            except StopAsyncIteration:
+                return None
+            if piece:
+                return piece
 
     async def unless_gone(self, work: Awaitable[T], gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> T:
         """What ``work`` (reading this answer) gives, or ClientGone, with the

@@ -1,6 +1,7 @@
 """``POST /v1/chat/completions``: the OpenAI chat API over the pipeline, so
 OpenAI clients work unchanged; the sources travel in an extra ``sources``
-field and the budget and timings in ``rag``.
+field, the evidence (the sentences that answer, found without the model)
+in ``evidence``, and the budget and timings in ``rag``.
 
 Does not: call an OpenAI model; the local pipeline answers.
 """
@@ -50,7 +51,7 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     except RagError as exc:
         state.metrics.requests.labels("chat", outcome(exc)).inc()
         return failure(exc)
-    return StreamingResponse(reply.chunks(answer, first), media_type="text/event-stream")
+    return StreamingResponse(reply.chunks(answer, first, request.is_disconnected), media_type="text/event-stream")
 
 
 class Reply:
@@ -70,6 +71,7 @@ class Reply:
             }],
             "usage": self._usage(answer),
             "sources": [s.to_dict() for s in answer.sources],
+            "evidence": [e.to_dict() for e in answer.evidence],
             "rag": {"budget": answer.budget.to_dict(), "timings": t.to_dict(), "session": answer.session,
                     "turn": answer.turn},
         }
@@ -86,9 +88,11 @@ class Reply:
             "prompt_tokens_details": {"cached_tokens": t.cached_tokens},
         }
 
-    async def chunks(self, answer: ThreadedAnswer, first: str | None) -> AsyncIterator[str]:
+    async def chunks(self, answer: ThreadedAnswer, first: str | None, gone) -> AsyncIterator[str]:
         """The ``chat.completion.chunk`` events of a streamed answer, ending
-        with its usage and sources (or an error event) and ``[DONE]``."""
+        with its usage, sources and evidence (or an error event) and
+        ``[DONE]``; ``gone()`` says whether the client left before the first
+        token (its generation is then stopped)."""
         base = {"id": self.cid, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
 
         def delta(content: dict, reason: str | None = None) -> str:
@@ -96,13 +100,19 @@ class Reply:
 
         try:
             yield delta({"role": "assistant", "content": ""})
+            if first == "":  # the prompt is planned: the first token is still to come
+                first = await answer.first_text_unless(gone)
             if first is not None:
                 yield delta({"content": first})
                 async for piece in answer:
-                    yield delta({"content": piece})
+                    if piece:
+                        yield delta({"content": piece})
             final = answer.answer
             yield sse(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": self._finish_reason(final)}],
-                              "usage": self._usage(final), "sources": [s.to_dict() for s in final.sources]})
+                              "usage": self._usage(final), "sources": [s.to_dict() for s in final.sources],
+                              "evidence": [e.to_dict() for e in final.evidence]})
+        except ClientGone:
+            return  # it left while its prompt was evaluated: the generation is stopped
         except Exception as exc:  # noqa: BLE001 - the stream has started: its end says what failed
             yield error_event(exc)
         finally:

@@ -68,8 +68,10 @@ async def profile(state: ServiceState = Depends(service)):
 @router.post("/v1/ask")
 async def ask(body: AskBody, request: Request, state: ServiceState = Depends(service)):
     """Answer a question from the index: the ``rag ask --json`` object,
-    or with ``stream`` server-sent events of ``{"delta": text}`` then
-    ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway)."""
+    or with ``stream`` server-sent events: ``{"evidence": [...]}`` once the
+    prompt is planned (before the first token), ``{"delta": text}``, then
+    ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway).
+    Errors before the prompt is planned are HTTP statuses."""
     try:
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
                                        max_tokens=body.max_tokens, scope=body.scope, **body.options())
@@ -86,16 +88,23 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     except RagError as exc:
         state.metrics.requests.labels("ask", outcome(exc)).inc()
         return failure(exc)
-    return StreamingResponse(_ask_events(answer, first), media_type="text/event-stream")
+    return StreamingResponse(_ask_events(answer, first, request.is_disconnected), media_type="text/event-stream")
 
 
-async def _ask_events(answer: ThreadedAnswer, first: str | None) -> AsyncIterator[str]:
+async def _ask_events(answer: ThreadedAnswer, first: str | None, gone) -> AsyncIterator[str]:
     try:
+        if answer.evidence is not None:
+            yield sse({"evidence": [e.to_dict() for e in answer.evidence]})
+        if first == "":  # the prompt is planned, the evidence sent: the first token is still to come
+            first = await answer.first_text_unless(gone)
         if first is not None:
             yield sse({"delta": first})
             async for piece in answer:
-                yield sse({"delta": piece})
+                if piece:
+                    yield sse({"delta": piece})
         yield sse({"answer": answer.answer.to_dict()})
+    except ClientGone:
+        return  # it left while its prompt was evaluated: the generation is stopped
     except Exception as exc:  # noqa: BLE001 - the stream has started: its end says what failed
         yield error_event(exc)
     finally:

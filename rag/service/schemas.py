@@ -37,12 +37,18 @@ class AskBody(BaseModel):
     candidates: int | None = Field(None, ge=1, le=MAX_CANDIDATES,
                                    description="Chunks retrieved for the budgeter to choose from (default 20)")
     retrieval: Literal["dense", "bm25", "hybrid"] | None = Field(None, description="How candidates are found")
+    evidence: Literal["last", "prefill", "both", "off"] | None = Field(
+        None, description="Where the evidence goes in the prompt (default last)")
+    evidence_floor: float | None = Field(
+        None, ge=0, le=10, description="Evidence score under which the answer says the documents do not answer")
+    evidence_embed: bool | None = Field(None, description="Rank the evidence by embedding similarity too")
 
     def options(self) -> dict[str, object]:
         """The question's options beyond the question, target, session and
         tokens that were given (for ``Answering.start``)."""
         given = {"no_target": self.no_target or None, "max_k": self.max_k, "candidates": self.candidates,
-                 "retrieval": self.retrieval}
+                 "retrieval": self.retrieval, "evidence": self.evidence, "evidence_floor": self.evidence_floor,
+                 "evidence_embed": self.evidence_embed}
         return {k: v for k, v in given.items() if v is not None}
 
 

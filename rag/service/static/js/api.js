@@ -83,8 +83,9 @@ export function upload(file, progress) {
   });
 }
 
-/** Ask a question with streaming: onDelta(text) for each piece; resolves to the final answer. */
-export async function ask(body, onDelta, signal) {
+/** Ask a question with streaming: onEvidence(list) once the prompt is planned (before
+ * the first token), onDelta(text) for each piece; resolves to the final answer. */
+export async function ask(body, onDelta, signal, onEvidence = null) {
   const response = await call("/v1/ask", {
     method: "POST", signal, headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ ...body, stream: true }),
@@ -103,6 +104,7 @@ export async function ask(body, onDelta, signal) {
       if (!data) continue;
       const message = JSON.parse(data);
       if ("delta" in message) onDelta(message.delta);
+      else if ("evidence" in message) { if (onEvidence) onEvidence(message.evidence); }
       else if ("answer" in message) return message.answer;
       else if ("error" in message) throw new ApiError(200, message.error.message, message.error.type);
     }

@@ -9,7 +9,7 @@ import { refreshProfile, showCosts } from "./costs.js";
 import { $ } from "./dom.js";
 import { shown } from "./notice.js";
 import { refreshSessions, sessionForAsk } from "./sessions.js";
-import { clearThread, failTurn, finishTurn, newTurn } from "./thread.js";
+import { clearThread, failTurn, finishTurn, newTurn, showEvidence } from "./thread.js";
 
 
 /** Resolves to ms from `t0` to the frame showing the first text; the time
@@ -42,7 +42,7 @@ async function submit(event) {
       turn.text.appendData(piece);
       turn.pieces += 1;
       if (!painted) painted = firstFrame(started);
-    });
+    }, undefined, (evidence) => showEvidence(turn, evidence));
     const pageTtftMs = painted ? await painted : null;
     turn.el.dataset.pieces = String(turn.pieces);
     if (pageTtftMs !== null) turn.el.dataset.pageTtftMs = pageTtftMs.toFixed(1);

@@ -23,10 +23,33 @@ export function newTurn(question, number = null) {
   return { el, answer, text, pieces: 0 };
 }
 
+/** Show the evidence (sentences of the prompt's passages that answer, found without the
+ * model) above the answer, as soon as it is known; with `sources`, each opens its source
+ * at the sentence. */
+export function showEvidence(turn, evidence, sources = null) {
+  turn.evidence?.remove();
+  if (!evidence || !evidence.length) return;
+  const box = node("blockquote", "evidence");
+  box.setAttribute("aria-label", "Evidence");
+  for (const e of evidence) {
+    const line = node("p", "evidence-line");
+    const label = `[${e.passage}] ${e.source}${e.about ? ` — ${e.about.split(/\s+/).join(" ")}` : ""}`;
+    const source = sources ? sources[e.passage - 1] : null;
+    line.append(source ? button(label, "evidence-link", () => openSource(source, e.passage, e),
+                                `Open source ${e.passage} at this sentence`)
+                       : node("span", "evidence-where", label),
+                node("q", "", e.text.split(/\s+/).join(" ")));
+    box.append(line);
+  }
+  turn.answer.before(box);
+  turn.evidence = box;
+}
+
 /** Show `answer` (the /v1/ask object) whole: citations linked, sources listed. */
 export function finishTurn(turn, answer, onWhy = null) {
   turn.el.dataset.state = "done";
   turn.el.removeAttribute("aria-busy");
+  showEvidence(turn, answer.evidence, answer.sources);
   renderCited(turn.answer, answer.answer, answer.sources);
   turn.el.append(sourceList(answer.sources));
   if (onWhy) turn.el.append(button("Why it was fast", "quiet small why-button", () => onWhy()));

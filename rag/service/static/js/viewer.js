@@ -21,8 +21,9 @@ export function setUpViewer() {
   dialog.addEventListener("click", (e) => { if (e.target === dialog) dialog.close(); });
 }
 
-/** Open source `source` (of an answer's `sources`), numbered `n`. */
-export async function openSource(source, n) {
+/** Open source `source` (of an answer's `sources`), numbered `n`; with `evidence` (one
+ * of the answer's), at that sentence, highlighted within the passage. */
+export async function openSource(source, n, evidence = null) {
   const dialog = $("viewer"), body = $("viewer-body"), note = $("viewer-note");
   release();
   $("viewer-title").textContent = `[${n}] ${source.source}${source.page ? `, page ${source.page}` : ""}`;
@@ -35,23 +36,33 @@ export async function openSource(source, n) {
   }
   try {
     if (source.source.toLowerCase().endsWith(".pdf")) await showPdf(source, body, note);
-    else await showText(source, body, note);
+    else await showText(source, body, note, evidence);
   } catch (err) {
     note.textContent = `Cannot open it: ${err.message}`;
   }
 }
 
-async function showText(source, body, note) {
+async function showText(source, body, note, evidence = null) {
   const doc = await getJson(`/v1/documents/${encodeURIComponent(source.doc_id)}/text`);
   const text = doc.text, start = source.char_start ?? 0, end = source.char_end ?? 0;
-  const pre = node("pre", "doc-text"), mark = node("mark", "", text.slice(start, end));
+  const pre = node("pre", "doc-text"), mark = node("mark", "");
   mark.id = "passage";
+  // The evidence sentence, marked more strongly inside its passage's mark.
+  const inside = evidence && evidence.start >= start && evidence.end <= end && evidence.start < evidence.end;
+  if (inside) {
+    const strong = node("mark", "evidence", text.slice(evidence.start, evidence.end));
+    strong.id = "evidence";
+    mark.append(text.slice(start, evidence.start), strong, text.slice(evidence.end, end));
+  } else {
+    mark.append(text.slice(start, end));
+  }
   pre.append(text.slice(0, start), mark, text.slice(end));
   body.replaceChildren(pre);
-  note.textContent = doc.current
-    ? `The highlighted passage is characters ${start}–${end} of ${text.length}.`
-    : "The file changed since it was indexed: the highlight may be off. Upload or ingest it again.";
-  mark.scrollIntoView({ block: "center" });
+  note.textContent = !doc.current
+    ? "The file changed since it was indexed: the highlight may be off. Upload or ingest it again."
+    : inside ? `The evidence is characters ${evidence.start}–${evidence.end}, inside the highlighted passage.`
+    : `The highlighted passage is characters ${start}–${end} of ${text.length}.`;
+  (inside ? pre.querySelector("#evidence") : mark).scrollIntoView({ block: "center" });
 }
 
 async function showPdf(source, body, note) {
