@@ -249,13 +249,7 @@ class PromptPlanner:
             return text + (answer_lead(quotes) if place in ("prefill", "both") else "")
 
         fixed_tokens = backend.tokenize(render([]))
-        # Costed before the passages are chosen, as if the best units of all the candidates were
-        # quoted: what is quoted in the end comes from those chosen, and is counted again below.
-        evidence_room = self._evidence_tokens(ranked, hits, place)
-        first = self._block_tokens(1, ContextPassage(hits[0].source, hits[0].text, hits[0].page)) if hits else 0
-        if len(fixed_tokens) + evidence_room + first > backend.n_ctx - max_tokens:
-            # Room for it only beside the best passage: never a refusal, nor an empty prompt, on its account.
-            evidence_room = 0
+        evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens)
         if len(fixed_tokens) > backend.n_ctx - max_tokens:
             # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
             raise too_long(len(fixed_tokens), max_tokens, backend.n_ctx)
@@ -287,15 +281,9 @@ class PromptPlanner:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages, self._evidence_starts(ranked, hits, passages))
         text, shown, chosen, tokens = self._fitted(picked, hits, render, max_tokens, options.passage_order, path)
-        evidence = ranked.pick(hits, {i: n for n, i in enumerate(chosen, start=1)},
-                               shown={i: p.text for i, p in zip(chosen, shown)}) if ranked is not None else []
-        quotes = [Quote(e.passage, e.text, e.about) for e in evidence]
         bare = len(tokens)
-        if place != "off" and quotes:
-            quoted = render(shown, quotes)
-            quoted_tokens = backend.tokenize(quoted)
-            if len(quoted_tokens) + max_tokens <= backend.n_ctx:  # else the passages win the room
-                text, tokens = quoted, quoted_tokens
+        evidence, quotes, text, tokens = self._quoted(ranked, hits, chosen, shown, render, place, text, tokens,
+                                                      max_tokens)
         # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
             held, _ = backend.held_prefix(tokens, [passage_body(p) for p in shown])
@@ -322,23 +310,48 @@ class PromptPlanner:
         )
         if self.forms is not None:
             self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
-        quoted = len(tokens) > bare
-        user = build_messages(question, shown, evidence=quotes if quoted and place in ("last", "both") else ())
+        user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else ())
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
                              tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates),
-                             tuple(evidence),
-                             answer_lead(quotes) if quoted and place in ("prefill", "both") else "")
+                             tuple(evidence), answer_lead(quotes) if place in ("prefill", "both") else "")
 
-    def _evidence_tokens(self, ranked: Ranked | None, hits: Sequence[Hit], place: str) -> int:
-        """Prompt tokens the evidence will add, planned as if from the best
-        units of all ``hits``."""
-        if ranked is None or place == "off":
+    def _evidence_room(self, ranked: Ranked | None, hits: Sequence[Hit], place: str, fixed: int,
+                       max_tokens: int) -> int:
+        """Prompt tokens to keep for the evidence, costed before the passages
+        are chosen as if from the best units of all ``hits`` (what is quoted
+        in the end comes from those chosen, and is counted again); none
+        where it would not fit beside the best passage: never a refusal, nor
+        an empty prompt, on its account."""
+        if ranked is None or place == "off" or not hits:
             return 0
         quotes = [Quote(e.passage, e.text, e.about) for e in ranked.pick(hits, {i: i + 1 for i in range(len(hits))})]
         if not quotes:
             return 0
         quoted = evidence_block(quotes) if place in ("last", "both") else ""
-        return self._tokens(quoted + (answer_lead(quotes) if place in ("prefill", "both") else ""))
+        room = self._tokens(quoted + (answer_lead(quotes) if place in ("prefill", "both") else ""))
+        first = self._block_tokens(1, ContextPassage(hits[0].source, hits[0].text, hits[0].page))
+        return room if fixed + room + first <= self.backend.n_ctx - max_tokens else 0
+
+    def _quoted(self, ranked: Ranked | None, hits: Sequence[Hit], chosen: Sequence[int],
+                shown: Sequence[ContextPassage], render, place: str, text: str, tokens: list[int],
+                max_tokens: int) -> tuple[list[Evidence], list[Quote], str, list[int]]:
+        """The evidence of the passages ``shown`` (``chosen`` from ``hits``),
+        and the prompt with it quoted where ``place`` says: the quotes, text
+        and tokens (none quoted, and ``text`` and ``tokens`` as they were,
+        when it is ``off`` or the quotes would not fit the window: the
+        passages keep the room)."""
+        if ranked is None:
+            return [], [], text, tokens
+        evidence = ranked.pick(hits, {i: n for n, i in enumerate(chosen, start=1)},
+                               shown={i: p.text for i, p in zip(chosen, shown)})
+        quotes = [Quote(e.passage, e.text, e.about) for e in evidence]
+        if place == "off" or not quotes:
+            return evidence, [], text, tokens
+        quoted = render(shown, quotes)
+        quoted_tokens = self.backend.tokenize(quoted)
+        if len(quoted_tokens) + max_tokens > self.backend.n_ctx:
+            return evidence, [], text, tokens
+        return evidence, quotes, quoted, quoted_tokens
 
     def _turns_in_view(self, question: str, history: History, max_tokens: int) -> list[PastTurn]:
         """The recent turns that fit beside the passages: turns the summary
