@@ -100,9 +100,14 @@ def test_an_answers_evidence_survives_its_json():
 def pipeline(tmp_path_factory, embedder, backend):
     from tests.conftest import prepared_pipeline
 
+    from engine.llama_cpp.faults import settle
+
     p = prepared_pipeline(tmp_path_factory.mktemp("evidence"), embedder, backend)
     yield p
     p.close()
+    # The passages its answers asked the engine to keep are warmed in the background: done before
+    # the next module, whose measurements (a quick calibration) would otherwise share the engine.
+    settle(backend.loop)
 
 
 def _document_text(pipeline, source) -> str:
