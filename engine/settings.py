@@ -63,13 +63,15 @@ def open_backend(
     snapshot_disk_bytes: int,
     check_dir: Path | None = None,
     notice: Callable[[str], None] | None = None,
+    extra_bufts: bool | None = None,
 ) -> Backend:
     """The backend ``settings`` describe: a remote server (or a pool), or the GGUF
     ``model`` (default: the bundled one) in this process with a context of
     ``n_ctx`` (default 4,096). Raises an EngineError with a message for the
     user: ModelFileError, EngineSettingsError, InsufficientMemory or
     EngineUnreachable, or EngineCrashed (llama.cpp dies on this machine; the
-    verdict of its self-check is kept in ``check_dir``). Several comma-separated URLs open an
+    verdict of its self-check is kept in ``check_dir``; ``extra_bufts``
+    given skips it, see ``LlamaCppBackend``). Several comma-separated URLs open an
     :class:`~engine.remote.pool.EnginePool` routed by ``engine_routing``."""
     urls = engine_urls(settings.engine_url)
     if urls:
@@ -93,4 +95,5 @@ def open_backend(
         snapshot_ram_bytes=snapshot_ram_bytes, snapshot_disk_bytes=snapshot_disk_bytes,
         splice_fresh=settings.splice_fresh, exact_passages=settings.exact_passages, passage_ram_bytes=settings.passage_ram_bytes,
         passage_disk_bytes=settings.passage_disk_bytes, check_dir=check_dir, notice=notice,
+        extra_bufts=extra_bufts,
     )

@@ -183,6 +183,11 @@ class Settings(BaseSettings):
         return self.cache_folder / "profiles"
 
     @property
+    def engine_check_folder(self) -> Path:
+        """Where the verdicts of the engine's self-check are kept (``engine.llama_cpp.selfcheck``)."""
+        return self.cache_folder / "engine-checks"
+
+    @property
     def kv_folder(self) -> Path:
         """Where KV snapshots are kept on disk."""
         return self.cache_folder / "kv"

@@ -34,7 +34,7 @@ from ..errors import ContextOverflow, EngineSettingsError, ModelFileError
 from .snapshots import SnapshotCache
 from ..tokens import common_prefix
 from .internals import chat_formatter, load_llama, model_pointer, vocab_pointer
-from .selfcheck import built_features, engine_verdict
+from .selfcheck import built_features, engine_verdict, system_info
 from .native import NativeContext
 from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from ..models import default_model_path, model_file, model_identity, read_metadata
@@ -383,11 +383,11 @@ class LlamaCppBackend:
     def describe(self) -> dict[str, object]:
         """Engine facts for ``rag doctor``."""
         lc = self._llama_cpp
-        system_info = lc.llama_print_system_info().decode("utf-8", "replace").strip()
+        info = system_info()
         return {
             "engine": "llama.cpp (llama-cpp-python)",
             "llama_cpp_python": lc.__version__,
-            "build": _build_kind(system_info, self.gpu_offload),
+            "build": _build_kind(info, self.gpu_offload),
             "device": "GPU" if self.gpu_offload and self.n_gpu_layers != 0 else "CPU",
             "gpu_offload_supported": self.gpu_offload,
             "n_gpu_layers": self.n_gpu_layers,
@@ -404,8 +404,8 @@ class LlamaCppBackend:
             "n_batch": self.n_batch,
             "slots": self.slots,
             "kv_cells": self.kv_cells,
-            "system_info": system_info,
-            "built_cpu_features": " ".join(built_features(system_info)),
+            "system_info": info,
+            "built_cpu_features": " ".join(built_features(info)),
             "extra_buffer_types": self.extra_bufts,
             "extra_buffer_types_why": (self.verdict.reason if self.verdict else
                                        f"set {'on' if self.extra_bufts else 'off'} by the caller, not checked"),

@@ -48,8 +48,6 @@ CHECK_DECODE_TOKENS = 8
 # configuration ("all": both) kill itself by SIGSEGV, or sleep, once the model
 # is loaded, as a broken build would.
 FAULT_VARIABLE = "RAG_ENGINE_CHECK_FAULT"
-CPU_FEATURES = ("amx_tile", "amx_int8", "amx_bf16", "amx_fp16", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni",
-                "avx2", "fma", "f16c")
 
 _memo: dict[str, "Verdict"] = {}
 _memo_lock = threading.Lock()

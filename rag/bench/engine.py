@@ -112,22 +112,21 @@ def bench_configurations(
     decode speed), with the safe configuration's prefill and decode speeds
     over the default's. Where the default died in the check it is not run
     (it would take this process with it) and the summary says why."""
-    backend = open_engine(None)
-    try:
-        info = backend.describe()
-        result = bench_engine(backend, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
-    finally:
-        backend.close()
+    def measured(extra_bufts: bool | None) -> tuple[dict, dict]:
+        backend = open_engine(extra_bufts)
+        try:
+            info = backend.describe()
+            result = bench_engine(backend, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
+        finally:
+            backend.close()
+        _label(result, "default" if info["extra_buffer_types"] else "safe")
+        return result, info
+
+    result, info = measured(None)
     first = "default" if info["extra_buffer_types"] else "safe"
-    _label(result, first)
     configurations: dict[str, dict[str, object]] = {first: {"ran": True}}
     if first == "default":
-        safe = open_engine(False)
-        try:
-            other = bench_engine(safe, document, sizes, repeats=repeats, max_tokens=max_tokens, progress=progress)
-        finally:
-            safe.close()
-        _label(other, "safe")
+        other, _ = measured(False)
         result["rows"].extend(other["rows"])
         result["summary"]["systems"].extend(other["summary"]["systems"])
         configurations["safe"] = {"ran": True}

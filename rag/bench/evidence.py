@@ -29,13 +29,15 @@ def bench_evidence(pipeline: Pipeline, questions: Sequence[GoldQuestion], unansw
                    progress: Callable[[int, int], None] | None = None) -> dict[str, object]:
     """The evidence of each question's planned prompt, scored against its
     facts; the best evidence score of each question of ``unanswerable``."""
+    from ..qa.options import AskOptions
+
     options = dict(options or {})
+    asked = AskOptions.of(**options)
     rows: list[dict[str, object]] = []
     total = len(questions) + len(unanswerable)
     for number, q in enumerate(questions, 1):
         prompt = pipeline.planned(q.question, target_ttft=target_ttft, **options)
-        hits = pipeline.search(q.question, k=20)
-        ranked = pipeline.evidence(q.question, hits, pipeline_options(options))
+        ranked = pipeline.evidence(q.question, pipeline.search(q.question, k=asked.candidates), asked)
         quoted = " ".join(f"{e.about} {e.text}" for e in prompt.evidence)
         words = len(quoted.split())
         passages = "\n\n".join(h.text for h in prompt.hits)
@@ -49,7 +51,7 @@ def bench_evidence(pipeline: Pipeline, questions: Sequence[GoldQuestion], unansw
         if progress:
             progress(number, total)
     for number, question in enumerate(unanswerable, 1):
-        ranked = pipeline.evidence(question, pipeline.search(question, k=20), pipeline_options(options))
+        ranked = pipeline.evidence(question, pipeline.search(question, k=asked.candidates), asked)
         rows.append({"question": question, "answerable": False, "best_score": round(ranked.best, 4),
                      "evidence_s": ranked.seconds})
         if progress:
@@ -74,10 +76,3 @@ def bench_evidence(pipeline: Pipeline, questions: Sequence[GoldQuestion], unansw
             "floor_separates": lowest is not None and highest_other is not None and highest_other < lowest,
         },
     }
-
-
-def pipeline_options(options: dict):
-    """The :class:`AskOptions` of ``options`` (the evidence ranking reads them)."""
-    from ..qa.options import AskOptions
-
-    return AskOptions.of(**options)

@@ -217,12 +217,10 @@ def _in_process(s, extra_bufts: bool | None):
     """The in-process engine of settings ``s``, with llama.cpp's extra buffer
     types as its self-check decides (None) or as given, and without on-disk
     stores (a bench must not share them)."""
-    from engine.llama_cpp.backend import DEFAULT_N_CTX, LlamaCppBackend
+    from engine.settings import open_backend
 
-    e = s.engine
-    return LlamaCppBackend(s.model, n_ctx=s.n_ctx or DEFAULT_N_CTX, n_gpu_layers=e.gpu_layers, flash_attn=e.flash_attn,
-                           kv_type=e.kv_type, slots=e.slots, kv_cells=e.kv_cells, extra_bufts=extra_bufts,
-                           check_dir=s.cache_folder / "engine-checks")
+    return open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=None, snapshot_ram_bytes=512 << 20,
+                        snapshot_disk_bytes=0, check_dir=s.engine_check_folder, extra_bufts=extra_bufts)
 
 
 def _print_sequences(result: dict) -> None:

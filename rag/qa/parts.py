@@ -77,7 +77,7 @@ class Parts:
                     self._backend = open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=kv_dir,
                                                  snapshot_ram_bytes=self.kv_ram_bytes,
                                                  snapshot_disk_bytes=KV_DISK_BYTES,
-                                                 check_dir=s.cache_folder / "engine-checks", notice=self.notice)
+                                                 check_dir=s.engine_check_folder, notice=self.notice)
             return self._backend
 
     @property

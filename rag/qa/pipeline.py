@@ -354,8 +354,7 @@ class Pipeline:
                 pieces: list[str] = []
                 target = options.target(self.settings.target_ttft)
                 hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
-                ranked = self.evidence(question, hits, options)
-                hits, ranked = ranked.leading(hits)
+                hits, ranked = self.evidence(question, hits, options).leading(hits)
                 floor = options.evidence_floor if options.evidence_floor is not None else self.settings.evidence_floor
                 if ranked.declines(floor) and not (conversation and (conversation.turns or conversation.summary)):
                     # A follow-up leans on the turns before it ("and at what heat?"): it is always asked.

@@ -438,7 +438,7 @@ class PromptPlanner:
         focused = passages
         if cap is not None:
             terms = set(lexical_terms(question))
-            spans = self._evidence_spans(ranked, hits)
+            spans = self._evidence_spans(ranked)
             focused = [self._focused(p, terms, cap, n, spans.get(n - 1)) for n, p in enumerate(passages, start=1)]
         variants = [passages, focused] if cap is not None else [passages]
         if self.forms is not None and exact_reuse(self.backend) is not None:
@@ -463,24 +463,20 @@ class PromptPlanner:
         return passages, candidates, [i for i, _, _ in path]
 
     @staticmethod
-    def _evidence_spans(ranked: Ranked | None, hits: Sequence[Hit]) -> dict[int, tuple[int, int]]:
+    def _evidence_spans(ranked: Ranked | None) -> dict[int, tuple[int, int]]:
         """Each candidate's best evidence unit, as a span of its text."""
         spans: dict[int, tuple[int, int]] = {}
         for unit in ranked.units if ranked is not None else ():
             spans.setdefault(unit.hit, (unit.start, unit.end))
         return spans
 
-    @staticmethod
-    def _evidence_starts(ranked: Ranked | None, hits: Sequence[Hit], passages: Sequence[ContextPassage]
-                         ) -> dict[int, int]:
+    def _evidence_starts(self, ranked: Ranked | None, hits: Sequence[Hit],
+                         passages: Sequence[ContextPassage]) -> dict[int, int]:
         """Where in each whole passage its best evidence unit's line begins
         (by candidate index): a passage cut to fit is cut from there, not
         from its head, so the sentence that answers stays in the prompt."""
-        starts: dict[int, int] = {}
-        for unit in ranked.units if ranked is not None else ():
-            if unit.hit not in starts and passages[unit.hit].text == hits[unit.hit].text:
-                starts[unit.hit] = hits[unit.hit].text.rfind("\n", 0, unit.start) + 1
-        return starts
+        return {i: hits[i].text.rfind("\n", 0, start) + 1 for i, (start, _) in self._evidence_spans(ranked).items()
+                if passages[i].text == hits[i].text}
 
     def _picked(self, plan, passages: Sequence[ContextPassage],
                 starts: dict[int, int] | None = None) -> list[tuple[int, ContextPassage]]:
