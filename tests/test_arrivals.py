@@ -39,3 +39,15 @@ def test_a_question_that_ends_before_it_is_planned_is_no_longer_on_its_way():
     with arrivals.arrive(now=0.0):
         assert arrivals.unplanned == 1
     assert arrivals.unplanned == arrivals.open == 0
+
+
+def test_overlapping_arrivals_are_forgotten_without_a_plan_asking_for_them():
+    # Questions without a deadline never ask expected(): what they leave must still be pruned.
+    arrivals = Arrivals(window_s=10.0)
+    held = arrivals.arrive(now=0.0)  # one long answer: every later question overlaps it
+    for i in range(1, 5001):
+        with arrivals.arrive(now=i * 0.1) as arrival:
+            arrival.planned()
+    # Only the last window's arrivals (10 s at one each 0.1 s) are remembered, not all 5000.
+    assert len(arrivals._overlapping) <= 101
+    held.close()

@@ -44,6 +44,7 @@ class Arrivals:
         with self._lock:
             if self.open:
                 self._overlapping.append(now)
+            self._forget_before(now)  # here too: questions without a deadline never ask expected()
             self.unplanned += 1
             self.open += 1
         return Arrival(self)
@@ -54,9 +55,13 @@ class Arrivals:
         ``window_s`` times ``seconds``."""
         now = time.perf_counter() if now is None else now
         with self._lock:
-            while self._overlapping and self._overlapping[0] < now - self.window_s:
-                self._overlapping.popleft()
+            self._forget_before(now)
             return len(self._overlapping) / self.window_s * max(seconds, 0.0)
+
+    def _forget_before(self, now: float) -> None:
+        """Drop the overlapping arrivals older than the window (called with the lock held)."""
+        while self._overlapping and self._overlapping[0] < now - self.window_s:
+            self._overlapping.popleft()
 
     def _done(self, planned: bool, answered: bool) -> None:
         with self._lock:
