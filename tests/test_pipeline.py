@@ -47,6 +47,28 @@ def test_a_question_is_on_its_way_from_the_moment_it_is_asked(tmp_path, corpus, 
     assert third.answer.budget.behind == 0 and third.answer.budget.coming > 0
 
 
+def test_a_submitted_question_is_counted_once_by_the_next_plan(tmp_path, corpus, pipeline_factory):
+    # The next plan is made the moment the planning lock is free: by then the question submitted
+    # before it is in the engine's load, and must no longer be counted as on its way too.
+    p = pipeline_factory(tmp_path / "index")
+    p.ingest([corpus])
+    first, second = p.stream("What limits decode speed?", max_tokens=4), p.stream("How long should dough rise?", max_tokens=4)
+    submit, seen = p.dispatcher.submit, {}
+
+    def submit_then_plan_the_next(*args, **kwargs):
+        submitted = submit(*args, **kwargs)
+        if not seen:  # the first question's prompt is submitted: the second is planned at once
+            seen["on_its_way"] = p.dispatcher._arrivals.unplanned
+            list(second)
+        return submitted
+
+    p.dispatcher.submit = submit_then_plan_the_next
+    list(first)
+    assert seen == {"on_its_way": 1}  # the second only: the first is in the engine's load
+    assert second.answer.budget.behind == 0  # nothing else on its way when the second was planned
+    assert first.answer.budget.behind == 1
+
+
 def test_stream_yields_text_then_holds_the_answer(tmp_path, corpus, pipeline_factory):
     p = pipeline_factory(tmp_path / "index")
     p.ingest([corpus])

@@ -50,7 +50,7 @@ class Dispatcher:
 
     def arrived(self) -> Arrival:
         """Count a question from its arrival until its prompt is submitted
-        (``arrival.planned()``) and until it ends (``with arrival:``): the
+        (``arrival.planned()``, which :meth:`submit` says) and until it ends (``with arrival:``): the
         plans made meanwhile reserve room for it, and for those expected to
         come at the rate of questions asked while others were answered."""
         return self._arrivals.arrive()
@@ -76,13 +76,20 @@ class Dispatcher:
         ), route
 
     def submit(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
-               conversation: Conversation | None, ranked: Ranked | None = None
+               conversation: Conversation | None, ranked: Ranked | None = None, arrival: Arrival | None = None
                ) -> tuple[PlannedPrompt, Route, Generation]:
-        """Plan the prompt and submit it, before the next question is planned."""
+        """Plan the prompt and submit it, before the next question is planned;
+        ``arrival`` (the question's, from :meth:`arrived`) stops counting as
+        on its way as it is submitted."""
         with self._planning:
             deadline = self._in_plan_order(deadline_of(received, target))
             prompt, route = self.plan(question, hits, options, target, received, conversation, deadline, ranked)
-            return prompt, route, self._generate(route, prompt, options, deadline, options.session)
+            generation = self._generate(route, prompt, options, deadline, options.session)
+            if arrival is not None:
+                # Before the lock is free: the next plan finds this question in the engine's load, and
+                # would count it twice were it still on its way.
+                arrival.planned()
+            return prompt, route, generation
 
     def _in_plan_order(self, deadline: float | None) -> float | None:
         """The deadline a prompt is served by: its own, or the latest one

@@ -360,9 +360,9 @@ class Pipeline:
                     # A follow-up leans on the turns before it ("and at what heat?"): it is always asked.
                     early.evidence = ()
                     return self._declined(question, hits, ranked, options, target, received, session)
+                # Submitted: counted in the engine's load from now, and no longer as on its way.
                 prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
-                                                                   conversation, ranked)
-                arrival.planned()  # submitted: counted in the engine's load from now
+                                                                   conversation, ranked, arrival)
                 cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
                 early.evidence = prompt.evidence
                 yield ""  # the evidence is known: a reader may show it before the first token
