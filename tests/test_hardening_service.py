@@ -5,6 +5,7 @@ refused, never a 500, never a body read before its caller is known."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -214,3 +215,131 @@ def test_arguments_that_are_not_utf8_and_absurd_options_are_one_line_errors(run,
     answer = run("ask", "abc", "--target-ttft", "none", "--max-tokens", "2", "--index", index, "--json")
     assert answer.exit_code == 0, answer.output
     assert json.loads(answer.stdout)["budget"]["target_ttft_s"] is None
+
+
+# -- the limiter: what a caller holds, not requests a minute (issue 37) ------------------------------------
+
+TEAM_QUESTIONS = ["What limits decode?", "How long should bread dough rise?", "What is prefill?"]
+
+
+def test_eight_clients_behind_one_address_are_all_served_with_the_default_limits(pipeline):
+    # The default limits; the engine may not refuse a question as late (that is admission, not the limiter).
+    s = LoopbackServer(create_app(pipeline, ServiceSettings(reject_over_target=False)))
+    try:
+        r = httpx.post(f"{s.url}/v1/documents", files={"file": ("team.md", b"# Team\n\nEight people, one address.\n")},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+        team = r.json()["documents"][0]["id"]
+        for _ in range(5):  # ordinary requests before the questions
+            assert httpx.get(f"{s.url}/v1/documents", timeout=60).status_code == 200
+        body = lambda i: {"question": TEAM_QUESTIONS[i % 3], "max_tokens": 4}  # noqa: E731
+        with ThreadPoolExecutor(max_workers=8) as pool:  # 8 closed-loop clients, 3 questions each
+            results = list(pool.map(lambda i: _stream_events(s.url, body(i)), range(24)))
+        assert [status for status, _ in results] == [200] * 24, [status for status, _ in results]
+        assert all("answer" in events[-1] for _, events in results)
+        assert httpx.delete(f"{s.url}/v1/documents/{team}", timeout=60).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_twenty_uploads_one_after_another_as_the_page_sends_them_are_all_accepted(pipeline):
+    s = LoopbackServer(create_app(pipeline, ServiceSettings()))
+    try:
+        ids, codes = [], []
+        for i in range(20):  # the page: an upload, then the list again, file after file
+            r = httpx.post(f"{s.url}/v1/documents", files={"file": (f"note{i}.md", f"# Note {i}\n\nLlama {i}.\n")},
+                           timeout=120)
+            codes.append(r.status_code)
+            if r.status_code == 200:
+                ids.append(r.json()["documents"][0]["id"])
+            codes.append(httpx.get(f"{s.url}/v1/documents", timeout=60).status_code)
+        assert codes == [200] * 40, codes
+    finally:
+        for doc in ids:
+            httpx.delete(f"{s.url}/v1/documents/{doc}", timeout=60)
+        s.stop()
+
+
+def _held_server(pipeline, monkeypatch, **settings):
+    """A server whose warm-up waits for the returned event: every request
+    that needs the pipeline stays in flight until it is set."""
+    release = threading.Event()
+    prepare = pipeline.prepare
+
+    def held_prepare(**kwargs):
+        release.wait(120)
+        prepare(**kwargs)
+
+    monkeypatch.setattr(pipeline, "prepare", held_prepare)
+    app = create_app(pipeline, ServiceSettings(**settings))
+    return LoopbackServer(app, ready=False), app, release
+
+
+def _until(count, expected: int) -> None:
+    """Wait until ``count()`` is ``expected`` (a hang guard, not a timing claim)."""
+    deadline = time.monotonic() + 60
+    while count() != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert count() == expected
+
+
+def test_questions_beyond_the_in_flight_limit_are_429_naming_that_limit(pipeline, monkeypatch):
+    s, app, release = _held_server(pipeline, monkeypatch, questions_in_flight=2, reject_over_target=False)
+    limits, caller = app.state.service.limits, "addr:127.0.0.1"
+    held: list[tuple[int, list]] = []
+    try:
+        askers = [threading.Thread(target=lambda: held.append(_stream_events(s.url, {"question": q, "max_tokens": 2})))
+                  for q in TEAM_QUESTIONS[:2]]
+        for t in askers:
+            t.start()
+        _until(lambda: limits.questions.held(caller), 2)
+        r = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "max_tokens": 2}, timeout=60)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["type"] == "rate_limited"
+        assert "2 questions in flight" in r.json()["error"]["message"], r.json()
+        assert httpx.get(f"{s.url}/healthz").status_code == 503  # still warming: other routes are not held back
+        release.set()
+        for t in askers:
+            t.join(300)
+        assert [status for status, _ in held] == [200, 200]
+        assert limits.questions.held(caller) == 0  # each hold is given back when its answer ends
+    finally:
+        release.set()
+        s.stop()
+
+
+def test_uploads_beyond_their_in_flight_limits_are_429_naming_the_limit(pipeline, monkeypatch):
+    s, app, release = _held_server(pipeline, monkeypatch, uploads_in_flight=2, max_upload_bytes=2048,
+                                   upload_bytes_in_flight=4096)
+    limits, caller = app.state.service.limits, "addr:127.0.0.1"
+    codes: list[int] = []
+    kept: list[str] = []
+    big, small = "Alpacas hum. " * 150, "Owls hoot.\n"  # 1950 bytes and 11: two bigs are over 4096 bytes
+
+    def post(name: str, text: str) -> httpx.Response:
+        r = httpx.post(f"{s.url}/v1/documents", files={"file": (name, text)}, timeout=300)
+        if r.status_code == 200:
+            kept.extend(d["id"] for d in r.json()["documents"])
+        return r
+
+    try:
+        first = threading.Thread(target=lambda: codes.append(post("big1.md", big).status_code))
+        first.start()
+        _until(lambda: limits.uploads.held(caller), 1)
+        r = post("big2.md", big)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert "4096 bytes of uploads in flight" in r.json()["error"]["message"], r.json()
+        second = threading.Thread(target=lambda: codes.append(post("small1.md", small).status_code))
+        second.start()
+        _until(lambda: limits.uploads.held(caller), 2)
+        r = post("small2.md", small)
+        assert r.status_code == 429 and "2 uploads in flight" in r.json()["error"]["message"], r.json()
+        release.set()
+        first.join(300)
+        second.join(300)
+        assert codes == [200, 200] and limits.uploads.held(caller) == 0
+    finally:
+        release.set()
+        for doc in kept:
+            httpx.delete(f"{s.url}/v1/documents/{doc}", timeout=60)
+        s.stop()

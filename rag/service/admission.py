@@ -55,6 +55,12 @@ class EngineQueue:
         with self._lock:
             return self.depth * self._service_s
 
+    @property
+    def service_s(self) -> float:
+        """Seconds a request holds the engine, on average of late."""
+        with self._lock:
+            return self._service_s
+
     def enter(self) -> None:
         """A request starts waiting for the engine."""
         with self._lock:

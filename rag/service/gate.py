@@ -1,7 +1,15 @@
 """The gate in front of every route: without keys, the Host and Origin
-(``origin``); with keys, the API key; and the caller's rate limit, all
-checked from the request's headers alone, before any body is read, and a
-body (with a length or chunked) is cut off at its limit.
+(``origin``); with keys, the API key; and the caller's limits (``ratelimit``):
+questions and uploads in flight, the bytes of those uploads, and a
+generous rate against floods; all checked from the request's headers
+alone, before any body is read, and a body (with a length or chunked) is
+cut off at its limit. A refused request gets 429 with Retry-After and a
+message naming the limit it met.
+
+A caller is its API key, else its address: a team behind one address is
+one caller, so the limits are on what a caller holds at once, not on how
+many requests it makes a minute (issue 37). Over a Unix socket (the
+resident server, one user's command line) there are no caller limits.
 
 A raw ASGI middleware, because a FastAPI dependency runs only after the
 body has been read: a caller without a key could otherwise make the server
@@ -19,6 +27,9 @@ import math
 from . import origin
 from .state import ServiceState
 
+QUESTIONS = frozenset({"/v1/ask", "/v1/chat/completions"})  # POSTed: the engine answers them
+UPLOADS = "/v1/documents"  # POSTed: a document to ingest
+RETRY_IN_FLIGHT_S = 1  # Retry-After of an upload refused for what its caller holds: one ends any moment
 PUBLIC = frozenset({"/healthz", "/"})  # and the page's files, under /static/
 STATIC_PREFIX = "/static/"
 DOCS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
@@ -56,8 +67,23 @@ def _response(status: int, message: str, kind: str, headers: dict[str, str] | No
             {"type": "http.response.body", "body": body})
 
 
+def request_kind(scope) -> str:
+    """Which of a caller's limits a request falls under: ``questions``
+    (the engine answers it), ``uploads`` (a document to ingest) or ``other``."""
+    if scope.get("method") != "POST":
+        return "other"
+    path = scope["path"]
+    return "questions" if path in QUESTIONS else "uploads" if path == UPLOADS else "other"
+
+
+def _too_many(limit: str, wait_s: float) -> tuple[int, str, str, dict[str, str]]:
+    """The 429 of a request that met ``limit`` (named in words), to be retried after ``wait_s``."""
+    seconds = max(1, math.ceil(wait_s))
+    return 429, f"{limit}; retry in {seconds} s", "rate_limited", {"Retry-After": str(seconds)}
+
+
 class Gate:
-    """ASGI middleware: authentication, rate limits and body limits."""
+    """ASGI middleware: authentication, limits per caller and body limits."""
 
     def __init__(self, app, state: ServiceState) -> None:
         self.app, self.state = app, state
@@ -88,18 +114,22 @@ class Gate:
         if settings.api_keys:
             good, key = self._key_ok(headers.get(b"authorization", b""))
             if not good:
-                wait = self.state.auth_failures.take(address)
+                wait = self.state.limits.auth_failures.take(address)
                 if wait > 0:
                     return 429, f"too many wrong API keys from this address; retry in {math.ceil(wait)} s", \
                         "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
                 return 401, "missing or wrong API key: send Authorization: Bearer KEY", "unauthorized", \
                     {"WWW-Authenticate": "Bearer"}
             caller = f"key:{key}"
-        wait = self.state.limiter.take(caller)
+        if _over_unix_socket(scope):
+            return None  # one user's command line: no caller limits
+        scope["rag.caller"] = caller  # whose in-flight requests ``_hold`` counts
+        flood, kind = self.state.limits.flood, request_kind(scope)
+        wait = flood.take(f"{caller}|{kind}")
         if wait > 0:
             self.state.metrics.requests.labels(route_label(scope), "rate_limited").inc()
-            return 429, (f"rate limit of {settings.rate_limit_per_minute} requests a minute reached; "
-                         f"retry in {math.ceil(wait)} s"), "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
+            return _too_many(f"rate limit reached: more than {flood.burst:g} {kind} requests in a burst from this "
+                             f"caller (at most {flood.per_minute} a minute)", wait)
         return None
 
     def _limit(self, scope) -> int:
@@ -111,14 +141,49 @@ class Gate:
             await self.app(scope, receive, send)
             return
         refusal = self._refusal(scope)
-        limit = self._limit(scope)
+        limit, held = self._limit(scope), None
         length = dict(scope.get("headers") or ()).get(b"content-length")
         if refusal is None and length is not None and (not length.isdigit() or int(length) > limit):
             refusal = 413, f"request body over {limit} bytes", "too_large", {}
+        if refusal is None:
+            held, refusal = self._hold(scope, limit)
         if refusal is not None:
             for message in _response(*refusal):
                 await send(message)
             return
+        try:
+            await self._serve(scope, receive, send, limit)
+        finally:
+            if held is not None:
+                held[0].leave(*held[1:])
+
+    def _hold(self, scope, limit: int) -> tuple[tuple | None, tuple | None]:
+        """Take the request's place among what its caller holds in flight:
+        (what to give back when it ends, None), or (None, the refusal)."""
+        caller, kind = scope.get("rag.caller"), request_kind(scope)
+        if caller is None or kind == "other":
+            return None, None
+        limits, settings = self.state.limits, self.state.settings
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        size = int(length) if kind == "uploads" and length is not None and length.isdigit() else \
+            (limit if kind == "uploads" else 0)  # chunked: as much as it may send
+        counter = limits.questions if kind == "questions" else limits.uploads
+        over = counter.enter(caller, size)
+        if over is None:
+            return (counter, caller, size), None
+        self.state.metrics.requests.labels(route_label(scope), "rate_limited").inc()
+        if over == "bytes":
+            return None, _too_many(f"the most a caller may have is {settings.upload_bytes_in_flight} bytes of uploads "
+                                   "in flight (upload_bytes_in_flight)", RETRY_IN_FLIGHT_S)
+        if kind == "questions":
+            wait = max(RETRY_IN_FLIGHT_S, self.state.answering.queue.service_s)
+            return None, _too_many(f"this caller already has {counter.most} questions in flight, the most it may "
+                                   "(questions_in_flight)", wait)
+        return None, _too_many(f"this caller already has {counter.most} upload{'s' if counter.most != 1 else ''} "
+                               "in flight, the most it may (uploads_in_flight)", RETRY_IN_FLIGHT_S)
+
+    async def _serve(self, scope, receive, send, limit: int) -> None:
+        """Run the app on the request, its body cut off past ``limit`` bytes (413)."""
         received = 0
         over = False
         started = False

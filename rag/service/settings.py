@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ..errors import RagError
@@ -30,7 +30,16 @@ class ServiceSettings(BaseSettings):
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body")
     max_tokens_limit: int = Field(1024, ge=1, description="Most answer tokens a request may ask for")
     max_upload_bytes: int = Field(20 << 20, ge=1024, description="Largest document upload")
-    rate_limit_per_minute: int = Field(120, ge=0, description="Requests per minute per API key (or client address); 0: none")
+    rate_limit_per_minute: int = Field(
+        600, ge=0, description="Against floods only: requests a minute per caller (API key, else client address) "
+                               "and kind (questions, uploads, the rest), in bursts of a tenth of that; 0: none")
+    questions_in_flight: int = Field(
+        16, ge=0, description="Questions (/v1/ask, /v1/chat/completions) one caller may have in flight at once; "
+                              "0: no limit")
+    uploads_in_flight: int = Field(4, ge=0, description="Uploads one caller may have in flight at once; 0: no limit")
+    upload_bytes_in_flight: int = Field(
+        80 << 20, ge=0, description="Bytes of uploads one caller may have in flight at once (at least "
+                                    "max_upload_bytes); 0: no limit")
     reject_over_target: bool = Field(True, description="429 when the queue alone exceeds the target; else minimum context")
     load_aware: bool = Field(True, description="Plan each request's budget with the queue wait expected ahead of it")
     admission: Literal["deadline", "queue"] = Field(
@@ -51,6 +60,13 @@ class ServiceSettings(BaseSettings):
         if missing:
             raise ValueError(f"no such folder to watch: {', '.join(missing)}")
         return [p.expanduser() for p in value]
+
+    @model_validator(mode="after")
+    def _room_for_one_upload(self) -> "ServiceSettings":
+        if self.upload_bytes_in_flight and self.upload_bytes_in_flight < self.max_upload_bytes:
+            raise ValueError(f"upload_bytes_in_flight ({self.upload_bytes_in_flight}) is below max_upload_bytes "
+                             f"({self.max_upload_bytes}): set it to at least that, or 0 for no limit")
+        return self
 
     def check(self) -> None:
         """Refuse settings that would expose the service: a non-loopback

@@ -1,5 +1,5 @@
 """What the service's routes share: the pipeline, the settings, the
-metrics, the answering queue, the rate limiter and the ingest lock.
+metrics, the answering queue, the limits per caller and the ingest lock.
 
 Does not: handle requests.
 """
@@ -14,7 +14,7 @@ from fastapi import Request
 from ..qa.pipeline import Pipeline
 from .answering import Answering
 from .metrics import Metrics
-from .ratelimit import RateLimiter
+from .ratelimit import CallerLimits
 from .settings import ServiceSettings
 from .warmup import WarmUp
 
@@ -27,8 +27,7 @@ class ServiceState:
     settings: ServiceSettings
     metrics: Metrics
     answering: Answering
-    limiter: RateLimiter
-    auth_failures: RateLimiter  # wrong API keys, per client address
+    limits: CallerLimits  # in flight and against floods, per caller; wrong API keys, per address
     warmup: WarmUp
     ingesting: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ingest at a time; queries go on
 
@@ -37,8 +36,7 @@ class ServiceState:
         """The parts of a new service over ``pipeline``."""
         metrics = Metrics()
         return cls(pipeline, settings, metrics, Answering(pipeline, settings, metrics),
-                   RateLimiter(settings.rate_limit_per_minute), RateLimiter(settings.auth_failures_per_minute),
-                   WarmUp(pipeline))
+                   CallerLimits.of(settings), WarmUp(pipeline))
 
 
 def service(request: Request) -> ServiceState:
