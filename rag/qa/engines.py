@@ -73,10 +73,11 @@ class EngineDesk:
         every question, in any conversation, finds it cached; what that cost
         (None for an engine without a prefix cache)."""
         backend = self._backend()
-        self.warmed = True
-        if not isinstance(backend, PrefixCache):
-            return None
-        return backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
+        timings = None
+        if isinstance(backend, PrefixCache):
+            timings = backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
+        self.warmed = True  # only once it held: after a failed prefill the next prepare tries again
+        return timings
 
     def calibrate(self, *, quick: bool = False, progress=None) -> list[Profile]:
         """Measure every reachable engine, one after the other, and save

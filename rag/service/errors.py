@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from ..errors import EngineUnavailable, IndexBusy, IndexDamaged, Overloaded, QuestionTooLong, RagError
 from ..retrieval import ScopeMatchesNothing
+from .warmup import WarmUpFailed
 
 
 def error(status: int, message: str, kind: str, headers: dict | None = None) -> JSONResponse:
@@ -21,13 +22,15 @@ def error(status: int, message: str, kind: str, headers: dict | None = None) -> 
 
 
 def failure(exc: RagError) -> JSONResponse:
-    """The response to a request that failed with ``exc``: 503 with
-    Retry-After when the engine is unavailable, 409 with Retry-After when
+    """The response to a request that failed with ``exc``: 503 when the
+    service could not warm up, 503 with Retry-After when the engine is unavailable, 409 with Retry-After when
     another process writes the index, 503 when the index is damaged beyond
     falling back, 413 for a question too long, else 400 (the request can be
     fixed)."""
     if isinstance(exc, Overloaded):
         return busy(exc.retry_after_s)
+    if isinstance(exc, WarmUpFailed):
+        return error(503, str(exc), "warm_up_failed")
     if isinstance(exc, EngineUnavailable):
         return error(503, str(exc), "engine_unavailable", {"Retry-After": "5"})
     if isinstance(exc, IndexBusy):
