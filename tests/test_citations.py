@@ -54,6 +54,36 @@ def test_the_opening_word_is_shown_at_once_and_later_words_when_settled():
     assert guard.feed("1.") + guard.feed(" See [4]") + guard.finish() == "1. See"
 
 
+def test_text_without_spaces_is_shown_as_it_comes_not_at_the_end():
+    # CJK has no spaces: waiting for one held the whole answer back until it ended.
+    cjk = "プレフィルはプロンプト全体を一度に読み、KVキャッシュを満たします。デコードは一度に一つずつです。"
+    guard = GroundedText(SHOWN)
+    before = "".join(guard.feed(cjk[i:i + 2]) for i in range(0, len(cjk), 2))
+    assert before == cjk and guard.finish() == ""
+    # A URL or a long identifier: held only as far as it could still become a file name the
+    # prompt did not show (its last 32 characters), not until the space after it.
+    for word in ("https://example.org/docs/engine/prefill-and-decode/why-the-first-token-waits",
+                 "os_environ_get_or_default_for_every_single_setting_of_the_engine"):
+        text = "See " + word
+        guard = GroundedText(SHOWN)
+        before = "".join(guard.feed(text[i:i + 3]) for i in range(0, len(text), 3))
+        assert len(before) >= len(text) - 32 and before + guard.feed(" ok") + guard.finish() == text + " ok"
+
+
+def test_a_long_invented_name_shown_in_part_is_judged_whole():
+    name = "docs/engine/prefill-and-decode/notes-on-the-cache.md"  # longer than what is held
+    guard = GroundedText(SHOWN)
+    text = "Read " + name + " first [1]."
+    shown = "".join(guard.feed(text[i:i + 4]) for i in range(0, len(text), 4)) + guard.finish()
+    assert shown.startswith("Read docs/") and shown.endswith(" first [1].")
+    assert "notes-on-the-cache.md" not in shown and len(guard.removed) == 1  # the rest of it went
+    guard = GroundedText(Grounding(1, (name,)))  # a name the prompt showed stays whole
+    shown = "".join(guard.feed(text[i:i + 4]) for i in range(0, len(text), 4)) + guard.finish()
+    assert shown == text and guard.removed == []
+    guard = GroundedText(SHOWN)  # a name in another script: shown as it comes, its extension removed
+    assert guard.feed("読む") + guard.feed("説明書") + guard.feed(".md") + guard.feed("。") + guard.finish() == "読む説明書。"
+
+
 def test_an_answer_stops_where_prompt_text_begins():
     text, _ = grounded(["It is 70.", "\nQuest", "ion: what else", "?"], SHOWN)
     assert text == "It is 70."

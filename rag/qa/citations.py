@@ -40,6 +40,15 @@ _FILE = re.compile(r"([ \t]*)(\(?[\w./-]*\w\.(?:" + "|".join(_EXTENSIONS) + r")\
 # decode step: up to a second where the next step evaluated another request's prompt.
 _OPENING_WORD = re.compile(r"[ \t]*(?:[^\W\d_]+|\d{1,2}[.)]|[:.*#>\-]+)$")
 _HELD_BRACKET = 24  # an open "[" further back than this is not a citation still being written
+# What may still grow into a file name the prompt did not show: an opening parenthesis and a run of
+# ASCII name characters, at most _HELD_NAME of them. Text in other scripts (CJK has no spaces) and
+# the head of a longer run (a URL, a long identifier) are shown as they come; the word they belong
+# to is still judged whole when it ends, and an invented name loses what was not shown yet.
+_HELD_TAIL = re.compile(r"\(?[A-Za-z0-9_./-]*$")
+_WORD_TAIL = re.compile(r"\(?[\w./-]*$")  # the unfinished word, as _FILE reads a name
+# Chosen, not measured: longer than the names prompts show (the bundled samples' longest source is
+# 21 characters, "prefill-and-decode.md"), short enough that a URL streams with a short lag.
+_HELD_NAME = 32
 
 
 @dataclass(frozen=True)
@@ -96,8 +105,10 @@ class GroundedText:
     """Streaming filter: :meth:`feed` each generated piece and show what it
     returns; :meth:`finish` returns the rest. Text that could still become
     a citation, a file name or a stop sequence is held back until it is
-    known; :attr:`stopped` turns true at a stop sequence (stop generating
-    then), :attr:`removed` lists the citations removed."""
+    known (of a file name, its last ``_HELD_NAME`` ASCII characters: text
+    without spaces is not held until a space); :attr:`stopped` turns true
+    at a stop sequence (stop generating then), :attr:`removed` lists the
+    citations removed."""
 
     def __init__(self, grounding: Grounding, stops: Sequence[str] = STOP_SEQUENCES) -> None:
         self.grounding = grounding
@@ -106,7 +117,7 @@ class GroundedText:
         self.stopped = False
         self._held = ""
         self._shown = False
-        self._opening = ""  # the opening word shown before it ended: what follows may still complete it
+        self._word = ""  # the word shown before it ended (its tail): what follows may still complete it
 
     def feed(self, piece: str) -> str:
         """The text that can be shown now, ``piece`` included as far as it is known."""
@@ -125,7 +136,7 @@ class GroundedText:
             # third of a second on a busy engine) of time to first text. Should
             # it grow into an invented file name, the rest of that name is removed.
             out, self._held = self._held, ""
-            self._opening += out
+            self._word = (self._word + out)[-_HELD_NAME:]
             self._shown = True
             return out
         out, self._held = self._held[:safe], self._held[safe:]
@@ -139,27 +150,30 @@ class GroundedText:
         return self._clean(out)
 
     def _clean(self, text: str) -> str:
-        opening, self._opening = self._opening, ""
-        if opening and text[:1].strip():  # the opening word goes on: judge the whole word
-            whole, removed = self.grounding.clean(opening + text)
-            self.removed += removed
+        if not text:
+            return ""  # the word shown last may still go on
+        word, self._word = self._word, ""
+        if word and text[:1].strip():  # the word shown last goes on: judge the whole word
+            whole, removed = self.grounding.clean(word + text)
             # What was shown stays; a removed name takes the rest of itself with it.
-            return whole[len(opening):] if whole.startswith(opening) else whole
-        text, removed = self.grounding.clean(text)
+            out = whole[len(word):] if whole.startswith(word) else whole
+        else:
+            whole, removed = self.grounding.clean(text)
+            out = whole
         self.removed += removed
-        return text
+        self._word = _WORD_TAIL.search(whole).group(0)[-_HELD_NAME:]
+        return out
 
     def _stop_at(self, text: str) -> int | None:
         found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
         return min(found) if found else None
 
     def _safe_end(self, text: str) -> int:
-        """How much of ``text`` is settled: not the last word (it may be a
-        file name still being written), not an open ``[`` and not the start
-        of a stop sequence."""
-        # The last word until whitespace follows it, and the spaces before
-        # it: a citation is removed with the spaces before it.
-        word = re.search(r"\S*$", text).start()
+        """How much of ``text`` is settled: not the tail that may be a file
+        name still being written (see ``_HELD_TAIL``), not an open ``[`` and
+        not the start of a stop sequence."""
+        # That tail, and the spaces before it: a citation or a name is removed with the spaces before it.
+        word = max(_HELD_TAIL.search(text).start(), len(text) - _HELD_NAME)
         bracket = text.rfind("[", 0, word + 1)
         if bracket >= 0 and "]" not in text[bracket:word] and len(text) - bracket <= _HELD_BRACKET:
             word = bracket  # inside a citation still being written, or just closed
