@@ -158,3 +158,88 @@ def test_a_cache_sees_what_another_process_wrote_and_evicted(tmp_path):
     theirs.discard("passage:a")
     fresh = SnapshotCache(1 << 20, tmp_path)
     assert not fresh.holds("passage:a") and fresh.get("passage:a") is None
+
+
+def _held_in_memory(cache: SnapshotCache) -> int:
+    """Bytes of the distinct snapshots the cache keeps alive: those in RAM
+    and those waiting for the writer (one object counted once)."""
+    alive = {id(s): s.nbytes for s in cache._ram.values()}
+    waiting = [v[1] if isinstance(v, tuple) else v for v in cache._pending.values()]  # (serial, snapshot) until issue 37
+    alive |= {id(s): s.nbytes for s in waiting}
+    return sum(alive.values())
+
+
+def test_writes_waiting_for_a_slow_disk_stay_within_the_ram_cap(tmp_path, monkeypatch):
+    # Exact segments get a key per prompt: with a disk slower than answers, the writes waiting
+    # must not hold memory past the cap (the oldest waiting writes give way, and are counted).
+    import threading
+
+    gate, entered = threading.Event(), threading.Event()
+    write_file = SnapshotCache._write_file
+
+    def slow(self, key, snapshot):
+        entered.set()
+        assert gate.wait(60), "the test never opened the gate"
+        return write_file(self, key, snapshot)
+
+    monkeypatch.setattr(SnapshotCache, "_write_file", slow)
+    one = snap([1, 2], 1000).nbytes
+    cache = SnapshotCache(max_bytes=10 * one, disk_dir=tmp_path, disk_max_bytes=1 << 30)
+    worst = 0
+    try:
+        cache.put("first", snap([1, 2], 1000))
+        assert entered.wait(30)  # the writer holds the first one: every later put waits
+        for i in range(200):
+            cache.put(f"segment:{i}", snap([3, i], 1000))
+            worst = max(worst, _held_in_memory(cache))
+    finally:
+        gate.set()
+    assert worst <= cache.max_bytes, f"{worst} bytes held for {cache.max_bytes} allowed"
+    assert cache.flush()
+    stats = cache.stats()
+    assert stats["disk_dropped"] >= 190 and stats["disk_entries"] <= 11
+    assert cache.get("segment:199") is not None  # the newest is kept
+
+
+def _per_key_entries(obj) -> int:
+    """Entries of every per-key structure (dict or set) an object keeps."""
+    return sum(len(v) for v in vars(obj).values() if isinstance(v, (dict, set)))
+
+
+def test_the_cache_keeps_no_bookkeeping_for_keys_it_no_longer_holds(tmp_path):
+    cache = SnapshotCache(max_bytes=1 << 20, disk_dir=tmp_path, disk_max_bytes=1 << 30)
+    for i in range(300):
+        cache.put(f"session:{i}", snap([i], 10))
+        cache.discard(f"session:{i}")  # forgotten while (or before) it was written
+    assert cache.flush()
+    assert cache.keys() == [] and cache.disk_keys() == []
+    assert _per_key_entries(cache) <= 2, {k: len(v) for k, v in vars(cache).items() if isinstance(v, (dict, set))}
+
+
+def test_a_snapshot_read_back_from_disk_is_read_outside_the_cache_lock(tmp_path, monkeypatch):
+    import threading
+
+    from engine.llama_cpp import snapshots
+
+    writer = SnapshotCache(disk_dir=tmp_path)
+    writer.put("a", snap([1, 2], 5000))
+    assert writer.flush()
+    cache = SnapshotCache(disk_dir=tmp_path)  # as after a restart: the disk only
+    reads: list[tuple[str, bool]] = []
+    read_file = snapshots._read_file
+
+    def spy(path, *, data):
+        if data:
+            reads.append((threading.current_thread().name, cache._lock._is_owned()))
+        return read_file(path, data=data)
+
+    monkeypatch.setattr(snapshots, "_read_file", spy)
+    got = cache.get("a")
+    assert got is not None and got.data == bytes(5000)
+    assert reads == [("rag-kv-reader", False)]  # (thread, the lock held) of each read of the state
+    assert cache.keys() == ["a"] and cache.read_ahead("a") is True  # in RAM now: nothing more to read
+    cache.discard("a")
+    writer.put("b", snap([3], 5000))
+    assert writer.flush()
+    assert cache.read_ahead("b") is False  # only the disk holds it: its read starts, on the reader
+    assert cache.get("b") is not None and len(reads) == 2 and reads[-1] == ("rag-kv-reader", False)

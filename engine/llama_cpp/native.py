@@ -127,19 +127,32 @@ class NativeContext:
         """Drop every cell of every sequence."""
         self._lc.llama_memory_clear(self.mem, True)
 
-    def save(self, seq: int) -> bytes:
-        """The KV state of ``seq`` as bytes (empty if llama.cpp wrote none)."""
+    def save(self, seq: int) -> bytearray:
+        """The KV state of ``seq`` (empty if llama.cpp wrote none), written by
+        llama.cpp straight into the buffer returned: one copy of tens of MB
+        on the loop thread, not three."""
         lc = self._lc
         size = lc.llama_state_seq_get_size(self.ctx, seq)
-        buf = (ctypes.c_uint8 * size)()
-        written = lc.llama_state_seq_get_data(self.ctx, buf, size, seq)
-        return bytes(buf)[:written]
+        data = bytearray(size)
+        if not size:
+            return data
+        view = (ctypes.c_uint8 * size).from_buffer(data)
+        written = lc.llama_state_seq_get_data(self.ctx, view, size, seq)
+        del view  # the buffer may be resized only once nothing points into it
+        if written < size:
+            del data[written:]  # shrinks in place
+        return data
 
-    def load(self, seq: int, data: bytes) -> bool:
+    def load(self, seq: int, data: bytes | bytearray) -> bool:
         """Replace ``seq`` with a saved state (its cells keep their saved
-        positions); False when llama.cpp refuses it (another model or layout,
-        or no room)."""
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        positions), read where it lies (no copy); False when llama.cpp
+        refuses it (another model or layout, or no room)."""
+        if not data:
+            return False
+        if isinstance(data, bytearray):
+            buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        else:  # immutable bytes: a pointer to their own buffer, which llama.cpp only reads
+            buf = ctypes.cast(ctypes.c_char_p(bytes(data)), ctypes.POINTER(ctypes.c_uint8))
         return self._lc.llama_state_seq_set_data(self.ctx, buf, len(data), seq) != 0
 
     # -- counters and life ---------------------------------------------------------

@@ -2,7 +2,10 @@
 
 A request starts from the longest prefix of its prompt already held: an idle
 sequence's previous prompt (``slots``), a saved snapshot of its session, or
-the system prompt's cells in sequence 0, shared without a copy. A passage to
+the system prompt's cells in sequence 0, shared without a copy. A snapshot
+only the disk holds is read by the snapshot cache's reader thread: while
+other requests run, the request waits for it (they go on); the loop thread
+only loads the bytes into the context. A passage to
 keep for splicing starts right behind the system prompt. Idle sequences'
 caches give way when the cache is short of cells.
 
@@ -61,6 +64,9 @@ class Placement:
         idle_seq, idle = self.slots.best(tokens)
         key, saved = self.snapshots.best(tokens)
         idle, saved = min(idle, limit), min(saved, limit)
+        restore = key is not None and saved > shared and not (idle_seq is not None and idle >= saved and idle > 0)
+        if restore and reserved > 0 and not self.snapshots.read_ahead(key):
+            return None  # its snapshot is being read from disk: placed at a later step, the others running meanwhile
         if idle_seq is not None and idle >= max(saved, shared) and idle > 0:
             if not self.room(budget - idle, len(system), reserved):
                 return None
@@ -73,7 +79,7 @@ class Placement:
         try:
             if held:
                 ctx.remove(seq)
-            if key is not None and saved > shared:
+            if restore:
                 started = time.perf_counter()
                 if self._restore(seq, key, reserved):
                     ctx.remove(seq, saved, -1)  # what follows the common prefix is evaluated again

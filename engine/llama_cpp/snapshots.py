@@ -19,7 +19,16 @@ Disk writes happen on a writer thread of the cache's own: ``put`` returns as
 soon as the snapshot is in RAM, so the engine's loop (which saves a state
 after each answer, tens of MB) never waits for the disk. A snapshot waiting
 to be written is found like one on disk, and the writes still pending when
-the process exits are finished first.
+the process exits are finished first. The writes waiting count against the
+RAM cap with the snapshots in RAM: when the disk is slower than answers the
+oldest waiting writes give way (counted in ``disk_dropped``), so memory
+stays within the cap however many keys come.
+
+Disk reads happen on a reader thread of the cache's own, outside the
+cache's lock (the planners' ``best`` never waits behind a read):
+``read_ahead`` starts one and returns, so the engine's loop can place other
+work until the snapshot is in RAM; ``get`` of a snapshot only the disk
+holds waits for its read.
 
 Several processes may share the folder (the service, the resident server,
 ``--no-server`` runs): a file is written under a temporary name and renamed
@@ -43,7 +52,7 @@ import threading
 import time
 import weakref
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -62,7 +71,7 @@ class Snapshot:
     """An engine state and the tokens it holds, in order."""
 
     tokens: np.ndarray  # int32, the tokens whose KV the state holds
-    data: bytes  # the engine's own state bytes
+    data: bytes | bytearray  # the engine's own state bytes (as saved: not copied again, never changed)
 
     @property
     def nbytes(self) -> int:
@@ -78,9 +87,20 @@ class _DiskEntry:
     inode: int = 0  # of the file this entry describes: one another process put in its place is not ours to drop
 
 
+class _Read:
+    """A disk read asked of the reader thread: the entry read, and once
+    ``done``, the snapshot (None: gone or damaged)."""
+
+    def __init__(self, key: str, entry: _DiskEntry) -> None:
+        self.key, self.entry = key, entry
+        self.done, self.snapshot = False, None
+
+
 class SnapshotCache:
     """Snapshots by key, at most ``max_bytes`` in RAM and, with ``disk_dir``,
     at most ``disk_max_bytes`` on disk; the least recently used go first.
+    The writes waiting for the disk count against ``max_bytes`` too (the
+    newest one is always kept, however large).
 
     Pinned snapshots (the system prompt's) are never evicted from RAM. Thread
     safe.
@@ -97,12 +117,17 @@ class SnapshotCache:
         self._disk: OrderedDict[str, _DiskEntry] = OrderedDict()
         self._lock = threading.RLock()
         self._written = threading.Condition(self._lock)  # a pending write finished
-        self._pending: OrderedDict[str, tuple[int, Snapshot]] = OrderedDict()  # key -> (serial, snapshot) to write
-        self._latest: dict[str, int] = {}  # key -> serial of its newest put (a write older than it is stale)
-        self._serial, self._in_flight = 0, 0
+        self._pending: OrderedDict[str, Snapshot] = OrderedDict()  # key -> snapshot to write, oldest first
+        # Key -> whether the write in flight is still its newest (a put or discard since makes it stale).
+        self._in_flight: dict[str, bool] = {}
         self._writer: threading.Thread | None = None
+        self._landed = threading.Condition(self._lock)  # a read finished
+        self._reads: dict[str, _Read] = {}  # key -> its read, asked or running
+        self._read_queue: deque[_Read] = deque()
+        self._reader: threading.Thread | None = None
         self.evictions = 0
         self.disk_evictions = 0
+        self.disk_dropped = 0  # writes given up because the disk was slower than puts
         self._seen_ns = -1  # the folder's mtime when last scanned: another process's write changes it
         if self.disk_dir is not None:
             self._scan_disk()
@@ -140,6 +165,10 @@ class SnapshotCache:
         with self._written:
             return self._written.wait_for(lambda: not self._pending and not self._in_flight, timeout)
 
+    def _waiting_bytes(self) -> int:
+        """Bytes kept alive only for their write (not in RAM)."""
+        return sum(s.nbytes for k, s in self._pending.items() if k not in self._ram)
+
     def stats(self) -> dict[str, int]:
         """Entries and bytes in RAM and on disk (written so far; the writes
         still pending are counted apart), and evictions so far."""
@@ -147,7 +176,8 @@ class SnapshotCache:
             return {
                 "ram_entries": len(self._ram), "ram_bytes": self.ram_bytes, "ram_max_bytes": self.max_bytes,
                 "disk_entries": len(self._disk), "disk_bytes": sum(e.nbytes for e in self._disk.values()),
-                "disk_pending": len(self._pending) + self._in_flight,
+                "disk_pending": len(self._pending) + len(self._in_flight),
+                "disk_pending_bytes": self._waiting_bytes(), "disk_dropped": self.disk_dropped,
                 "evictions": self.evictions, "disk_evictions": self.disk_evictions,
             }
 
@@ -184,7 +214,7 @@ class SnapshotCache:
                 n = common_prefix(entry.tokens, wanted)
                 if n > best_n:
                     best_key, best_n = key, n
-            for key, (_, snap) in self._pending.items():
+            for key, snap in self._pending.items():
                 n = common_prefix(snap.tokens, wanted)
                 if n > best_n:
                     best_key, best_n = key, n
@@ -192,33 +222,90 @@ class SnapshotCache:
 
     def get(self, key: str) -> Snapshot | None:
         """The snapshot under ``key``, now the most recently used; read back
-        from disk into RAM when only the disk holds it."""
+        from disk into RAM when only the disk holds it (by the reader
+        thread, outside the lock: this waits for that read)."""
         with self._lock:
-            snap = self._ram.get(key)
+            snap = self._held(key)
             if snap is not None:
-                self._ram.move_to_end(key)
-                if key in self._disk:
-                    self._disk.move_to_end(key)
                 return snap
-            pending = self._pending.get(key)
-            if pending is not None:  # too large for RAM, and not written yet
-                return pending[1]
-            self._refresh()
-            entry = self._disk.get(key)
-            if entry is None:
+            read = self._ask_read(key)
+            if read is None:
                 return None
-            snap = _read(entry.path)
-            if snap is None:  # gone (another process evicted it) or damaged (then deleted): a miss
-                self._disk.pop(key, None)
-                return None
-            self._disk.move_to_end(key)
-            try:
-                os.utime(entry.path)  # most recently used, for the other processes' eviction too
-            except OSError:
-                pass
-            self._ram[key] = snap
-            self._evict_ram()
+            # 600 s: a hang guard only (the reader finishes every read it takes, found or not).
+            self._landed.wait_for(lambda: read.done, 600.0)
+            return self._held(key) or read.snapshot  # a put meanwhile is newer than the file
+
+    def read_ahead(self, key: str | None) -> bool:
+        """Whether ``get(key)`` answers now without waiting for the disk; if
+        only the disk holds ``key``, its read is started on the reader
+        thread first (and this returns False at once)."""
+        if key is None:
+            return True
+        with self._lock:
+            return self._held(key) is not None or self._ask_read(key) is None
+
+    def _held(self, key: str) -> Snapshot | None:
+        """The snapshot under ``key`` in RAM or waiting to be written (now the
+        most recently used), or None. Called with the lock held."""
+        snap = self._ram.get(key)
+        if snap is not None:
+            self._ram.move_to_end(key)
+            if key in self._disk:
+                self._disk.move_to_end(key)
             return snap
+        return self._pending.get(key)  # too large for RAM (or pushed out of it), and not written yet
+
+    def _ask_read(self, key: str) -> _Read | None:
+        """The read of ``key``'s file, started if it was not; None when the
+        disk does not hold it. Called with the lock held."""
+        read = self._reads.get(key)
+        if read is not None:
+            return read
+        self._refresh()
+        entry = self._disk.get(key)
+        if entry is None:
+            return None
+        read = self._reads[key] = _Read(key, entry)
+        self._read_queue.append(read)
+        if self._reader is None:
+            self._reader = threading.Thread(target=_read_asked, args=(weakref.ref(self),),
+                                            name="rag-kv-reader", daemon=True)
+            self._reader.start()
+        self._landed.notify_all()
+        return read
+
+    def _next_read(self, wait_s: float) -> _Read | None:
+        """The oldest read asked for (None: none came in ``wait_s``)."""
+        with self._landed:
+            if not self._landed.wait_for(lambda: self._read_queue, wait_s):
+                return None
+            return self._read_queue.popleft()
+
+    def _read_one(self, read: _Read) -> None:
+        """Read and check one file outside the lock, then keep it in RAM
+        unless the key was put, discarded or replaced on disk meanwhile."""
+        snap = None
+        try:
+            snap = _read(read.entry.path)
+            if snap is not None:
+                try:
+                    os.utime(read.entry.path)  # most recently used, for the other processes' eviction too
+                except OSError:
+                    pass
+        finally:
+            with self._landed:
+                current = self._disk.get(read.key) is read.entry
+                if snap is None and current:  # gone (another process evicted it) or damaged (then deleted): a miss
+                    self._disk.pop(read.key, None)
+                elif snap is not None and current and read.key not in self._ram and read.key not in self._pending:
+                    self._disk.move_to_end(read.key)
+                    if snap.nbytes <= self.max_bytes:
+                        self._ram[read.key] = snap
+                        self._evict()
+                read.snapshot, read.done = snap, True
+                if self._reads.get(read.key) is read:
+                    del self._reads[read.key]
+                self._landed.notify_all()
 
     # -- storing -------------------------------------------------------------
 
@@ -230,18 +317,17 @@ class SnapshotCache:
         with self._lock:
             self._ram.pop(key, None)
             self._pending.pop(key, None)
+            if key in self._in_flight:
+                self._in_flight[key] = False  # the write in flight now is of an older state
             if pin:
                 self._pinned.add(key)
             if snapshot.nbytes <= self.max_bytes or pin:
                 self._ram[key] = snapshot
-                self._evict_ram()
-            if key in self._latest or (self.disk_dir is not None and snapshot.nbytes <= self.disk_max_bytes):
-                self._serial += 1
-                self._latest[key] = self._serial  # a write of it in flight now is stale
             if self.disk_dir is not None and snapshot.nbytes <= self.disk_max_bytes:
-                self._pending[key] = (self._serial, snapshot)
+                self._pending[key] = snapshot
                 self._start_writer()
                 self._written.notify_all()
+            self._evict()
 
     def discard(self, key: str) -> None:
         """Forget the snapshot under ``key`` in RAM and on disk."""
@@ -249,20 +335,33 @@ class SnapshotCache:
             self._ram.pop(key, None)
             self._pinned.discard(key)
             self._pending.pop(key, None)
-            if key in self._latest:
-                self._serial += 1
-                self._latest[key] = self._serial  # a write of it in flight now is stale
+            if key in self._in_flight:
+                self._in_flight[key] = False  # its file is removed once written
             self._drop_disk(key)
 
-    def _evict_ram(self) -> None:
-        total = sum(s.nbytes for s in self._ram.values())
+    def _evict(self) -> None:
+        """Keep the snapshots in RAM and the writes waiting (not in RAM)
+        within ``max_bytes``: the least recently used in RAM go first (a
+        waiting one still waits for its write), then the oldest waiting
+        writes, never the newest. Called with the lock held."""
+        ram = sum(s.nbytes for s in self._ram.values())
+        waiting = self._waiting_bytes()
         for key in list(self._ram):
-            if total <= self.max_bytes:
-                break
+            if ram + waiting <= self.max_bytes:
+                return
             if key in self._pinned:
                 continue
-            total -= self._ram.pop(key).nbytes
+            gone = self._ram.pop(key).nbytes
+            ram -= gone
+            if key in self._pending:
+                waiting += gone
             self.evictions += 1
+        for key in list(self._pending)[:-1]:
+            if ram + waiting <= self.max_bytes:
+                return
+            if key not in self._ram:
+                waiting -= self._pending.pop(key).nbytes
+                self.disk_dropped += 1
 
     # -- disk ----------------------------------------------------------------
 
@@ -277,32 +376,30 @@ class SnapshotCache:
             self._writer.start()
             atexit.register(_flush_at_exit, weakref.ref(self))
 
-    def _next_write(self, wait_s: float) -> tuple[str, int, Snapshot] | None:
+    def _next_write(self, wait_s: float) -> tuple[str, Snapshot] | None:
         """The oldest pending write, now in flight (None: none came in ``wait_s``)."""
         with self._written:
             if not self._written.wait_for(lambda: self._pending, wait_s):
                 return None
-            key, (serial, snapshot) = self._pending.popitem(last=False)
-            self._in_flight += 1
-            return key, serial, snapshot
+            key, snapshot = self._pending.popitem(last=False)
+            self._in_flight[key] = True
+            return key, snapshot
 
-    def _write_one(self, key: str, serial: int, snapshot: Snapshot) -> None:
+    def _write_one(self, key: str, snapshot: Snapshot) -> None:
         """Write one snapshot, then count it on disk unless it was replaced
         or discarded meanwhile (a discarded one's file is removed)."""
+        written = None
         try:
             written = self._write_file(key, snapshot)
+        finally:
             with self._written:
-                if written is not None and self._latest.get(key) == serial:
+                current = self._in_flight.pop(key, False)
+                if written is not None and current:
                     self._disk.pop(key, None)
                     self._disk[key] = written
                     self._evict_disk()
                 elif written is not None and key not in self._pending and key not in self._ram:
                     _unlink(written.path)  # discarded while it was written
-        finally:
-            with self._written:
-                self._in_flight -= 1
-                if self._latest.get(key) == serial:
-                    del self._latest[key]
                 self._written.notify_all()
 
     def _write_file(self, key: str, snapshot: Snapshot) -> _DiskEntry | None:
@@ -409,7 +506,26 @@ def _write_pending(ref: "weakref.ref[SnapshotCache]") -> None:
             return
         job = cache._next_write(1.0)
         if job is not None:
-            cache._write_one(*job)
+            try:
+                cache._write_one(*job)
+            except Exception as exc:  # noqa: BLE001 - a write that fails loses a cache entry, not the writer
+                log.warning("writing KV snapshot %s failed: %r", job[0], exc)
+        del cache
+
+
+def _read_asked(ref: "weakref.ref[SnapshotCache]") -> None:
+    """The reader thread: read the files asked for, oldest first, for as
+    long as the cache lives (held weakly, as the writer holds it)."""
+    while True:
+        cache = ref()
+        if cache is None:
+            return
+        read = cache._next_read(1.0)
+        if read is not None:
+            try:
+                cache._read_one(read)  # marks the read done whatever happens
+            except Exception as exc:  # noqa: BLE001 - a read that fails is a miss, and the reader goes on
+                log.warning("reading KV snapshot %s failed: %r", read.key, exc)
         del cache
 
 
