@@ -273,3 +273,20 @@ def test_ingest_precompute_kv_reports_the_bytes(run, corpus, tmp_path):
     again = run("--splice-fresh", "4", "ingest", corpus, "--index", index, "--precompute-kv")
     assert again.exit_code == 0, again.output
     assert f"0 computed, {kv['passages']} already stored" in again.stderr and "KiB a passage" in again.stderr
+
+
+def test_the_hint_of_held_passages_is_bounded_by_what_the_store_holds():
+    # Exact segments get a key per prompt: the passages noted as held must leave the hint as
+    # their segments leave the store, or it grows with every prompt ever answered.
+    from engine.llama_cpp.passage_kv import PassageStore
+
+    size = 400
+    store = PassageStore("model|ctx", SnapshotCache(max_bytes=10 * (size + 3 * 4)), fresh=None, exact=True)
+    for i in range(500):
+        body = [1000 + i, 2000 + i]
+        store.put(f"segment:{i}", [7, *body], bytes(size))
+        store.note_bodies([body])
+    held = len(store.cache.keys())
+    assert held == 10
+    assert len(store._bodies) <= held
+    assert store.may_hold([1499, 2499]) and not store.may_hold([1000, 2000])

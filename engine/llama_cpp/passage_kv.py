@@ -35,6 +35,8 @@ which passages to keep (the caller asks for them).
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -128,8 +130,11 @@ class PassageStore:
         self.identity, self.cache = identity, cache
         self.use(fresh=fresh, exact=exact)
         self.hits = self.misses = 0
-        # Passages inside kept segments (this process's): a hint for the planner, checked exactly by the keys.
-        self._bodies: set[str] = set()
+        # Passages inside kept segments (this process's), most recently kept last: a hint for the
+        # planner, checked exactly by the keys; at most one per entry the cache holds (a segment
+        # ends with one passage), so the oldest go as segments leave the cache.
+        self._bodies: OrderedDict[str, None] = OrderedDict()
+        self._bodies_lock = threading.Lock()
 
     @classmethod
     def open(cls, identity: str, disk_dir: Path | None, ram_bytes: int, disk_bytes: int, *,
@@ -189,17 +194,28 @@ class PassageStore:
                 break
         return held, count
 
-    def start_over(self, cache: SnapshotCache, held: set[str] | None = None) -> tuple[SnapshotCache, set[str]]:
+    def start_over(self, cache: SnapshotCache, held: OrderedDict[str, None] | None = None
+                   ) -> tuple[SnapshotCache, OrderedDict[str, None]]:
         """Keep passages in ``cache`` from now on, ``held`` the hint of what
         it holds (None: nothing stored before is found); returns what the
         store held until now, to be put back the same way (measurements)."""
-        before = self.cache, self._bodies
-        self.cache, self._bodies = cache, held if held is not None else set()
+        with self._bodies_lock:
+            before = self.cache, self._bodies
+            self.cache, self._bodies = cache, held if held is not None else OrderedDict()
         return before
 
     def note_bodies(self, bodies: Sequence[Sequence[int]]) -> None:
-        """Remember that these passages lie inside kept segments."""
-        self._bodies.update(body_digest(b) for b in bodies)
+        """Remember that these passages lie inside kept segments; the hint
+        keeps at most as many passages as the cache holds entries, the
+        least recently kept going first."""
+        limit = self.cache.entries()
+        with self._bodies_lock:
+            for body in bodies:
+                digest = body_digest(body)
+                self._bodies[digest] = None
+                self._bodies.move_to_end(digest)
+            while len(self._bodies) > limit:
+                self._bodies.popitem(last=False)
 
     def may_hold(self, body: Sequence[int]) -> bool:
         """Whether a kept segment may hold this passage (a hint: only the

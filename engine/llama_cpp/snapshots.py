@@ -147,6 +147,12 @@ class SnapshotCache:
         with self._lock:
             return sum(e.nbytes for e in self._disk.values())
 
+    def entries(self) -> int:
+        """Distinct keys held in RAM, on disk or waiting to be written (no
+        file is read)."""
+        with self._lock:
+            return len(self._ram.keys() | self._disk.keys() | self._pending.keys())
+
     def keys(self) -> list[str]:
         """Keys held in RAM, least recently used first."""
         with self._lock:

@@ -55,6 +55,8 @@ class Splicer:
         found cached, and place any that starts right there."""
         if self.enabled and a.req.spans:
             a.splices = self.store.splices(system, a.req.tokens, a.req.spans, a.next)
+            for splice in a.splices:  # those only the disk holds are read now, off this thread
+                self.store.cache.read_ahead(splice.key)
             self.catch_up(a, len(system))
 
     def stored(self, request: Request, system: Sequence[int]) -> tuple[int, int]:
