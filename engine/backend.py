@@ -250,9 +250,13 @@ class Backend(Protocol):
         session: str | None = None,
         deadline: float | None = None,
         background: bool = False,
+        stop: Sequence[str] = (),
     ) -> Generation:
         """The completion of ``prompt`` (text, or tokens as :meth:`tokenize`
-        gives them), streamed as a :class:`Generation`.
+        gives them), streamed as a :class:`Generation`. It ends, with its
+        timings, as soon as its text holds one of ``stop``: no token is
+        decoded after that (whether the stop's own text is streamed is the
+        engine's choice; a reader cuts it).
 
         An engine with a :class:`PrefixCache` does not evaluate again the
         longest prefix of the prompt it holds, and with a ``session`` key

@@ -61,18 +61,27 @@ class FakeBackend:
     def generate(
         self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
         session: str | None = None, deadline: float | None = None, background: bool = False,
+        stop: Sequence[str] = (),
     ) -> Generation:
-        """The fixed reply, word by word; Timings from the formula."""
+        """The fixed reply, word by word, up to the word that completes one
+        of ``stop``; Timings from the formula."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_fits(len(tokens), max_tokens, self._n_ctx)
-        return Generation(self._stream(tokens, max_tokens, session), engine=self.name)
+        return Generation(self._stream(tokens, max_tokens, session, tuple(s for s in stop if s)), engine=self.name)
 
-    def _stream(self, tokens: list[int], max_tokens: int, session: str | None) -> Generator[str, None, Timings]:
+    def _stream(self, tokens: list[int], max_tokens: int, session: str | None,
+                stop: tuple[str, ...] = ()) -> Generator[str, None, Timings]:
         cached = self.cached_prefix(tokens)
         prefill = len(tokens) - cached
         words = self.reply.split(" ")[:max_tokens]
+        said = ""
         for i, w in enumerate(words):
-            yield w if i == 0 else " " + w
+            piece = w if i == 0 else " " + w
+            yield piece
+            said += piece
+            if any(s in said for s in stop):
+                words = words[: i + 1]
+                break
         self._cached = tokens + self.tokenize(self.reply)
         if session is not None:
             self.saved[session] = list(self._cached)

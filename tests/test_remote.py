@@ -59,6 +59,16 @@ def test_remote_timings_come_from_the_server_and_a_repeated_prefix_is_cached(rem
     assert second.prefill_tokens == len(longer) - second.cached_tokens
 
 
+def test_the_server_decodes_nothing_after_a_stop_sequence(remote):
+    tokens = remote.tokenize(remote.render(MESSAGES))
+    free = remote.generate(tokens, max_tokens=16).result()[0]
+    stop = free.split()[2]  # a word the greedy answer certainly writes, a few tokens in
+    text, timings = remote.generate(tokens, max_tokens=64, stop=(stop,)).result()
+    assert free.startswith(text) and stop not in text  # the server withholds the stop's own text
+    # The server's own count: the tokens up to the stop, none after it.
+    assert timings.decode_tokens <= len(remote.tokenize(free[: free.index(stop) + len(stop)])) + 1 < 16
+
+
 def test_remote_refuses_a_prompt_over_its_context_before_sending(remote):
     with pytest.raises(ContextOverflow):
         remote.generate([1] * 2040, max_tokens=16)

@@ -217,6 +217,7 @@ class LlamaCppBackend:
         session: str | None = None,
         deadline: float | None = None,
         background: bool = False,
+        stop: Sequence[str] = (),
         passages: Sequence[str] = (),
         trace: Trace | None = None,
     ) -> Generation:
@@ -224,7 +225,8 @@ class LlamaCppBackend:
         With ``session``, the state after the answer is saved under that key.
         ``deadline`` (a ``time.perf_counter()`` instant) orders it among the
         others, earliest first; ``background`` work waits for all of them.
-        ``passages`` are the texts of retrieved passages inside the prompt
+        The answer ends at the token whose text completes one of ``stop``
+        (that text streamed, no token decoded after it). ``passages`` are the texts of retrieved passages inside the prompt
         (see :meth:`stored_passages`): those stored are spliced in. A
         ``trace`` records the answer's tokens and logits (measurements).
 
@@ -240,7 +242,8 @@ class LlamaCppBackend:
         spans = tuple(s for s in find_spans(tokens, [self.tokenize(p) for p in passages]) if s is not None) \
             if passages and self.passages.enabled else ()
         request = Request(0, tokens, max(max_tokens, 1), session=session, background=background,
-                          deadline=math.inf if deadline is None else deadline, spans=spans, trace=trace)
+                          deadline=math.inf if deadline is None else deadline, spans=spans, trace=trace,
+                          stops=tuple(s for s in stop if s))
         # Submitted now, not when first read, so that the load the next request is planned for includes it.
         self.loop.submit(request)
         return Generation(self._run(request), engine=self.name, release=lambda: self._release(request),

@@ -388,7 +388,7 @@ class EngineLoop:
         piece = a.decoder.decode(self._detokenize(token))
         if piece:
             a.req.events.put(("piece", piece))
-        if len(a.generated) >= a.req.max_tokens:
+        if len(a.generated) >= a.req.max_tokens or a.says_stop(piece):  # a stop: not one step more
             self._finish(a)
         else:
             a.pending = token

@@ -62,6 +62,7 @@ class Request:
     store: str | None = None  # a passage behind the system prompt, to evaluate and keep under this key
     idle: bool = False  # warming the passage store: runs only while nothing else needs the engine
     trace: Trace | None = None  # record answer tokens and logits (measurements only)
+    stops: tuple[str, ...] = ()  # texts that end the answer as soon as it holds one (no step after)
     started: float = field(default_factory=time.perf_counter)
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -109,6 +110,19 @@ class Active:
     spliced_passages: int = 0
     splice_s: float = 0.0
     others: int | None = None  # cells other sequences held when its prompt began to be evaluated
+    said: str = ""  # the answer's last characters, as far as a stop sequence may reach back
+
+    def says_stop(self, piece: str) -> bool:
+        """Whether the answer, with its next ``piece`` of text, now holds one
+        of its request's stop sequences (then nothing more is decoded)."""
+        stops = self.req.stops
+        if not stops or not piece:
+            return False
+        text = self.said + piece
+        if any(stop in text for stop in stops):
+            return True
+        self.said = text[-(max(map(len, stops)) - 1):] if max(map(len, stops)) > 1 else ""
+        return False
 
     def work(self) -> Work:
         """As the scheduler sees it: the prompt tokens it still evaluates (spliced ones are not)."""

@@ -170,9 +170,11 @@ class RemoteBackend:
         session: str | None = None,
         deadline: float | None = None,
         background: bool = False,
+        stop: Sequence[str] = (),
     ) -> Generation:
         """The server's completion of ``prompt``, streamed; its timings are
-        the server's own figures where it reports them.
+        the server's own figures where it reports them. The server ends it at
+        any of ``stop`` (OpenAI's ``stop``; the server withholds that text).
 
         Raises ContextOverflow before sending if the prompt plus
         ``max_tokens`` exceed the server's context window, and
@@ -180,9 +182,9 @@ class RemoteBackend:
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         check_fits(len(tokens), max_tokens, self.n_ctx)
-        return Generation(self._stream(tokens, max_tokens, temperature), engine=self.name)
+        return Generation(self._stream(tokens, max_tokens, temperature, tuple(s for s in stop if s)), engine=self.name)
 
-    def _body(self, tokens: list[int], max_tokens: int, temperature: float) -> dict:
+    def _body(self, tokens: list[int], max_tokens: int, temperature: float, stop: tuple[str, ...] = ()) -> dict:
         body: dict[str, object] = {
             "model": self.model,
             "prompt": tokens,
@@ -191,6 +193,8 @@ class RemoteBackend:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if stop:  # the server stops itself: no token decoded after it, and its timings say so
+            body["stop"] = list(stop)
         if temperature <= 0:
             body["top_k"] = 1
         if self.kind == "llama-server":
@@ -199,14 +203,16 @@ class RemoteBackend:
             body["repetition_penalty"] = self.repeat_penalty
         return body
 
-    def _stream(self, tokens: list[int], max_tokens: int, temperature: float) -> Generator[str, None, Timings]:
+    def _stream(self, tokens: list[int], max_tokens: int, temperature: float,
+                stop: tuple[str, ...] = ()) -> Generator[str, None, Timings]:
         started = time.perf_counter()
         ttft: float | None = None
         pieces = 0
         reported: dict = {}
         usage: dict = {}
         try:
-            with self._http.stream("POST", "/v1/completions", json=self._body(tokens, max_tokens, temperature)) as response:
+            body = self._body(tokens, max_tokens, temperature, stop)
+            with self._http.stream("POST", "/v1/completions", json=body) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise EngineUnreachable(

@@ -107,7 +107,8 @@ class Member:
         return self._pool.ask_any(lambda b: b.tokenize(text), prefer=self)
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
-                 session: str | None = None, deadline: float | None = None, background: bool = False) -> Generation:
+                 session: str | None = None, deadline: float | None = None, background: bool = False,
+                 stop: Sequence[str] = ()) -> Generation:
         """This engine's completion of ``prompt``, counted in its load while it runs."""
         backend = self._require()
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -120,7 +121,7 @@ class Member:
             self.last_used = key
         try:
             inner = backend.generate(tokens, max_tokens=max_tokens, temperature=temperature, session=session,
-                                     deadline=deadline, background=background)
+                                     deadline=deadline, background=background, stop=stop)
         except BaseException:
             self._untrack(key)
             raise
@@ -409,13 +410,13 @@ class EnginePool:
 
     def generate_on(self, route: Route, prompt: str | Sequence[int], *, max_tokens: int = 256,
                     temperature: float = 0.0, session: str | None = None, deadline: float | None = None,
-                    background: bool = False) -> Generation:
+                    background: bool = False, stop: Sequence[str] = ()) -> Generation:
         """The completion of ``prompt`` on ``route``'s engine, retried on
         another if it fails before the first piece of the answer."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         check_fits(len(tokens), max_tokens, self.n_ctx)
         options = dict(max_tokens=max_tokens, temperature=temperature, session=session, deadline=deadline,
-                       background=background)
+                       background=background, stop=tuple(stop))
         return Generation(self._failover(route, tokens, options), engine=self.name)
 
     def _failover(self, route: Route, tokens: list[int], options: dict) -> Generator[str, None, Timings]:
@@ -462,13 +463,14 @@ class EnginePool:
         return self.ask_any(lambda b: b.tokenize(text))
 
     def generate(self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
-                 session: str | None = None, deadline: float | None = None, background: bool = False) -> Generation:
+                 session: str | None = None, deadline: float | None = None, background: bool = False,
+                 stop: Sequence[str] = ()) -> Generation:
         """The completion of ``prompt`` on the engine the policy routes it
         to (by the engines' recent speeds), with failover."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         return self.route(tokens, deadline=deadline, session=session).generate(
             tokens, max_tokens=max_tokens, temperature=temperature, session=session, deadline=deadline,
-            background=background)
+            background=background, stop=stop)
 
     def cached_prefix(self, tokens: Sequence[int]) -> int:
         """The longest prefix of ``tokens`` any healthy engine holds."""

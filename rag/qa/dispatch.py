@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from engine.backend import Backend, Generation
 from engine.remote.pool import Route
@@ -76,15 +76,16 @@ class Dispatcher:
         ), route
 
     def submit(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
-               conversation: Conversation | None, ranked: Ranked | None = None, arrival: Arrival | None = None
-               ) -> tuple[PlannedPrompt, Route, Generation]:
+               conversation: Conversation | None, ranked: Ranked | None = None, arrival: Arrival | None = None,
+               stop: Sequence[str] = ()) -> tuple[PlannedPrompt, Route, Generation]:
         """Plan the prompt and submit it, before the next question is planned;
         ``arrival`` (the question's, from :meth:`arrived`) stops counting as
-        on its way as it is submitted."""
+        on its way as it is submitted; the engine ends the answer at any of
+        ``stop``."""
         with self._planning:
             deadline = self._in_plan_order(deadline_of(received, target))
             prompt, route = self.plan(question, hits, options, target, received, conversation, deadline, ranked)
-            generation = self._generate(route, prompt, options, deadline, options.session)
+            generation = self._generate(route, prompt, options, deadline, options.session, stop)
             if arrival is not None:
                 # Before the lock is free: the next plan finds this question in the engine's load, and
                 # would count it twice were it still on its way.
@@ -107,12 +108,12 @@ class Dispatcher:
 
     @staticmethod
     def _generate(route: Route, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
-                  session: str | None) -> Generation:
+                  session: str | None, stop: Sequence[str] = ()) -> Generation:
         """Submit ``prompt`` through ``route``; an engine that keeps passages
         splices those it holds and is asked to keep the rest for next time."""
         engine = splicing(route.engine)
         generation = route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
-                                    session=kv_key(session) if session is not None else None,
+                                    session=kv_key(session) if session is not None else None, stop=tuple(stop),
                                     **({"passages": tuple(prompt.passages)} if takes_passages(route.engine) else {}))
         if engine is not None and prompt.to_keep:
             engine.keep_passages(tuple(prompt.to_keep))

@@ -360,19 +360,22 @@ class Pipeline:
                     # A follow-up leans on the turns before it ("and at what heat?"): it is always asked.
                     early.evidence = ()
                     return self._declined(question, hits, ranked, options, target, received, session)
+                # Where the prompt's own text begins the answer stops: the engine decodes nothing after it.
+                stops = STOP_SEQUENCES if options.stop else ()
                 # Submitted: counted in the engine's load from now, and no longer as on its way.
                 prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
-                                                                   conversation, ranked, arrival)
+                                                                   conversation, ranked, arrival, stops)
                 cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
                 early.evidence = prompt.evidence
                 yield ""  # the evidence is known: a reader may show it before the first token
                 # Citations the prompt did not show are removed as the text streams (see citations).
                 guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits), prompt.text),
-                                     STOP_SEQUENCES if options.stop else ())
+                                     stops)
                 with generation:
                     for piece in generation:
                         if guard.stopped:
-                            continue  # past a stop sequence: drained unseen, so the engine reports its timings
+                            # The engine ended there too: what is left is that token's text, read for the timings.
+                            continue
                         shown = guard.feed(piece)
                         if shown:
                             pieces.append(shown)
