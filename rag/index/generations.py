@@ -13,8 +13,10 @@ Does not: read vectors or chunks (``store`` does).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,18 +155,80 @@ def remove_others(directory: Path, keep: set[str]) -> None:
             shutil.rmtree(generation, ignore_errors=True)
 
 
+def open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path`` (created, mode 0600), never
+    opened through a symbolic link. A link or an empty folder found there
+    (left by hand or by a tool: no process holds a lock through either) is
+    replaced by a fresh file, atomically; anything else there is an
+    IndexDamaged naming the path and what to do."""
+    path = Path(path)
+    for _ in range(3):  # another process may replace it at the same moment: then its file is opened
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EACCES, errno.EPERM):
+                raise
+            _replace_odd_lock(path, exc)
+    raise IndexDamaged(f"{path} is not a lock file and could not be replaced; remove it and try again")
+
+
+def _replace_odd_lock(path: Path, exc: OSError) -> None:
+    """Put a fresh lock file where ``path`` is a symbolic link or an empty
+    folder; IndexDamaged for anything else."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return  # gone meanwhile: opened afresh
+    if stat.S_ISLNK(info.st_mode):
+        fresh = path.with_name(f"{path.name}.{os.getpid()}.new")
+        os.close(os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600))
+        os.replace(fresh, path)  # the link goes and the file comes in one step
+        return
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            os.rmdir(path)  # only an empty one: nothing in it is lost
+            return
+        except OSError:
+            raise IndexDamaged(f"{path} is a folder, not a lock file; remove it (rm -r '{path}') "
+                               "and try again") from None
+    raise IndexDamaged(f"{path} cannot be used as a lock file ({exc.strerror or exc}); remove it "
+                       "and try again") from None
+
+
 @contextlib.contextmanager
 def write_lock(directory: Path) -> Iterator[None]:
-    """Hold the index's write lock (IndexBusy if another process holds it)."""
-    with open(Path(directory) / ".lock", "a+") as fh:
+    """Hold the index's write lock (IndexBusy if another process holds it;
+    see :func:`open_lock_file` for a lock file that is not a file)."""
+    fd = open_lock_file(Path(directory) / ".lock")
+    try:
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise IndexBusy(f"{directory}: another process is writing this index; wait for it to finish") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def sweep_unfinished(directory: Path) -> list[str]:
+    """Remove the generations of ``directory`` that a killed ingest left
+    half-built (no manifest, never published), when no process is writing
+    the index (its lock is free); the names removed. Nothing is removed
+    while another process holds the lock: it may be building one."""
+    directory = Path(directory)
+    live = current_name(directory)
+    unfinished = [g for g in generations(directory)
+                  if g.name != live and not (g / "manifest.json").exists()]
+    if not unfinished:
+        return []
+    try:
+        with write_lock(directory):
+            unfinished = [g for g in unfinished if g.is_dir() and not (g / "manifest.json").exists()]
+            for generation in unfinished:
+                shutil.rmtree(generation, ignore_errors=True)
+    except (IndexBusy, IndexDamaged, OSError):
+        return []  # being written, or a folder this process may not change: the next ingest sweeps it
+    return [g.name for g in unfinished]
 
 
 def fsync_file(path: Path) -> None:

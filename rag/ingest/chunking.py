@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from ..errors import RagError
 from .formats import Location, LoadedDocument
 
 # Chosen by measurement on the Python documentation corpus (README,
@@ -105,10 +106,12 @@ class Chunker:
             )
         return self._splitters[language]
 
-    def split(self, document: LoadedDocument, progress: Callable[[float], None] | None = None) -> list[TextChunk]:
+    def split(self, document: LoadedDocument, progress: Callable[[float], None] | None = None, *,
+              max_chunks: int | None = None) -> list[TextChunk]:
         """The document's chunks in reading order, each with its span,
         location and context; ``progress(share)`` is told the share of the
-        text done as it goes.
+        text done as it goes. A RagError naming the limit as soon as there
+        are more than ``max_chunks`` (None: no limit).
 
         Segments (pages, slides, sheets, chapters) are split separately, so
         a chunk never spans two and its location is exact. A text longer
@@ -131,6 +134,10 @@ class Chunker:
                     location=document.locate(start + at, start + at + len(chunk_text)),
                     context=document.context(start + at),
                 ))
+                if max_chunks is not None and len(chunks) > max_chunks:
+                    raise RagError(f"it makes over {max_chunks:,} chunks, the most a file of its size may make; "
+                                   "not indexed (thousands of tiny pages or chapters?): split the file, or raise "
+                                   "--max-file-mb (RAG_MAX_FILE_MB) for a large one")
             if progress:
                 progress(end / max(len(text), 1))
         return chunks

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import DocumentNotFound, RagError
 from .files import DEFAULT_MAX_FILE_BYTES
 from .formats import load_document
+from .formats.document import text_limit
 from .formats.pdf import PDF_SUFFIXES
 
 
@@ -76,7 +77,7 @@ class DocumentFile:
         """The text the index was made from (loaded as at ingest); a
         DocumentError when the file no longer loads."""
         data = self.read(max_bytes)
-        loaded = load_document(self.source, self.path.suffix, data)
+        loaded = load_document(self.source, self.path.suffix, data, max_chars=text_limit(len(data), max_bytes))
         current = hashlib.sha256(data).hexdigest() == self.sha256
         return DocumentText(self.id, self.source, loaded.text, loaded.page_starts, current)
 

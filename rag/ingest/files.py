@@ -29,11 +29,11 @@ from typing import Iterable, Sequence
 from ..errors import RagError
 from ..globs import compile_glob
 from .formats import is_supported
+from .formats.document import DEFAULT_MAX_FILE_BYTES
 
 DEFAULT_EXCLUDE = (".*", "**/.*", "**/.*/**", "__pycache__/**", "**/__pycache__/**")
 MAX_DOUBLE_STARS = 4  # one ** is enough to cross folders; more is a mistake (matching is linear either way)
 SAME_NAME = "another file has this name once bytes that are not UTF-8 are written as \\xNN: not read; rename one"
-DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a small CPU: see the README
 
 
 @dataclass(frozen=True)

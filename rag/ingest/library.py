@@ -22,7 +22,7 @@ except ImportError:  # not on Windows: uploads are then serialised by the servic
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import DocumentNotFound, RagError
-from ..index.generations import index_exists
+from ..index.generations import index_exists, open_lock_file
 from ..index.store import live_manifest, open_writer
 from .chunking import Chunker, ChunkerSettings
 from .content import DocumentFile, file_in
@@ -47,8 +47,10 @@ PREVIOUS_SUFFIX = ".previous"  # the indexed version of a file an upload replace
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Hold the uploads folder's lock (a ``flock`` on ``.lock`` in it): one
     upload at a time, across threads and processes; a killed holder's lock
-    is released by the system."""
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    is released by the system. A link or an empty folder named ``.lock``
+    is replaced; anything else there is a one-line error (see
+    :func:`~rag.index.generations.open_lock_file`)."""
+    fd = open_lock_file(folder / ".lock")
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -90,12 +92,38 @@ def safe_file_name(name: str) -> str:
 
 class DocumentLibrary:
     """The documents in the index at ``index_dir``, embedded by
-    ``embedder()``; ``changed()`` is called after every published change."""
+    ``embedder()``; ``changed()`` is called after every published change.
+    :meth:`stop_ingests` stops every ingest it runs (a server told to exit)."""
 
     def __init__(self, index_dir: Path, embedder: Callable[[], Embedder], changed: Callable[[], None]) -> None:
         self.index_dir = Path(index_dir)
         self._embedder = embedder
         self._changed = changed
+        self.stopping = threading.Event()  # set by stop_ingests: every ingest stops, new ones at once
+        self._running: set[threading.Event] = set()  # the cancel event of each ingest running
+        self._guard = threading.Lock()
+
+    def stop_ingests(self) -> None:
+        """Stop every ingest running, each before its next file or batch
+        embedded (nothing of it published), and every one started after."""
+        with self._guard:
+            self.stopping.set()
+            for cancel in self._running:
+                cancel.set()
+
+    @contextlib.contextmanager
+    def _cancellable(self, cancel: threading.Event | None) -> Iterator[threading.Event]:
+        """``cancel`` (or a new event), also set by :meth:`stop_ingests`, for one ingest."""
+        cancel = cancel if cancel is not None else threading.Event()
+        with self._guard:
+            self._running.add(cancel)
+            if self.stopping.is_set():
+                cancel.set()
+        try:
+            yield cancel
+        finally:
+            with self._guard:
+                self._running.discard(cancel)
 
     @property
     def uploads_dir(self) -> Path:
@@ -132,13 +160,16 @@ class DocumentLibrary:
         rebuild: bool = False,
         progress: IngestProgress | None = None,
         follow_links: bool = True,
+        cancel: threading.Event | None = None,
     ) -> IngestReport:
         """Add, update and remove documents under ``paths``, incrementally
-        and atomically; see :func:`rag.ingest.run.ingest`."""
+        and atomically; see :func:`rag.ingest.run.ingest` (``cancel``, or
+        :meth:`stop_ingests`, stops it: IngestCancelled, nothing published)."""
         chunker = self.chunker(chunk_tokens, overlap_tokens, fresh=rebuild)
-        report = ingest(self.index_dir, paths, embedder=self._embedder(), chunker=chunker, include=include,
-                        exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress,
-                        follow_links=follow_links)
+        with self._cancellable(cancel) as cancel:
+            report = ingest(self.index_dir, paths, embedder=self._embedder(), chunker=chunker, include=include,
+                            exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress,
+                            follow_links=follow_links, cancel=cancel)
         self._changed()
         return report
 
@@ -161,7 +192,7 @@ class DocumentLibrary:
             for r in files.values()
         ]
 
-    def add(self, name: str, data: bytes) -> IngestReport:
+    def add(self, name: str, data: bytes, *, cancel: threading.Event | None = None) -> IngestReport:
         """Save ``data`` as the file ``name`` (sanitised: a bare file name,
         no folders, a type that can be read) in the uploads folder and ingest
         that folder. The file is written under a temporary name and renamed
@@ -171,7 +202,8 @@ class DocumentLibrary:
         does not. Uploads to one folder run one at a time, and each first
         accounts for what an upload that did not finish (a killed process)
         left behind: see :meth:`sweep_uploads`; symbolic links in the folder
-        are never followed."""
+        are never followed. ``cancel`` (its client left) stops the ingest:
+        IngestCancelled, the file removed or its previous version restored."""
         folder = self.uploads_dir
         safe = safe_file_name(name)
         folder.mkdir(parents=True, exist_ok=True)
@@ -185,7 +217,7 @@ class DocumentLibrary:
                 if target.is_file() and not target.is_symlink():
                     _keep_copy(target, backup)  # restored by the next upload if this process dies
                 os.replace(tmp, target)
-                report = self.ingest([folder], follow_links=False)
+                report = self.ingest([folder], follow_links=False, cancel=cancel)
             except BaseException:
                 self._restore(target, backup)
                 raise

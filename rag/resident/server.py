@@ -207,7 +207,10 @@ async def _stop_when_idle(life: Life, pipeline: Pipeline) -> None:
 async def _run(app: FastAPI, sock: socket.socket, life: Life, pipeline: Pipeline) -> None:
     import uvicorn
 
+    from ..service.watching import stop_ingests_on_exit
+
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    stop_ingests_on_exit(server, pipeline.library)  # SIGTERM does not wait for an upload's ingest
     life.server = server
     life.last_activity = time.monotonic()  # idle from now: loading took its time, and no client has been served yet
     idle = asyncio.create_task(_stop_when_idle(life, pipeline))

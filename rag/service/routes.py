@@ -8,6 +8,8 @@ Does not: authenticate (the app adds that to each route) or answer by itself.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, File, Request, UploadFile
@@ -18,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from engine.backend import Routing
 
 from ..errors import DocumentNotFound, RagError, engine_errors
+from ..ingest.run import IngestCancelled
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import AskBody, SearchBody
@@ -122,11 +125,35 @@ UPLOAD_LINKS = {"responses": {"200": {"links": {
 }}}}
 
 
+DISCONNECT_POLL_S = 0.25  # how often an upload's ingest asks whether its client is still there (chosen)
+
+
+async def _ingest_while_connected(state: ServiceState, request: Request, name: str, data: bytes):
+    """``name`` uploaded and ingested on a worker thread; the ingest is
+    cancelled (before its next batch embedded) when the client leaves or
+    this coroutine is cancelled (a server shutting down), and waited for, so
+    the next upload finds the folder and the index as they were."""
+    cancel = threading.Event()
+    work = asyncio.ensure_future(run_in_threadpool(state.pipeline.library.add, name, data, cancel=cancel))
+    try:
+        while not work.done():
+            if await request.is_disconnected():
+                cancel.set()
+            await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+    except asyncio.CancelledError:
+        cancel.set()
+        await asyncio.shield(work)  # the thread stops at its next batch; the lock is held until then
+        raise
+    return work.result()
+
+
 @router.post("/v1/documents", openapi_extra=UPLOAD_LINKS)
-async def upload(file: UploadFile = File(..., description="A document of a type rag-budget reads (.pdf, .docx, .md, ...)"),
+async def upload(request: Request,
+                 file: UploadFile = File(..., description="A document of a type rag-budget reads (.pdf, .docx, .md, ...)"),
                  state: ServiceState = Depends(service)):
     """Upload a document and ingest it (incremental and atomic: queries
-    meanwhile run on the index as it was)."""
+    meanwhile run on the index as it was). A client that leaves before the
+    answer stops its ingest: nothing of the file is kept."""
     limit = state.settings.max_upload_bytes
     data = await file.read(limit + 1)
     if len(data) > limit:
@@ -134,7 +161,9 @@ async def upload(file: UploadFile = File(..., description="A document of a type 
     pipeline = state.pipeline
     async with state.ingesting:
         try:
-            report = await run_in_threadpool(pipeline.add_document, file.filename or "", data)
+            report = await _ingest_while_connected(state, request, file.filename or "", data)
+        except IngestCancelled:
+            return Response(status_code=499)
         except RagError as exc:
             return failure(exc)
     if report.failed:

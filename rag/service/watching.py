@@ -1,7 +1,8 @@
 """Folders a running service keeps indexed (``RAG_SERVE_WATCH``): ingested
 when the service starts, then again whenever a file in them changes, on a
 thread of its own; questions meanwhile are answered from the last
-generation published.
+generation published. And what stops a service's ingests when the server
+is told to exit (SIGTERM, Ctrl-C): :func:`stop_ingests_on_exit`.
 
 Does not: watch by itself (``rag.ingest.watch`` does) or take requests.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import RagError
+from ..ingest.library import DocumentLibrary
 from ..ingest.run import IngestReport
 from ..qa.pipeline import Pipeline
 
@@ -38,7 +40,8 @@ class FolderWatcher:
 
     def _run(self) -> None:
         library = self.pipeline.library
-        options = {"max_file_bytes": self.pipeline.settings.max_file_bytes}
+        # Stopping the watch stops its ingest too, before its next batch embedded.
+        options = {"max_file_bytes": self.pipeline.settings.max_file_bytes, "cancel": self.stop_event}
         try:
             self._told(library.ingest(self.paths, **options), None, 0)
             library.watch(self.paths, self._told, stop=self.stop_event, **options)
@@ -57,7 +60,22 @@ class FolderWatcher:
             log.warning("failed: %s: %s", source, error)
 
     def stop(self) -> None:
-        """Stop watching (an ingest in progress finishes first)."""
+        """Stop watching; an ingest in progress stops before its next
+        batch embedded, publishing nothing."""
         self.stop_event.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
+
+
+def stop_ingests_on_exit(server, library: DocumentLibrary) -> None:
+    """Make the uvicorn ``server``'s exit (its SIGTERM and SIGINT handler)
+    stop every ingest of ``library`` before its next batch embedded: uvicorn
+    waits for the requests in flight, and an upload's ingest could run for
+    minutes. The server's own handling goes on as before."""
+    exit_handler = server.handle_exit
+
+    def handle_exit(sig, frame) -> None:
+        library.stop_ingests()
+        exit_handler(sig, frame)
+
+    server.handle_exit = handle_exit

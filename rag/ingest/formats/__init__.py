@@ -16,7 +16,7 @@ from typing import Callable
 
 from ...errors import DocumentError
 from .code import CODE_SUFFIXES, load_code
-from .document import Location, LoadedDocument, Segment
+from .document import MIN_TEXT_CHARS, TEXT_PER_FILE_BYTE, Location, LoadedDocument, Segment, TextOverLimit, text_limit
 from .epub import EPUB_SUFFIXES, load_epub
 from .html import HTML_SUFFIXES, html_to_text, load_html
 from .office import DOCX_SUFFIXES, PPTX_SUFFIXES, load_docx, load_pptx
@@ -24,7 +24,7 @@ from .pdf import PDF_SUFFIXES, load_pdf
 from .sheets import CSV_SUFFIXES, XLSX_SUFFIXES, load_csv, load_xlsx
 from .text import TEXT_SUFFIXES, load_text
 
-Loader = Callable[[str, str, bytes], LoadedDocument]
+Loader = Callable[..., LoadedDocument]  # (source, suffix, data) -> the document
 
 # family -> (suffixes, loader)
 FAMILIES: dict[str, tuple[frozenset[str], Loader]] = {
@@ -40,6 +40,11 @@ FAMILIES: dict[str, tuple[frozenset[str], Loader]] = {
 }
 LOADERS: dict[str, Loader] = {suffix: loader for suffixes, loader in FAMILIES.values() for suffix in suffixes}
 SUPPORTED_SUFFIXES = frozenset(LOADERS)
+# Loaders that build their text piece by piece (chapters, rows) and stop as
+# soon as it passes the limit, so the rest of a zip bomb is never read. The
+# others hold at most their file's bytes of text (plain text, HTML, code) or
+# are bounded by the container's caps, and are checked once loaded.
+STOPS_EARLY = frozenset({load_epub, load_xlsx, load_csv})
 
 
 def family_of(suffix: str) -> str | None:
@@ -54,14 +59,18 @@ def is_supported(path: PurePath) -> bool:
     return path.suffix.lower() in SUPPORTED_SUFFIXES
 
 
-def load_document(source: str, suffix: str, data: bytes) -> LoadedDocument:
+def load_document(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
     """The visible text of a file's ``data``, read as the format its
     ``suffix`` names, with its locations and outline. ``source`` names the
     file in errors.
 
     Raises DocumentError for binary, non-UTF-8, malformed, encrypted or
-    empty input.
+    empty input, and for text over ``max_chars`` characters (default:
+    :func:`~rag.ingest.formats.document.text_limit` of the file's size),
+    a loader that builds its text piece by piece stopping as soon as it
+    passes it.
     """
+    limit = text_limit(len(data)) if max_chars is None else max_chars
     suffix = suffix.lower()
     loader = LOADERS.get(suffix)
     if loader is None:
@@ -70,7 +79,11 @@ def load_document(source: str, suffix: str, data: bytes) -> LoadedDocument:
             f"unsupported file type {suffix or '(no suffix)'}; supported: {', '.join(sorted(SUPPORTED_SUFFIXES))}",
         )
     try:
-        doc = loader(source, suffix, data)
+        doc = loader(source, suffix, data, max_chars=limit) if loader in STOPS_EARLY else loader(source, suffix, data)
+        if len(doc.text) > limit:
+            raise TextOverLimit(limit)
+    except TextOverLimit as exc:
+        raise DocumentError(source, over_limit(exc.limit, len(data))) from None
     except DocumentError:
         raise
     except Exception as exc:  # noqa: BLE001 - a parser's error on a damaged file, whatever its type, is one line
@@ -79,6 +92,13 @@ def load_document(source: str, suffix: str, data: bytes) -> LoadedDocument:
     if not doc.text.strip():
         raise DocumentError(source, "no text to index (the document is empty)")
     return doc
+
+
+def over_limit(limit: int, file_bytes: int) -> str:
+    """Why a file's text was refused, in one line, naming the limit."""
+    return (f"its text passes {limit:,} characters, the most a {file_bytes:,}-byte file may hold ({TEXT_PER_FILE_BYTE} a byte, "
+            f"at least {MIN_TEXT_CHARS >> 20} MiB, at most the file-size limit); not indexed (a zip bomb?): split the file, or raise "
+            "--max-file-mb (RAG_MAX_FILE_MB) for a large one")
 
 
 def _one_line(exc: BaseException) -> str:

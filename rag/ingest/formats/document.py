@@ -20,6 +20,50 @@ from typing import Literal, Sequence
 CONTEXT_SEPARATOR = " > "  # between the title and the headings of a chunk's context
 MAX_CONTEXT_CHARS = 240  # a chunk's title and headings, as embedded: a few dozen tokens at most
 
+# What one file may cost (issue 37): a 46,711-byte EPUB held 47 MB of text,
+# some 276,000 chunks and 48 minutes of embedding on 2 cores. The text read
+# from a file is bounded by the file's size: prose deflates 3 to 4 times, so
+# a real EPUB, DOCX or PDF holds at most a few characters a byte; a zip bomb
+# holds hundreds. At the issue's 95 chunks a second (11,765 chunks in 123 s,
+# 2 cores) and about 770 new characters a chunk, a file under 1 MB then
+# costs under a minute.
+DEFAULT_MAX_FILE_BYTES = 16 << 20  # 16 MiB of text chunks for minutes on a small CPU: see the README
+TEXT_PER_FILE_BYTE = 4  # characters of text a file may hold per byte of its own (chosen: prose deflates 3-4x)
+MIN_TEXT_CHARS = 2 << 20  # every file may hold this much text, however small (a few thousand chunks)
+CHARS_PER_CHUNK_FLOOR = 384  # chunks a file may make: its text limit over this (a 200-token chunk holds ~770)
+
+
+def text_limit(file_bytes: int, ceiling: int = DEFAULT_MAX_FILE_BYTES) -> int:
+    """The most characters of text a file of ``file_bytes`` may yield:
+    ``TEXT_PER_FILE_BYTE`` a byte, at least ``MIN_TEXT_CHARS``, never over
+    ``ceiling`` (the plain-file size limit: no format holds more text than
+    a plain file may).
+
+    ``text_limit(46_711) -> 2_097_152``; ``text_limit(10 << 20) -> 16_777_216``
+    """
+    return min(ceiling, max(MIN_TEXT_CHARS, TEXT_PER_FILE_BYTE * file_bytes))
+
+
+def chunk_limit(max_chars: int) -> int:
+    """The most chunks a file whose text may hold ``max_chars`` may make
+    (tiny pages or chapters make many small chunks)."""
+    return max(1, max_chars // CHARS_PER_CHUNK_FLOOR)
+
+
+class TextOverLimit(Exception):
+    """A loader passed its text limit: raised as soon as it does, so the
+    rest of the file is never read (``load_document`` names the file)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def check_text(length: int, limit: int | None) -> None:
+    """TextOverLimit when ``length`` characters pass ``limit`` (None: no limit)."""
+    if limit is not None and length > limit:
+        raise TextOverLimit(limit)
+
 
 @dataclass(frozen=True)
 class Location:

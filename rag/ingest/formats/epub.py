@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 from ...errors import DocumentError
 from .containers import open_zip
-from .document import Location, LoadedDocument, Segment
+from .document import Location, LoadedDocument, Segment, check_text
 from .html import parse_html
 
 EPUB_SUFFIXES = frozenset({".epub"})
@@ -68,8 +68,10 @@ def _encrypted(source: str, archive: zipfile.ZipFile) -> set[str]:
             if ref.tag.endswith("CipherReference")}
 
 
-def load_epub(source: str, suffix: str, data: bytes) -> LoadedDocument:
-    """A book's chapters in reading order, a segment per chapter."""
+def load_epub(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
+    """A book's chapters in reading order, a segment per chapter; reading
+    stops at the first chapter that takes the text over ``max_chars``
+    (TextOverLimit)."""
     with open_zip(source, data, ".epub") as archive:
         chapters, title = _spine(source, archive)
         if set(chapters) & _encrypted(source, archive):
@@ -96,4 +98,5 @@ def load_epub(source: str, suffix: str, data: bytes) -> LoadedDocument:
             headings.extend((length + at, level + 1, h) for at, level, h in chapter.headings[1:])
             parts.append(chapter.text)
             length += len(chapter.text)
+            check_text(length, max_chars)
     return LoadedDocument("".join(parts), tuple(segments), title=title, headings=tuple(headings))

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 from ...errors import DocumentError
 from .containers import open_zip
-from .document import Location, LoadedDocument, Segment
+from .document import Location, LoadedDocument, Segment, check_text
 from .tables import cell_text, header_text, row_text
 from .text import decode_text
 
@@ -32,12 +32,13 @@ class _Sheets:
     """Rows gathered sheet by sheet into text, with their row numbers, up to
     the file's row limit."""
 
-    def __init__(self, max_rows: int | None = None) -> None:
+    def __init__(self, max_rows: int | None = None, max_chars: int | None = None) -> None:
         self.lines: list[str] = []
         self.length = 0
         self.segments: list[Segment] = []
         self.headings: list[tuple[int, int, str]] = []
         self.max_rows = max_rows if max_rows is not None else MAX_ROWS
+        self.max_chars = max_chars  # TextOverLimit as soon as the text passes it
         self.rows = 0
         self.warnings: list[str] = []
 
@@ -75,6 +76,7 @@ class _Sheets:
             self.length += 1
         self.lines.append(line)
         self.length += len(line)
+        check_text(self.length, self.max_chars)
 
     def document(self, title: str | None) -> LoadedDocument:
         return LoadedDocument("\n".join(self.lines), tuple(self.segments), title=title, headings=tuple(self.headings),
@@ -86,15 +88,16 @@ def _xlsx_rows(sheet) -> Iterator[tuple[int, list[str]]]:
         yield number, [cell_text(v) for v in values[: MAX_COLUMNS + 1]]
 
 
-def load_xlsx(source: str, suffix: str, data: bytes) -> LoadedDocument:
-    """A workbook's sheets in order, each row with its column headers."""
+def load_xlsx(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
+    """A workbook's sheets in order, each row with its column headers;
+    TextOverLimit as soon as the text passes ``max_chars``."""
     import openpyxl
 
     open_zip(source, data, suffix, streamed=lambda name: name.startswith("xl/worksheets/")).close()
     # read_only streams the sheet XML instead of building every cell.
     book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
-        out = _Sheets()
+        out = _Sheets(max_chars=max_chars)
         for sheet in book.worksheets:
             if out.rows >= out.max_rows:
                 out.warnings.append(f"sheet {sheet.title!r} and the sheets after it were not read (row limit)")
@@ -108,8 +111,9 @@ def load_xlsx(source: str, suffix: str, data: bytes) -> LoadedDocument:
     return out.document(title)
 
 
-def load_csv(source: str, suffix: str, data: bytes) -> LoadedDocument:
-    """A CSV (or TSV) file: its first row is the header of every other."""
+def load_csv(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
+    """A CSV (or TSV) file: its first row is the header of every other;
+    TextOverLimit as soon as the text passes ``max_chars``."""
     text = decode_text(source, data)
     dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab if suffix == ".tsv" else csv.excel
     if suffix != ".tsv":
@@ -118,7 +122,7 @@ def load_csv(source: str, suffix: str, data: bytes) -> LoadedDocument:
         except csv.Error:
             pass  # not enough to tell: commas
     try:
-        out = _Sheets()
+        out = _Sheets(max_chars=max_chars)
         reader = csv.reader(io.StringIO(text), dialect)
         out.add_sheet(None, ((n, [cell_text(c) for c in row[: MAX_COLUMNS + 1]]) for n, row in enumerate(reader, 1)))
     except csv.Error as exc:

