@@ -226,8 +226,9 @@ class LlamaCppBackend:
         ``deadline`` (a ``time.perf_counter()`` instant) orders it among the
         others, earliest first; ``background`` work waits for all of them.
         The answer ends at the token whose text completes one of ``stop``
-        (that text streamed, no token decoded after it). ``passages`` are the texts of retrieved passages inside the prompt
-        (see :meth:`stored_passages`): those stored are spliced in. A
+        (that text streamed, no token decoded after it). ``passages`` are
+        the texts of retrieved passages inside the prompt (see
+        :meth:`stored_passages`): those stored are spliced in. A
         ``trace`` records the answer's tokens and logits (measurements).
 
         Raises ContextOverflow before any work if the prompt plus
