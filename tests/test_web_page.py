@@ -35,7 +35,7 @@ def server(tmp_path_factory, embedder, backend):
     root = tmp_path_factory.mktemp("web")
     p = Pipeline.open(root / "index", embedder=embedder, backend=backend, conversations=root / "c.sqlite")
     p.prepare(need_index=False)
-    s = LoopbackServer(create_app(p, ServiceSettings(api_keys=[KEY], rate_limit_per_minute=0)))
+    s = LoopbackServer(create_app(p, ServiceSettings(api_keys=[KEY])))  # the default limits, as `rag serve` has
     yield s
     s.stop()
     p.close()
@@ -231,3 +231,50 @@ def test_keyboard_only_at_a_phone_width_in_dark_mode(browser, server, shots):
         page.screenshot(path=str(shots / "6-phone-dark.png"), full_page=True)
     finally:
         context.close()
+
+
+def _refuse_first(page, path: str, method: str, retry_after: str = "1") -> list[int]:
+    """Answer the page's first ``method`` call to ``path`` 429 with
+    Retry-After, pass the rest on to the server; the statuses it saw."""
+    seen: list[int] = []
+
+    def handle(route):
+        if route.request.method != method:
+            return route.continue_()
+        if not seen:
+            seen.append(429)
+            return route.fulfill(status=429, headers={"Retry-After": retry_after}, content_type="application/json",
+                                 body='{"error": {"message": "2 questions in flight from this caller", '
+                                      '"type": "rate_limited"}}')
+        seen.append(0)  # passed on
+        return route.continue_()
+
+    page.route(f"**{path}", handle)
+    return seen
+
+
+def test_the_page_waits_out_a_429_and_tries_again_for_uploads_and_questions(page, server):
+    uploads = _refuse_first(page, "/v1/documents", "POST")
+    page.set_input_files("#file-input", files=[{"name": "retried.txt", "mimeType": "text/plain",
+                                                 "buffer": CORPUS["decode.txt"].encode()}])
+    page.wait_for_selector("#document-list li:has-text('retried.txt'), #uploads li.failed")
+    assert page.locator("#uploads li.failed").count() == 0, page.inner_text("#uploads")
+    assert uploads == [429, 0]  # refused once, sent again after its Retry-After
+    asks = _refuse_first(page, "/v1/ask", "POST")
+    page.fill("#question", "What limits decode?")
+    page.click("#ask-button")
+    page.wait_for_selector(".turn:last-child:is([data-state=done], [data-state=failed])", timeout=120_000)
+    assert page.get_attribute(".turn:last-child", "data-state") == "done", page.inner_text(".turn:last-child")
+    assert asks == [429, 0]
+
+
+def test_twenty_files_dropped_on_the_page_are_all_indexed(page, server):
+    names = {f"drop{i:02}.md": f"# Drop {i}\n\nNote {i} is about llamas.\n" for i in range(20)}
+    _drop(page, names)
+    page.wait_for_function(
+        """(names) => document.querySelector('#uploads li.failed') || names.every((n) =>
+               [...document.querySelectorAll('#document-list .doc-name')].some((e) => e.textContent === n))""",
+        arg=list(names), timeout=300_000)
+    assert page.locator("#uploads li.failed").count() == 0, page.inner_text("#uploads")
+    listed = {d["source"] for d in _api(server, "GET", "/v1/documents").json()["documents"]}
+    assert set(names) <= listed

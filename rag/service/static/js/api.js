@@ -1,16 +1,40 @@
 // The service's API as the page uses it: the key (kept in this tab's
 // session storage and sent with every call), JSON errors as exceptions,
-// uploads with progress, and /v1/ask as server-sent events.
+// uploads with progress, and /v1/ask as server-sent events. A call the
+// server refuses for now (429) is sent again after its Retry-After, a few
+// times at most.
 // Does not: touch the page; callers decide what to show.
 
 const KEY = "rag-budget-api-key";
+export const MOST_TRIES = 5; // a call refused 429 is sent at most this many times in all
+const LONGEST_WAIT_S = 30; // a Retry-After longer than this is waited this long
 
 export class ApiError extends Error {
-  constructor(status, message, type) {
+  constructor(status, message, type, retryAfter = null) {
     super(message);
     this.status = status;
     this.type = type;
+    this.retryAfter = retryAfter; // the server's Retry-After header, if it sent one
   }
+}
+
+/** Seconds to wait for a Retry-After header (seconds or an HTTP date): 1 to LONGEST_WAIT_S. */
+export function retryDelay(header) {
+  let seconds = Number(header);
+  if (header == null || header === "" || !Number.isFinite(seconds)) {
+    const when = Date.parse(header || "");
+    seconds = Number.isFinite(when) ? (when - Date.now()) / 1000 : 1;
+  }
+  return Math.min(Math.max(seconds, 1), LONGEST_WAIT_S);
+}
+
+// Resolves after `seconds`, or rejects at once if `signal` aborts meanwhile.
+function pause(seconds, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal && signal.aborted) { reject(signal.reason); return; }
+    const timer = setTimeout(resolve, seconds * 1000);
+    if (signal) signal.addEventListener("abort", () => { clearTimeout(timer); reject(signal.reason); }, { once: true });
+  });
 }
 
 let askForKey = async () => { throw new ApiError(401, "an API key is needed", "unauthorized"); };
@@ -41,14 +65,21 @@ async function failure(response) {
     const body = await response.json();
     if (body && body.error) ({ message, type } = body.error);
   } catch (_) { /* not JSON: keep the status line */ }
-  return new ApiError(response.status, message, type);
+  return new ApiError(response.status, message, type, response.headers.get("Retry-After"));
 }
 
-/** fetch() with the key; on 401 asks for a key once and tries again. */
+/** fetch() with the key; on 401 asks for a key once and tries again; on 429
+ * waits the Retry-After and tries again, MOST_TRIES times in all. */
 export async function call(path, options = {}) {
-  for (let attempt = 0; ; attempt++) {
+  for (let attempt = 0, refused = 0; ; attempt++) {
     const response = await fetch(path, { ...options, headers: headers(options.headers) });
     if (response.status === 401 && attempt === 0) { await newKey(); continue; }
+    if (response.status === 429 && ++refused < MOST_TRIES) {
+      const wait = retryDelay(response.headers.get("Retry-After"));
+      await response.body?.cancel();
+      await pause(wait, options.signal);
+      continue;
+    }
     if (!response.ok) throw await failure(response);
     return response;
   }
@@ -70,17 +101,26 @@ export function upload(file, progress) {
       try { body = JSON.parse(xhr.responseText); } catch (_) { /* below */ }
       if (xhr.status >= 200 && xhr.status < 300) resolve(body);
       else reject(new ApiError(xhr.status, body && body.error ? body.error.message : `${xhr.status}`,
-                               body && body.error ? body.error.type : "http_error"));
+                               body && body.error ? body.error.type : "http_error",
+                               xhr.getResponseHeader("Retry-After")));
     };
     const form = new FormData();
     form.append("file", file, file.name);
     xhr.send(form);
   });
-  return send().catch(async (err) => {
-    if (err.status !== 401) throw err;
-    await newKey();
-    return send();
-  });
+  const attempt = async (asked, refused) => {
+    try {
+      return await send();
+    } catch (err) {
+      if (err.status === 401 && !asked) { await newKey(); return attempt(true, refused); }
+      if (err.status === 429 && refused + 1 < MOST_TRIES) {
+        await pause(retryDelay(err.retryAfter));
+        return attempt(asked, refused + 1);
+      }
+      throw err;
+    }
+  };
+  return attempt(false, 0);
 }
 
 /** Ask a question with streaming: onEvidence(list) once the prompt is planned (before

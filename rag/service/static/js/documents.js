@@ -96,14 +96,16 @@ async function uploadOne(file, item) {
   }
 }
 
-/** Upload files one after another (the server ingests one at a time anyway). */
+/** Upload files one after another (the server ingests one at a time anyway);
+ * a list that could not be read again meanwhile does not stop the files after. */
 export async function uploadFiles(files) {
   const items = Array.from(files).map((f) => [f, uploadItem(f)]);
   $("uploads").prepend(...items.map(([, item]) => item.li));
   for (const [file, item] of items) {
     await uploadOne(file, item);
-    await refreshDocuments();
+    await refreshDocuments().catch(() => {}); // shown stale until the next refresh
   }
+  await refreshDocuments();
 }
 
 export function setUpDocuments() {
