@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sqlite3
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 from urllib.parse import quote
 
 import numpy as np
 
-from ..errors import IndexDamaged
+from ..errors import IndexBusy, IndexDamaged
 from ..ingest.formats.document import CONTEXT_SEPARATOR
 from .generations import (
     choose,
@@ -38,13 +39,14 @@ from .generations import (
     problem,
     publish,
     remove_others,
+    sweep_unfinished,
     write_lock,
 )
 from .lexical import LexicalIndex
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
 from .vectors import describe, fit_vectors, new_vectors, vector_search
 
-LEXICAL_FOLDER = "bm25"  # optional in a generation: rebuilt in memory when absent or stale
+LEXICAL_FOLDER = "bm25"  # optional in a generation: rebuilt when absent or stale, and saved again
 _DAMAGE = (RuntimeError, sqlite3.DatabaseError, OSError, ValueError, MemoryError)
 
 _SCHEMA = """
@@ -211,6 +213,7 @@ class Index:
         if no generation is intact."""
         directory = Path(directory)
         failed: dict[str, str] = {}
+        sweep_unfinished(directory)  # what a killed ingest left half-built, unless one is writing now
         while True:
             chosen = choose(directory, skip=failed)
             manifest = Manifest.read(chosen.generation / "manifest.json")
@@ -271,9 +274,10 @@ class Index:
         return found
 
     def lexical(self) -> LexicalIndex:
-        """The BM25 index of this generation; built in memory from the chunk
-        texts when the generation has none, or one that does not hold
-        exactly its chunks (a note says so)."""
+        """The BM25 index of this generation; built from the chunk texts
+        when the generation has none, or one that does not hold exactly its
+        chunks (a note says so), and then saved into the generation (see
+        :meth:`_save_lexical`), so the next open reads it."""
         if self._lexical is None:
             ids = np.array([r[0] for r in self._db.execute("SELECT id FROM chunks ORDER BY id")], dtype=np.int64)
             try:
@@ -292,8 +296,48 @@ class Index:
             if loaded is None:
                 rows = self._db.execute("SELECT id, context, text FROM chunks ORDER BY id").fetchall()
                 loaded = LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows])
+                self._save_lexical(loaded)
             self._lexical = loaded
         return self._lexical
+
+    def _save_lexical(self, built: LexicalIndex) -> None:
+        """Save ``built`` as this generation's BM25 folder and record its
+        files in the manifest, under the index's write lock: the folder is
+        written aside and renamed in, then the manifest replaced in one
+        step (a reader in between finds them differ and builds its own).
+        Skipped, with a note, while another process writes the index or
+        where this one may not write."""
+        generation, folder = self.generation, self.generation / LEXICAL_FOLDER
+        fresh = generation / f"{LEXICAL_FOLDER}.{os.getpid()}.new"
+        old = generation / f"{LEXICAL_FOLDER}.{os.getpid()}.old"
+        try:
+            with write_lock(self.directory):
+                if not (generation / "manifest.json").is_file():
+                    return  # removed meanwhile (no longer kept to fall back to)
+                shutil.rmtree(fresh, ignore_errors=True)
+                built.save(fresh)
+                names = sorted(p.name for p in fresh.iterdir())
+                for name in names:
+                    fsync_file(fresh / name)
+                fsync_dir(fresh)
+                facts = {f"{LEXICAL_FOLDER}/{name}": {"bytes": (fresh / name).stat().st_size,
+                                                       "sha256": sha256_of(fresh / name)} for name in names}
+                if folder.exists():
+                    os.replace(folder, old)
+                os.replace(fresh, folder)
+                kept = {n: f for n, f in self.manifest.files.items() if not n.startswith(f"{LEXICAL_FOLDER}/")}
+                manifest = replace(self.manifest, files=kept | facts)
+                tmp = generation / "manifest.json.tmp"
+                tmp.write_text(manifest.to_json(), encoding="utf-8")
+                fsync_file(tmp)
+                os.replace(tmp, generation / "manifest.json")
+                fsync_dir(generation)
+                shutil.rmtree(old, ignore_errors=True)
+                self.manifest = manifest
+        except (IndexBusy, IndexDamaged, OSError) as exc:
+            shutil.rmtree(fresh, ignore_errors=True)
+            self._note(f"{generation.name}/{LEXICAL_FOLDER} was not saved again ({exc}); it is rebuilt in memory "
+                       "at each start until the next ingest")
 
     def _lexical_problem(self) -> str | None:
         """What differs between the BM25 files and the manifest (None if nothing)."""

@@ -173,6 +173,23 @@ def held(path: Path, *, wait_s: float | None = None, what: str = "lock",
     ``wait_s`` None: yield None when another process still holds it after
     ``patience_s`` (a client's :meth:`Address.alive` holds it for an instant),
     else wait up to ``wait_s`` seconds for it (a RagError after that)."""
+    while True:  # again when a sweep removed the file between its opening and its locking
+        with _held_once(path, wait_s=wait_s, what=what, patience_s=patience_s) as fd:
+            if fd is None or _same_file(fd, path):
+                yield fd
+                return
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (not one removed since it was opened)."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def _held_once(path: Path, *, wait_s: float | None, what: str, patience_s: float) -> Iterator[int | None]:
     with _open_lock(path) as fd:
         deadline = None if wait_s is None else time.monotonic() + wait_s
         patient_until = time.monotonic() + patience_s
@@ -194,3 +211,28 @@ def held(path: Path, *, wait_s: float | None = None, what: str = "lock",
             yield fd
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def sweep_stale(folder: Path, keep: str | None = None) -> list[str]:
+    """Remove the socket, lock and start files that servers killed without
+    a chance to clean up left in the runtime ``folder`` (all but ``keep``'s):
+    those of a key whose lock no process holds and that no client is
+    starting; the keys swept. Each lock file is removed while held, and
+    :func:`held` locks again a file removed under it, so a server starting
+    meanwhile never holds a lock file that is gone."""
+    swept = []
+    for lock in sorted(Path(folder).glob("*.lock")):
+        address = Address(Path(folder), lock.stem)
+        if address.key == keep:
+            continue
+        with held(address.start_lock) as starting:
+            if starting is None:
+                continue  # a client is starting this server
+            with held(address.lock) as fd:
+                if fd is None:
+                    continue  # a server lives
+                address.socket.unlink(missing_ok=True)
+                address.lock.unlink(missing_ok=True)
+            address.start_lock.unlink(missing_ok=True)
+        swept.append(address.key)
+    return swept

@@ -45,7 +45,7 @@ from ..qa.pipeline import Pipeline
 from ..service import ServiceSettings, create_app
 from ..settings import Settings
 from . import wire
-from .address import EXIT_ALREADY_RUNNING, PROTOCOL, SETTINGS_VARIABLE, Address, held
+from .address import EXIT_ALREADY_RUNNING, PROTOCOL, SETTINGS_VARIABLE, Address, held, sweep_stale
 
 QUIET = frozenset({"/healthz", "/v1/resident", "/v1/resident/background", "/v1/resident/stop"})  # not activity
 ANSWERING = frozenset({"/v1/ask", "/v1/search", "/v1/chat/completions"})  # read the index
@@ -234,6 +234,8 @@ def serve(settings: Settings, key: str) -> int:
             return EXIT_ALREADY_RUNNING
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode("ascii"))
+        for key in sweep_stale(address.folder, keep=address.key):  # what killed servers left
+            print(f"removed the socket and lock files of server {key}, which is gone", file=sys.stderr, flush=True)
         life = Life(address, settings.server_idle_s)
         try:
             pipeline = Pipeline.open(settings=settings, notice=life.note)

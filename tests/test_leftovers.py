@@ -1,0 +1,127 @@
+"""What careless hands and killed processes leave (issue 37): a lock file
+that is a link or a folder, a damaged BM25 folder, a half-built generation,
+a killed server's socket, lock and start files. On a real index and the
+real service over HTTP; every check counts files, calls or answers."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+
+import httpx
+import pytest
+
+from rag.index import lexical as lexical_module
+from rag.index.store import Index
+from rag.service import LoopbackServer, ServiceSettings, create_app
+
+from .conftest import prepared_pipeline, write_corpus
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, embedder, backend):
+    p = prepared_pipeline(tmp_path_factory.mktemp("leftovers"), embedder, backend)
+    s = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0)))
+    yield p, s
+    s.stop()
+    p.close()
+
+
+def _upload(server, name: str, text: str) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/documents", files={"file": (name, text.encode("utf-8"))}, timeout=300)
+
+
+def test_an_uploads_lock_that_is_a_link_is_replaced_and_the_upload_served(served, tmp_path):
+    pipeline, server = served
+    target = tmp_path / "elsewhere"
+    target.write_text("not a lock\n")
+    folder = pipeline.library.uploads_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".lock").unlink(missing_ok=True)
+    (folder / ".lock").symlink_to(target)
+    answer = _upload(server, "kiln.md", "The kiln fires at 1200 degrees.\n")
+    assert answer.status_code == 200, answer.text
+    assert not (folder / ".lock").is_symlink() and (folder / ".lock").is_file()
+    assert target.read_text() == "not a lock\n"
+
+
+def test_an_index_lock_that_is_a_folder_is_a_one_line_error_naming_it_then_served_once_mended(served):
+    pipeline, server = served
+    lock = pipeline.index_dir / ".lock"
+    lock.unlink()
+    lock.mkdir()
+    (lock / "something").write_text("x")
+    answer = _upload(server, "glaze.md", "The glaze is mixed from ash.\n")
+    assert answer.status_code == 503, answer.text
+    message = answer.json()["error"]["message"]
+    assert str(lock) in message and "remove it" in message and "\n" not in message, message
+    assert "internal error" not in message
+    (lock / "something").unlink()  # an empty folder is replaced by the service itself
+    answer = _upload(server, "glaze.md", "The glaze is mixed from ash.\n")
+    assert answer.status_code == 200, answer.text
+    assert lock.is_file()
+
+
+def test_a_damaged_bm25_folder_is_rebuilt_once_and_saved(tmp_path, embedder, monkeypatch):
+    from rag.ingest import ingest
+    from rag.ingest.chunking import Chunker
+
+    index_dir = tmp_path / "index"
+    ingest(index_dir, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=Chunker(embedder.count_tokens))
+    live = index_dir / (index_dir / "CURRENT").read_text().strip()
+    (live / "bm25" / "vocab.json").write_text("{damaged")
+    builds = []
+    real = lexical_module.LexicalIndex.build.__func__
+    monkeypatch.setattr(lexical_module.LexicalIndex, "build",
+                        classmethod(lambda cls, ids, texts: builds.append(len(ids)) or real(cls, ids, texts)))
+    notes = []
+    for _ in range(2):  # two starts
+        index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+        assert index.lexical_search("prefill", 3)
+        notes.append(list(index.notes))
+        index.close()
+    assert len(builds) == 1, builds
+    assert notes[0] and not notes[1], notes
+
+
+def test_a_half_built_generation_is_swept_at_open_unless_an_ingest_holds_the_lock(tmp_path, embedder):
+    from rag.ingest import ingest
+    from rag.ingest.chunking import Chunker
+
+    index_dir = tmp_path / "index"
+    ingest(index_dir, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=Chunker(embedder.count_tokens))
+    half = index_dir / "gen-000042"  # what an ingest killed before its manifest leaves
+    half.mkdir()
+    (half / "chunks.sqlite").write_bytes(b"partial")
+    with open(index_dir / ".lock", "a+") as held:  # an ingest writing now: its generation is kept
+        fcntl.flock(held, fcntl.LOCK_EX)
+        Index.open(index_dir, embedder=embedder.name, dim=embedder.dim).close()
+        assert half.is_dir()
+    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    try:
+        assert not half.exists() and len(index) > 0
+    finally:
+        index.close()
+
+
+def test_a_killed_servers_socket_lock_and_start_files_are_swept_a_live_ones_kept(tmp_path):
+    from rag.resident.address import Address, held, sweep_stale
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    dead, live = Address(folder, "dead" * 4), Address(folder, "live" * 4)
+    for address in (dead, live):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(address.socket))
+        sock.close()  # the socket file stays, as a killed server's does
+        address.lock.write_text("999999")
+        address.start_lock.write_text("")
+    with held(live.lock) as fd:
+        assert fd is not None
+        assert sweep_stale(folder, keep=None) == [dead.key]
+        assert not dead.socket.exists() and not dead.lock.exists() and not dead.start_lock.exists()
+        assert live.socket.exists() and live.lock.exists()
+    # A lock file swept while a server was about to lock it is locked again, afresh.
+    with held(dead.lock) as fd:
+        assert fd is not None and os.fstat(fd).st_ino == os.stat(dead.lock).st_ino
