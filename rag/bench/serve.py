@@ -3,8 +3,14 @@ servers of one model, for each number of clients and each server set-up.
 
 TTFT is measured by the clients, from the request leaving to the first
 streamed piece. A client told 429 waits its Retry-After (at most 2 s) and
-counts the request as rejected; a stream that ends without its answer (or
-with an error event) counts as an error.
+counts the request as rejected, by the refusal's type (``rate_limited``:
+the caller's limits; ``overloaded``: admission); a stream that ends without
+its answer (or with an error event) counts as an error. All clients come
+from one address (127.0.0.1), as a team behind a NAT or a proxy does.
+
+An upload may go beside the first run (``during``: ingested while it is
+answered) or just before it (``before``: posted and the documents listed
+again, as the page does, then the run starts).
 
 Each run also reports the engine's side where the system has one: its
 decode tokens per decode step (the batch size) from the engine's counters.
@@ -17,6 +23,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from typing import Callable, Sequence
 
 import httpx
@@ -25,6 +32,8 @@ from .stats import percentile
 
 
 GOOD_FACTOR = 1.2  # an answer counts as good within this many times its target
+RETRY_WAIT_CAP_S = 2.0  # a client told 429 waits its Retry-After, at most this long, before its next request
+UPLOAD_AT = ("during", "before")
 
 
 def physical_bound(pipeline, question: str, target_ttft: float) -> dict[str, float]:
@@ -63,14 +72,14 @@ def ask_streamed(http: httpx.Client, body: dict) -> dict[str, object]:
     not the evidence event before it, whose time is ``evidence_s``) and the
     final answer (or what went wrong)."""
     sent = time.perf_counter()
-    ttft, evidence, answer, status, retry, detail = None, None, None, None, 0.0, None
+    ttft, evidence, answer, status, retry, detail, refusal = None, None, None, None, 0.0, None, None
     try:
         with http.stream("POST", "/v1/ask", json=body) as r:
             status = r.status_code
             if status == 429:
                 retry = float(r.headers.get("retry-after", "1"))
                 r.read()
-                detail = _message(r)
+                detail, refusal = _message(r), _error_type(r)
             elif status == 200:
                 for line in r.iter_lines():
                     if not line.startswith("data: "):
@@ -94,13 +103,21 @@ def ask_streamed(http: httpx.Client, body: dict) -> dict[str, object]:
     return {"status": status, "ttft_s": round(ttft, 4) if ttft is not None else None,
             "evidence_s": round(evidence, 4) if evidence is not None else None,
             "total_s": round(time.perf_counter() - sent, 4), "answer": answer, "retry_after_s": retry,
-            "detail": detail}
+            "detail": detail, "refusal": refusal}
 
 
 def _message(response: httpx.Response) -> str | None:
     """The error message of a JSON error body, if it has one."""
     try:
         return str(response.json()["error"]["message"])[:160]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _error_type(response: httpx.Response) -> str | None:
+    """The error type of a JSON error body (``rate_limited``, ``overloaded``, ...), if it has one."""
+    try:
+        return str(response.json()["error"]["type"])
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -136,7 +153,7 @@ def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: 
                 with lock:
                     results.append(row)
                 if row["status"] == 429:
-                    time.sleep(min(float(row["retry_after_s"]), 2.0))
+                    time.sleep(min(float(row["retry_after_s"]), RETRY_WAIT_CAP_S))
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
@@ -160,6 +177,8 @@ def bench_serve(
     store_warmed_s: dict[str, float | None] | None = None,
     upload: tuple[str, bytes] | None = None,
     ready_s: dict[str, float] | None = None,
+    upload_at: str = "during",
+    limits: str | None = None,
 ) -> dict[str, object]:
     """For each client count and each ``(name, url, engine counters)`` in
     ``systems``, ``requests`` requests in all: client-side TTFT percentiles,
@@ -168,8 +187,13 @@ def bench_serve(
     mean batch size of the engine's decode steps. ``store_warmed_s``: the
     seconds each system spent storing passages before the runs, if it did.
     ``upload``: a ``(name, bytes)`` document posted to each server as its
-    first run starts, ingested while that run's questions are answered.
-    ``ready_s``: each freshly started server's seconds until /healthz said ok."""
+    first run starts, ingested while that run's questions are answered
+    (``upload_at="during"``), or just before it, answered and the documents
+    listed before the first question (``"before"``). ``ready_s``: each
+    freshly started server's seconds until /healthz said ok. ``limits``:
+    the servers' caller limits, as a label for the report."""
+    if upload_at not in UPLOAD_AT:
+        raise ValueError(f"upload_at: one of {', '.join(UPLOAD_AT)}, not {upload_at!r}")
     runs: list[dict[str, object]] = []
     rows: list[dict[str, object]] = []
     body = {"max_tokens": max_tokens, "target_ttft_s": target_ttft, "stream": True}
@@ -177,6 +201,8 @@ def bench_serve(
         for name, url, counters in systems:
             before = counters() if counters else None
             uploading = _Upload(url, upload) if upload is not None and n == clients[0] else None
+            if uploading is not None and upload_at == "before":
+                uploading.result()  # answered, and the list read again, before the first question
             results, wall = _run(url, questions, n, requests, body)
             after = counters() if counters else None
             run = _summary(results, wall, n, name, target_ttft, before, after)
@@ -191,7 +217,7 @@ def bench_serve(
         "config": {"clients": list(clients), "requests": requests, "target_ttft_s": target_ttft,
                    "max_tokens": max_tokens, "systems": [name for name, _, _ in systems],
                    "store_warmed_s": store_warmed_s or {}, "upload": upload[0] if upload else None,
-                   "fresh_ready_s": ready_s or {}},
+                   "upload_at": upload_at if upload else None, "limits": limits, "fresh_ready_s": ready_s or {}},
         "rows": rows,
         "summary": {"runs": runs, "bound": bound},
     }
@@ -210,6 +236,8 @@ class _Upload:
         try:
             r = httpx.post(f"{url}/v1/documents", files={"file": document}, timeout=900)
             self._found = {"upload_status": r.status_code}
+            if r.status_code == 200:  # the page lists the documents again after each upload
+                self._found["list_status"] = httpx.get(f"{url}/v1/documents", timeout=300).status_code
         except httpx.HTTPError as exc:
             self._found = {"upload_status": None, "upload_error": str(exc)}
         self._found["upload_s"] = round(time.perf_counter() - began, 2)
@@ -249,6 +277,7 @@ def _summary(results: list[dict], wall: float, clients: int, name: str, target_t
         "tok_s": round(sum(int(r["decode_tokens"]) for r in served) / wall, 2),
         "errors": sum(1 for r in results if r["status"] not in (200, 429)),
         "rejected_429": sum(1 for r in results if r["status"] == 429),
+        "refused": dict(Counter(str(r.get("refusal")) for r in results if r["status"] == 429)),
         "over_share": round(sum(1 for x in ttfts if x > target_ttft) / len(ttfts), 3) if ttfts else None,
         "served": len(served),
         "served_share": round(len(served) / len(results), 3) if results else 0.0,

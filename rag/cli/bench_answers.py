@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..qa.pipeline import Pipeline
 
 BENCH_DATA = Path(__file__).resolve().parent.parent / "bench" / "data"
+BENCH_LIMITS = ("off", "default")  # rag bench serve --limits
 DEFAULT_CHAT_CORPUS = Path("/usr/share/doc/python3.11/html/_sources")
 
 
@@ -243,6 +244,8 @@ def bench_serve(
     warm_store: bool = typer.Option(False, "--warm-store", help="With passage KV reuse on: answer the questions once and let each engine store their passages before the runs."),
     fresh: bool = typer.Option(False, "--fresh", help="Start each server cold (nothing prepared) and send the first run as soon as /healthz says ok."),
     upload: Optional[Path] = typer.Option(None, "--upload", help="A document to upload to each server while its first run is answered."),
+    upload_at: str = typer.Option("during", "--upload-at", help="With --upload: 'during' the first run, or just 'before' it (answered, then the documents listed, as the page does)."),
+    limits: str = typer.Option("off", "--limits", help="The servers' caller limits: 'off', or 'default' (as `rag serve` has them; every client comes from 127.0.0.1)."),
 ) -> None:
     """Concurrent clients against real servers on 127.0.0.1: the deadline
     scheduler over several sequences, and one request at a time as before,
@@ -251,6 +254,7 @@ def bench_serve(
     over a pool of N llama-server engines, each routing policy in turn, over
     interleaved conversations: cached share, TTFT, goodput, failovers."""
     from ..bench.chat import load_conversations
+    from ..bench.serve import UPLOAD_AT
     from ..bench.serve import bench_serve as run_bench
     from ..bench.serve import physical_bound
     from ..bench.serve import wait_ready
@@ -271,6 +275,10 @@ def bench_serve(
         levels = int_list(clients, "--clients")
         if max(levels) > 64 or not 1 <= requests <= 10_000 or target_ttft <= 0:
             raise RagError("--clients: at most 64; --requests: 1 to 10000; --target-ttft: positive seconds")
+        if limits not in BENCH_LIMITS:
+            raise RagError(f"--limits: {' or '.join(BENCH_LIMITS)}, not {limits!r}")
+        if upload_at not in UPLOAD_AT or (upload_at != "during" and upload is None):
+            raise RagError(f"--upload-at: {' or '.join(UPLOAD_AT)}, with --upload FILE")
         questions = [q for c in load_conversations(BENCH_DATA / "python_docs_chat.json") for q in c]
         warmed: dict[str, float | None] = {}
         document = (upload.name, read_upload(upload)) if upload is not None else None
@@ -280,14 +288,16 @@ def bench_serve(
                 warmed[name] = store_passages(p, questions[:requests], target_ttft)
 
         with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp, \
-                _systems(corpus, include, index, model, slots, Path(tmp), only, prepared, fresh) as (systems, pipeline):
+                _systems(corpus, include, index, model, slots, Path(tmp), only, prepared, fresh, limits) as \
+                (systems, pipeline):
             ready = {name: wait_ready(url, started) for name, url, _, started in systems}
             systems = [(name, url, counters) for name, url, counters, _ in systems]
             # A fresh server's first run must meet it as it starts, not after the bound is measured on it.
             bound = None if fresh else physical_bound(pipeline, questions[0], target_ttft)
             result = run_bench(systems, questions, clients=levels, requests=requests, target_ttft=target_ttft,
                                max_tokens=max_tokens, bound=bound, progress=lambda line: err().print(f"[dim]{line}[/]"),
-                               store_warmed_s=warmed, upload=document, ready_s=ready if fresh else None)
+                               store_warmed_s=warmed, upload=document, ready_s=ready if fresh else None,
+                               upload_at=upload_at, limits=limits)
     if as_json:
         echo_json(result)
         return
@@ -297,12 +307,13 @@ def bench_serve(
 @contextlib.contextmanager
 def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], slots: int, tmp: Path,
              only: Sequence[str] = (), prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None,
-             fresh: bool = False):
+             fresh: bool = False, limits: str = "off"):
     """Two servers over one index (or those named in ``only``): the deadline
     scheduler on ``slots`` sequences, and one sequence with the queue
     admission of before; each with the perf_counter instant it started.
-    ``fresh``: nothing is prepared before a server starts (it warms itself up)."""
-    from ..service import LoopbackServer, ServiceSettings, create_app
+    ``fresh``: nothing is prepared before a server starts (it warms itself up).
+    ``limits``: see :func:`bench_service_settings`."""
+    from ..service import LoopbackServer, create_app
 
     setups = [s for s in (("scheduler", slots, "deadline"), ("one at a time", 1, "queue")) if not only or s[0] in only]
     if not setups:
@@ -314,8 +325,7 @@ def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Opt
             p.prepare()
             prepared(name, p)
         started = time.perf_counter()
-        server = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0, admission=admission)),
-                                ready=not fresh)
+        server = LoopbackServer(create_app(p, bench_service_settings(limits, admission)), ready=not fresh)
         pipelines[name] = (p, server, started)
     try:
         yield ([(name, server.url, _counters(p), started) for name, (p, server, started) in pipelines.items()],
@@ -325,6 +335,18 @@ def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Opt
             server.stop()
             p.close()
             p.backend.close()
+
+
+def bench_service_settings(limits: str, admission: str):
+    """A bench server's settings: ``admission``, and the caller limits
+    ``"default"`` (as ``rag serve`` starts) or ``"off"`` (none: the engine's
+    own admission alone decides)."""
+    from ..service import ServiceSettings
+
+    if limits == "default":
+        return ServiceSettings(admission=admission)
+    return ServiceSettings(admission=admission, rate_limit_per_minute=0, questions_in_flight=0, uploads_in_flight=0,
+                           upload_bytes_in_flight=0)
 
 
 def _counters(p: "Pipeline") -> Callable[[], dict | None]:
@@ -356,10 +378,15 @@ def _print_serve(result: dict, requests: int, target_ttft: float) -> None:
     console.print(table)
     for name, seconds in result["config"]["fresh_ready_s"].items():
         console.print(f"{name}: started cold, /healthz said ok after {seconds:.1f} s")
+    when = "before" if result["config"].get("upload_at") == "before" else "during"
     for r in result["summary"]["runs"]:
         if "upload_s" in r:
             console.print(f"{r['system']}: upload of {result['config']['upload']} answered "
-                          f"{r['upload_status']} in {r['upload_s']:.1f} s during the run")
+                          f"{r['upload_status']} in {r['upload_s']:.1f} s {when} the run")
+        if r.get("refused"):
+            kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(r["refused"].items()))
+            console.print(f"{r['clients']} clients, {r['system']}: 429s by type: {kinds}")
+    console.print(f"caller limits: {result['config'].get('limits') or 'off'} (all clients from 127.0.0.1)")
     bound = result["summary"]["bound"]
     if bound:
         console.print(f"physical bound: {bound['prefill_tok_s']:g} prefill tok/s x {target_ttft:g} s / "
