@@ -244,11 +244,20 @@ class SnapshotCache:
     def read_ahead(self, key: str | None) -> bool:
         """Whether ``get(key)`` answers now without waiting for the disk; if
         only the disk holds ``key``, its read is started on the reader
-        thread first (and this returns False at once)."""
+        thread first (and this returns False at once). A snapshot too large
+        to keep in RAM is not read ahead (True: waiting would not help)."""
         if key is None:
             return True
         with self._lock:
-            return self._held(key) is not None or self._ask_read(key) is None
+            if self._held(key) is not None:
+                return True
+            if key in self._reads:
+                return False  # its read is under way
+            self._refresh()
+            entry = self._disk.get(key)
+            if entry is None or entry.nbytes > self.max_bytes:
+                return True
+            return self._ask_read(key) is None
 
     def _held(self, key: str) -> Snapshot | None:
         """The snapshot under ``key`` in RAM or waiting to be written (now the
