@@ -62,10 +62,12 @@ class Counted:
         self.inner, self.most, self.on_call = inner, most, on_call
         self.name, self.dim, self.max_tokens = inner.name, inner.dim, inner.max_tokens
         self.calls = self.texts = 0
+        self.embedded: list[str] = []
 
     def embed(self, texts):
         self.calls += 1
         self.texts += len(texts)
+        self.embedded.extend(texts)
         assert self.texts <= self.most, f"{self.texts} texts embedded: the ingest is not bounded"
         vectors = self.inner.embed(texts)
         self.on_call(self.calls)

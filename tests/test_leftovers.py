@@ -125,3 +125,40 @@ def test_a_killed_servers_socket_lock_and_start_files_are_swept_a_live_ones_kept
     # A lock file swept while a server was about to lock it is locked again, afresh.
     with held(dead.lock) as fd:
         assert fd is not None and os.fstat(fd).st_ino == os.stat(dead.lock).st_ino
+
+
+def test_an_upload_whose_client_leaves_stops_within_one_batch_and_keeps_nothing(served, embedder, monkeypatch):
+    import threading
+    import time
+
+    from rag.ingest.run import EMBED_GROUP_CHUNKS
+
+    from .test_ingest_cost import Counted, _big_note
+
+    pipeline, server = served
+    left = threading.Event()
+
+    def after(n: int) -> None:
+        if "valve" in counted.embedded[-1]:  # hold big.md's batch until the client has gone and the route saw it
+            left.wait(120)
+            for _ in range(2400):
+                if any(cancel.is_set() for cancel in list(pipeline.library._running)):
+                    break
+                time.sleep(0.05)
+
+    counted = Counted(embedder, on_call=after)
+    monkeypatch.setattr(pipeline.library, "_embedder", lambda: counted)
+    request = httpx.Request("POST", f"{server.url}/v1/documents",
+                            files={"file": ("big.md", _big_note().encode("utf-8"))})
+    body = request.read()
+    head = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items())
+    with socket.create_connection((request.url.host, request.url.port)) as client:
+        client.sendall(f"POST /v1/documents HTTP/1.1\r\n{head}\r\n".encode("latin-1") + body)
+    left.set()  # the client is gone before any answer
+    answer = _upload(server, "small.md", "The small note is about clay.\n")  # waits for the first to end
+    assert answer.status_code == 200, answer.text
+    big = [t for t in counted.embedded if "valve" in t]
+    assert len(big) <= EMBED_GROUP_CHUNKS  # at most one batch of about six
+    sources = {d["source"] for d in pipeline.documents()}
+    assert "small.md" in sources and "big.md" not in sources
+    assert not (pipeline.library.uploads_dir / "big.md").exists()
