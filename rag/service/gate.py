@@ -23,6 +23,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
+from typing import Callable
 
 from . import origin
 from .state import ServiceState
@@ -155,22 +156,23 @@ class Gate:
             await self._serve(scope, receive, send, limit)
         finally:
             if held is not None:
-                held[0].leave(*held[1:])
+                held()  # the request has ended (answered, streamed to its end, or left)
 
-    def _hold(self, scope, limit: int) -> tuple[tuple | None, tuple | None]:
+    def _hold(self, scope, limit: int) -> tuple[Callable[[], None] | None, tuple | None]:
         """Take the request's place among what its caller holds in flight:
-        (what to give back when it ends, None), or (None, the refusal)."""
+        (what gives it back when the request ends, None), or (None, the refusal)."""
         caller, kind = scope.get("rag.caller"), request_kind(scope)
         if caller is None or kind == "other":
             return None, None
         limits, settings = self.state.limits, self.state.settings
         length = dict(scope.get("headers") or ()).get(b"content-length")
-        size = int(length) if kind == "uploads" and length is not None and length.isdigit() else \
-            (limit if kind == "uploads" else 0)  # chunked: as much as it may send
+        size = 0
+        if kind == "uploads":  # the bytes it will hold; chunked: as many as it may send
+            size = int(length) if length is not None and length.isdigit() else limit
         counter = limits.questions if kind == "questions" else limits.uploads
         over = counter.enter(caller, size)
         if over is None:
-            return (counter, caller, size), None
+            return (lambda: counter.leave(caller, size)), None
         self.state.metrics.requests.labels(route_label(scope), "rate_limited").inc()
         if over == "bytes":
             return None, _too_many(f"the most a caller may have is {settings.upload_bytes_in_flight} bytes of uploads "
