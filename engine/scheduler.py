@@ -328,7 +328,8 @@ class StepStats:
     average, which :class:`Load` uses to predict decode time under load)."""
 
     def __init__(self, mixed: int = 32) -> None:
-        self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0}
+        # steps_not_run: begun but never counted: refused (no room in the KV cache) or failed.
+        self.counters = {"steps": 0, "decode_steps": 0, "decode_tokens": 0, "prefill_tokens": 0, "steps_not_run": 0}
         self._step_s: dict[int, float] = {}
         self._running: tuple[Step, float] | None = None  # the step running now, and when it began
         self._mixed: deque[MixedStep] = deque(maxlen=mixed)
@@ -336,6 +337,14 @@ class StepStats:
     def begin(self, step: Step, now: float) -> None:
         """``step`` starts at ``now`` (requests' work, background work or warming alike)."""
         self._running = (step, now)
+
+    def abandon(self) -> None:
+        """The step begun did not run, or failed before it was counted: it is
+        no longer in flight, and is counted as not run. Nothing happens when none is in flight
+        (it was counted already), so the loop may call it whatever happened."""
+        if self._running is not None:
+            self._running = None
+            self.counters["steps_not_run"] += 1
 
     def in_flight(self, now: float) -> tuple[Step | None, float]:
         """The step running at ``now`` (None when none) and how long it has run."""
