@@ -14,7 +14,7 @@ from engine.backend import Message
 from engine.llama_cpp.snapshots import Snapshot, SnapshotCache
 from engine.llama_cpp.passage_kv import PassageStore
 from engine.llama_cpp.requests import Request
-from tests.faults import faulty_backend, outcome, settled
+from tests.faults import HANG_S, faulty_backend, outcome, settled
 
 pytestmark = pytest.mark.model
 
@@ -180,3 +180,157 @@ def test_a_short_soak_under_faults_holds_every_invariant(tmp_path):
     assert summary["held"], summary["broken"]
     assert summary["faults_injected"] > 0 and sum(summary["ended"].values()) == summary["requests"]
     assert summary["checks"]["cells_conserved"] == summary["rounds"]
+
+
+# -- issue 37: failures that hang or hide ------------------------------------------------------------
+
+
+def _raising(real, times: int, what: str):
+    """``real`` that raises RuntimeError on its next ``times`` calls, then is itself again; its calls counted."""
+    calls: list[int] = []
+
+    def call(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= times:
+            raise RuntimeError(f"{what} failed (injected)")
+        return real(*args, **kwargs)
+
+    call.calls = calls
+    return call
+
+
+def _holding(engine) -> Request:
+    """A long answer that holds a sequence: its first piece has come."""
+    request = ask(engine, prompt(engine, "Count slowly from one to two hundred."), 200)
+    assert request.events.get(timeout=HANG_S)[0] == "piece"
+    return request
+
+
+def test_a_failure_on_the_forget_path_ends_the_requests_held_and_the_loop_goes_on(engine, system, monkeypatch):
+    # The forget path ran outside the step's try: one exception there and the loop's thread was gone,
+    # every consumer waiting for ever.
+    loop = engine.loop
+    held = _holding(engine)
+    failing = _raising(loop._give_up_idle, 1, "forgetting idle prompts")
+    monkeypatch.setattr(loop, "_give_up_idle", failing)
+    loop.forget_prompts(wait_s=HANG_S)  # answered, not left to wait out its guard
+    kind, error = outcome(held)
+    assert kind == "error" and "injected" in str(error) and len(failing.calls) >= 1
+    settled(loop)
+    assert loop._thread.is_alive()
+    assert outcome(ask(engine, prompt(engine, "Say hello to Eve.")))[0] == "done"
+    settled(loop)
+    assert loop.system == system
+
+
+def test_a_publish_that_raises_outside_a_step_ends_its_requests_and_the_next_is_served(engine, system, monkeypatch):
+    # The second publish of a turn ran outside the try: the first raising there was recovered from, the
+    # second killed the thread.
+    loop = engine.loop
+    held = _holding(engine)
+    failing = _raising(loop._publish, 2, "publishing")
+    monkeypatch.setattr(loop, "_publish", failing)
+    kind, error = outcome(held)
+    assert kind == "error" and "injected" in str(error)
+    kind, _ = outcome(ask(engine, prompt(engine, "Say hello to Max.")))
+    assert kind == "done" and len(failing.calls) > 2
+    settled(loop)
+
+
+def test_a_loop_that_cannot_go_on_tells_every_request_and_refuses_the_next_at_once():
+    from engine.errors import GenerationFailed
+    from engine.llama_cpp.backend import LlamaCppBackend
+
+    b = LlamaCppBackend(n_ctx=256, slots=1)
+    try:
+        loop = b.loop
+        loop._publish = _raising(loop._publish, 10 ** 6, "publishing")  # every turn fails, its recovery too
+        kind, error = outcome(loop.submit(Request(0, [1, 2, 3], 2)))
+        assert kind == "error" and "injected" in str(error)
+        loop._thread.join(HANG_S)
+        assert not loop._thread.is_alive()
+        kind, error = outcome(loop.submit(Request(0, [1, 2, 3], 2)))
+        assert kind == "error" and "restart" in str(error)  # refused at once, and says why
+        with pytest.raises(GenerationFailed, match="restart"):
+            b.generate([1, 2, 3], max_tokens=2).result()
+        # A request the dead loop never took (none can be now): its consumer is told, not left waiting.
+        kind, error = loop.next_event(Request(0, [1, 2, 3], 2), poll_s=0.01)
+        assert kind == "error" and "ended" in str(error)
+    finally:
+        b.close()
+
+
+def test_a_step_that_did_not_run_is_not_left_in_flight():
+    from engine.scheduler import Step, StepStats
+
+    stats = StepStats()
+    stats.begin(Step((1,), ((2, 5),)), 10.0)
+    stats.abandon()
+    assert stats.in_flight(10.5) == (None, 0.0)
+    assert stats.counters["steps"] == 0 and stats.counters["steps_not_run"] == 1
+    stats.abandon()  # nothing in flight: nothing to end
+    assert stats.counters["steps_not_run"] == 1
+
+
+def test_a_refused_or_failed_step_is_not_in_the_load_as_running(engine, system, monkeypatch):
+    # load() advanced the work by a step in flight that had never run, for as long as the engine idled.
+    loop = engine.loop
+    refused: list[int] = []
+
+    def refuse(entries) -> int:
+        refused.append(len(entries))
+        return 1  # llama_decode: no KV slot for the batch
+
+    monkeypatch.setattr(loop.ctx, "decode", refuse)
+    kind, error = outcome(ask(engine, prompt(engine, "Name a tree.")))
+    monkeypatch.undo()
+    assert kind == "error" and "full" in str(error) and refused
+    settled(loop)
+    assert loop.load().in_flight is None
+    engine.faults.fail_next("decode")
+    assert outcome(ask(engine, prompt(engine, "Name a river.")))[0] == "error"
+    settled(loop)
+    assert loop.load().in_flight is None
+    assert outcome(ask(engine, prompt(engine, "Name a hill.")))[0] == "done"  # budgets back once a step runs
+
+
+def _lose_system(engine, system, loads: int) -> None:
+    """Fail the system prompt's rebuild, and the next ``loads`` loads of its pinned snapshot."""
+    engine.faults.fail_next("decode")  # the pin's step fails: sequence 0 is loaded again from its snapshot
+    engine.faults.fail_next("load", times=loads)
+    with pytest.raises(Exception, match="injected"):
+        engine.prefill(system, session="system", pin=True)
+    settled(engine.loop)
+
+
+def test_a_system_prompt_lost_to_quick_failed_loads_is_loaded_again_at_later_steps(engine, system):
+    # Three quick failures and it was gone for the life of the process, warming and splicing with it.
+    from engine.llama_cpp.loop import SYSTEM_TRIES
+
+    loop, text = engine.loop, PASSAGE + " (kept after the loss)"
+    _lose_system(engine, system, SYSTEM_TRIES + 1)
+    assert loop.system == [] and engine.keep_passages([text]) == 0  # lost for now: nothing warmed
+    asked = 0
+    while loop.system != system and asked < 8:
+        assert outcome(ask(engine, prompt(engine, f"Name the number {asked}.")))[0] == "done"
+        settled(loop)
+        asked += 1
+    assert loop.system == system
+    assert engine.keep_passages([text]) == 1  # warming again
+    settled(loop)
+    assert engine.stored_passages([text])[0] > 0  # and a prompt holding it would splice it
+
+
+def test_a_lost_system_prompt_is_reported_with_its_failed_loads(engine, system):
+    loop = engine.loop
+    _lose_system(engine, system, 3)
+    lost = engine.describe()["system_prompt"]
+    assert lost.startswith("lost") and "3 failed loads" in lost
+    assert engine.engine_stats()["system_retries"] == 3
+    for n in range(8):
+        if loop.system:
+            break
+        outcome(ask(engine, prompt(engine, f"Name the letter {n}.")))
+        settled(loop)
+    assert engine.describe()["system_prompt"] == f"held, {len(system)} tokens"
+    assert engine.engine_stats()["system_retries"] == 0

@@ -257,7 +257,7 @@ class LlamaCppBackend:
     def _run(self, request: Request) -> Generator[str, None, Timings]:
         try:
             while True:
-                kind, value = request.events.get()
+                kind, value = self.loop.next_event(request)  # an error, not a wait for ever, if the loop died
                 if kind == "piece":
                     yield value
                 elif kind == "done":
@@ -292,7 +292,7 @@ class LlamaCppBackend:
         if not tokens or len(tokens) >= self.n_ctx:
             raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
         request = self.loop.submit(Request(0, tokens, 0, session=session, pin=pin, background=not pin))
-        kind, value = request.events.get()
+        kind, value = self.loop.next_event(request)
         if kind == "error":
             raise value
         return value
@@ -357,9 +357,11 @@ class LlamaCppBackend:
         """Sequences and cells, steps run, the tokens decoded and prefilled in
         them, the requests holding a sequence and waiting for one after the
         last step (warming left out), and the passages waiting for or being
-        warmed into the store."""
+        warmed into the store; ``system_retries``: failed loads of a shared
+        system prompt lost and not yet back (0: not lost)."""
         published = self.loop.published
         return {"slots": self.slots, "kv_cells": self.kv_cells, "system_tokens": len(self.loop.system),
+                "system_retries": self.loop.system_retries,
                 "requests_active": len(published.active), "requests_waiting": len(published.waiting),
                 "passage_warm_queue": self.loop.splicer.warm_size() + self.loop.warming(), **self.loop.stats.counters}
 
@@ -408,6 +410,8 @@ class LlamaCppBackend:
             "n_batch": self.n_batch,
             "slots": self.slots,
             "kv_cells": self.kv_cells,
+            # "lost, N failed loads": no shared prefix, no passage warmed or spliced, until it loads again.
+            "system_prompt": self.loop.system_state() if self.loop.alive() else "none: the engine loop ended",
             "system_info": info,
             "built_cpu_features": " ".join(built_features(info)),
             "extra_buffer_types": self.extra_bufts,

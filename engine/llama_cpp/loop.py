@@ -10,6 +10,10 @@ consumer closed the generation) gives its sequence back at the next step.
 Each request's timings are its own: a step's time is shared among the
 tokens in it, so a request's prefill and decode seconds are what its tokens
 cost, and everything else before its first token is waiting.
+Whatever fails, every request is told how it ended: a failed step ends the
+requests in it, a failure outside a step those held and waiting, and a loop
+that cannot go on ends them all and refuses new ones; a shared system prompt
+that a failure lost is loaded again at later steps until it is back.
 
 Does not: tokenize, render prompts, or decide priorities (``scheduler``).
 """
@@ -17,6 +21,7 @@ Does not: tokenize, render prompts, or decide priorities (``scheduler``).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from dataclasses import replace
@@ -35,7 +40,19 @@ from .slots import SlotTable
 from .splicing import Splicer
 
 log = logging.getLogger("rag_budget.engine")
-SYSTEM_TRIES = 3  # loads of the pinned system prompt after a failure lost it, before going on without
+# Quick loads of the pinned system prompt after a failure lost it, at the next turns (the loop does not
+# wait for work meanwhile). Chosen: a fault that passes at once (a busy disk, cells freed by the failure).
+SYSTEM_TRIES = 3
+# After those, a load is tried again at later turns with work, 1, 2, 4, ... turns apart and at most this
+# many (a turn is one step, or one pass that found none): never given up while one is pinned, never
+# in a tight loop. Chosen, counted in turns so that it means the same on a CPU and a GPU.
+SYSTEM_RETRY_TURNS = 64
+# Turns in a row that fail outside a step (or whose recovery fails) before the loop gives up: its
+# requests are told and new ones refused. Chosen: a fault that repeats at once is not passing.
+LOOP_FAILURES = 3
+# How often a consumer waiting for its next event checks that the loop's thread is still alive (a
+# liveness guard, not in the timing path: an event wakes the consumer at once).
+LIVENESS_POLL_S = 1.0
 
 
 class Published(NamedTuple):
@@ -73,19 +90,25 @@ class EngineLoop:
         # Read by other threads without racing the loop: works, waiting works, free slots, idle prompts, warming.
         self._published = Published([], [], slots, [], 0)
         self._stop, self._keys = False, 0  # both guarded by ``_cv``
+        self._ended: str | None = None  # why the loop ended (new requests are refused with it); under ``_cv``
         self._forget: list[threading.Event] = []  # asked to drop idle sequences' prompts
-        self._system_tries = 0  # left to load the system prompt again, after a failure lost it
+        self._turns = 0  # turns taken (each a step, or a pass that found none): the system prompt's retry clock
+        self._system_tries = 0  # quick loads left of a system prompt a failure lost (the loop does not wait)
+        self.system_retries = 0  # failed loads of the pinned system prompt since it was lost (0: not lost)
+        self._system_due: int | None = None  # the turn from which its next load is tried (None: none to try)
         self._thread = threading.Thread(target=self._run, name="rag-engine", daemon=True)
         self._thread.start()
 
     # -- from other threads ----------------------------------------------------
 
     def submit(self, request: Request) -> Request:
-        """Queue ``request``; its events arrive on ``request.events``."""
+        """Queue ``request``; its events arrive on ``request.events``. Once
+        the loop has ended (stopped, or failed beyond recovery) it is told
+        so at once instead."""
         request.stored, request.pieces = self.splicer.stored(request, self.system)  # as the load others see counts it
         with self._cv:
             if self._stop:  # nothing would ever answer it
-                request.fail(GenerationFailed("the engine stopped"))
+                request.fail(GenerationFailed(self._ended or "the engine stopped"))
                 return request
             self._new_key(request)
             self._inbox.append(request)
@@ -96,6 +119,40 @@ class EngineLoop:
         # Keys index the loop's requests: two sharing one would be placed twice. Called with ``_cv`` held.
         self._keys += 1
         request.key = self._keys
+
+    def next_event(self, request: Request, poll_s: float = LIVENESS_POLL_S) -> tuple[str, object]:
+        """The next event of ``request`` (see :class:`Request`), waiting as
+        long as the loop runs: should its thread end without telling the
+        request (which its guard is there to prevent), an error event
+        instead of a wait for ever."""
+        while True:
+            try:
+                return request.events.get(timeout=poll_s)
+            except queue.Empty:
+                if self._thread.is_alive():
+                    continue
+            try:
+                return request.events.get_nowait()  # told just before the thread ended
+            except queue.Empty:
+                return "error", GenerationFailed("the engine loop ended without answering this request; "
+                                                 "restart the engine")
+
+    def alive(self) -> bool:
+        """Whether the loop takes requests (not stopped, not failed beyond recovery)."""
+        with self._cv:
+            return not self._stop and self._thread.is_alive()
+
+    def system_state(self) -> str:
+        """The shared system prompt as reports show it: ``held, N tokens``,
+        ``lost, N failed loads`` (prompts are evaluated without it, and no
+        passage is warmed or spliced, until a later load brings it back), or
+        ``none`` (none pinned, or it is being rebuilt)."""
+        system, retries = self.system, self.system_retries
+        if system:
+            return f"held, {len(system)} tokens"
+        if retries:
+            return f"lost, {retries} failed load{'s' if retries != 1 else ''}; tried again at later steps"
+        return "none"
 
     @property
     def published(self) -> Published:
@@ -116,6 +173,8 @@ class EngineLoop:
         system prompt and saved snapshots cached (for measurements)."""
         done = threading.Event()
         with self._cv:
+            if self._stop:  # nothing would ever answer it (and idle prompts are gone with the loop)
+                return
             self._forget.append(done)
             self._cv.notify()
         done.wait(wait_s)
@@ -165,66 +224,148 @@ class EngineLoop:
     # -- the loop ------------------------------------------------------------------
 
     def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not (self._stop or self._inbox or self._active or self._waiting or self._can_warm()
-                           or self._forget or self._system_tries):
-                    self._cv.wait()
-                if self._stop:
-                    break
-                # Still published as waiting until this step's publish: a request taken from the inbox is
-                # never out of the load another thread plans against (placing it may take a while).
-                arrived = [r.work() for r in self._inbox if not r.idle]
-                if arrived:
-                    self._published = self._published._replace(waiting=[*self._published.waiting, *arrived])
-                self._waiting.extend(self._inbox)
-                self._inbox.clear()
-                forget, self._forget = self._forget, []
+        """Turn after turn until stopped. Whatever a turn raises outside a
+        step (a step's own failure is recovered from inside it) is recovered
+        from at once: every request held or waiting is told; after
+        ``LOOP_FAILURES`` in a row, or anything worse than an Exception, the
+        loop ends, telling every request left and refusing new ones."""
+        failed, last, ended = 0, None, None
+        try:
+            while True:
+                try:
+                    if failed:
+                        self._recover(last, waiting=True)
+                        self._publish()  # what the engine holds now, before it waits for work
+                    if not self._turn():
+                        break
+                    failed = 0
+                except Exception as exc:  # noqa: BLE001 - no exception may end the thread untold
+                    failed, last = failed + 1, exc
+                    log.error("the engine loop failed outside a step (%d in a row): %r", failed, exc, exc_info=exc)
+                    if failed >= LOOP_FAILURES:
+                        raise
+        except BaseException as exc:  # noqa: BLE001 - whatever it was, every request is told below
+            ended = f"the engine loop failed and stopped ({exc!r}); restart the engine"
+            log.critical("%s", ended, exc_info=exc)
+        finally:
+            self._end(ended or "the engine stopped")
+
+    def _turn(self) -> bool:
+        """One turn: wait for work, take what arrived, drop idle prompts if
+        asked, then plan and run one step; False once stopped."""
+        with self._cv:
+            while not (self._stop or self._inbox or self._active or self._waiting or self._can_warm()
+                       or self._forget or self._system_tries):
+                self._cv.wait()
+            if self._stop:
+                return False
+            # Still published as waiting until this step's publish: a request taken from the inbox is
+            # never out of the load another thread plans against (placing it may take a while).
+            arrived = [r.work() for r in self._inbox if not r.idle]
+            if arrived:
+                self._published = self._published._replace(waiting=[*self._published.waiting, *arrived])
+            self._waiting.extend(self._inbox)
+            self._inbox.clear()
+            forget, self._forget = self._forget, []
+        self._turns += 1
+        try:
             if forget:
                 self._give_up_idle()
-            for done in forget:
+        finally:
+            for done in forget:  # answered whatever happened: the caller does not wait out its guard
                 done.set()
-            try:
-                if self._system_tries and not any(a.seq == SYSTEM_SEQ for a in self._active.values()):
-                    self._restore_system()
-                self._warm_or_give_way()
-                self._drop_cancelled()
-                self._admit()
-                self._publish()
-                step = plan_step([a.work() for a in self._active.values()], busy_budget=self.busy_budget,
-                                 idle_budget=self.idle_budget, n_batch=self.ctx.n_batch)
-                if step.tokens:
-                    self._execute(step)
-            except Exception as exc:  # noqa: BLE001 - no request may hang on a failed step: all are told
-                self._recover(exc)
+        try:
+            self._retry_system()
+            self._warm_or_give_way()
+            self._drop_cancelled()
+            self._admit()
             self._publish()
-        for active in list(self._active.values()):
-            self._finish(active, error=GenerationFailed("the engine stopped"))
-        for request in self._waiting + self._inbox:
-            request.fail(GenerationFailed("the engine stopped"))
+            step = plan_step([a.work() for a in self._active.values()], busy_budget=self.busy_budget,
+                             idle_budget=self.idle_budget, n_batch=self.ctx.n_batch)
+            if step.tokens:
+                self._execute(step)
+        except Exception as exc:  # noqa: BLE001 - no request may hang on a failed step: all are told
+            self._recover(exc)
+        self._publish()
+        return True
 
-    def _recover(self, exc: Exception) -> None:
+    def _end(self, why: str) -> None:
+        """The loop ends: new requests are refused with ``why``, and every
+        request held or waiting is told it (each whatever telling another
+        costs), every caller of :meth:`forget_prompts` answered."""
+        with self._cv:
+            self._stop, self._ended = True, why
+            inbox, self._inbox = self._inbox, []
+            forget, self._forget = self._forget, []
+        for done in forget:
+            done.set()
+        for active in list(self._active.values()):
+            try:
+                self._finish(active, error=GenerationFailed(why))
+            except Exception as exc:  # noqa: BLE001 - it was told before its release failed
+                log.warning("releasing a request as the engine ended failed: %r", exc)
+        self._active.clear()
+        for request in [*self._waiting, *inbox]:
+            request.fail(GenerationFailed(why))
+        self._waiting.clear()
+        try:
+            self._publish()
+        except Exception:  # noqa: BLE001 - only what other threads read; nothing waits on it
+            log.warning("publishing the ended engine's state failed", exc_info=True)
+
+    def _recover(self, exc: Exception, *, waiting: bool = False) -> None:
         """After a failed step: every request held is told, its sequence
-        cleared and released; the system prompt stays (a step only adds cells
-        to the sequences in it), or is loaded again from its pinned snapshot
-        when it was being rebuilt, so splicing and warming go on."""
+        cleared and released (with ``waiting``, after a failure outside a
+        step, those waiting for one are told too: the state they would be
+        placed in is not known); the system prompt stays (a step only adds
+        cells to the sequences in it), or is loaded again from its pinned
+        snapshot when it was being rebuilt, so splicing and warming go on."""
         log.warning("an engine step failed: %r", exc)
         error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
+        self.stats.abandon()  # a step that raised was not run, whatever it raised from
         for active in list(self._active.values()):
             self._finish(active, error=error)  # a system prompt being rebuilt is loaded again there
+        if waiting:
+            for request in self._waiting:
+                request.fail(error)
+            self._waiting.clear()
         self.ctx.remove(self.splicer.scratch)
         self._give_up_idle()  # idle caches are only a cache: none is trusted after a failure
-        if not self.system:
-            self._system_tries = SYSTEM_TRIES
+        if not self.system and not self.system_retries:
+            self._restore_system()
+
+    def _retry_system(self) -> None:
+        """Load a lost system prompt again when its next try is due (never
+        while sequence 0 is being rebuilt: that request sets it)."""
+        if (self._system_due is not None and self._turns >= self._system_due
+                and not any(a.seq == SYSTEM_SEQ for a in self._active.values())):
             self._restore_system()
 
     def _restore_system(self) -> None:
-        """Load the system prompt again from its pinned snapshot (a few tries
-        at the next steps if that fails too; a state that never loads is not
-        tried for ever)."""
+        """Load the system prompt again from its pinned snapshot (see :meth:`_hold_system`)."""
         self.ctx.remove(SYSTEM_SEQ)
-        self.system = self.placement.restore_system()
-        self._system_tries = 0 if self.system or self.snapshots.pinned() is None else self._system_tries - 1
+        self._hold_system(self.placement.restore_system())
+
+    def _hold_system(self, tokens: Sequence[int]) -> None:
+        """Sequence 0 now holds ``tokens`` as the shared system prompt. Held
+        empty while one is pinned, it is lost: said once, then loaded again
+        ``SYSTEM_TRIES`` times at the next turns and after that at later
+        turns with work, further apart each time (up to ``SYSTEM_RETRY_TURNS``),
+        until it is back; :meth:`system_state` says which."""
+        self.system = [int(t) for t in tokens]
+        if self.system or self.snapshots.pinned() is None:
+            if self.system_retries:
+                log.warning("the shared system prompt is held again, after %d failed loads", self.system_retries)
+            self.system_retries, self._system_tries, self._system_due = 0, 0, None
+            return
+        if not self.system_retries:
+            log.warning("the shared system prompt could not be loaded again: prompts are evaluated without it, "
+                        "and no passage is warmed or spliced, until it loads (tried again at later steps)")
+            self._system_tries = SYSTEM_TRIES
+        self.system_retries += 1
+        self._system_tries = max(self._system_tries - 1, 0)
+        later = min(2 ** max(self.system_retries - SYSTEM_TRIES, 0), SYSTEM_RETRY_TURNS)
+        self._system_due = self._turns + (0 if self._system_tries else later)
 
     def _make_room(self) -> bool:
         """Give up every idle sequence's cache; whether at most one request holds cells."""
@@ -341,7 +482,8 @@ class EngineLoop:
                 owners.append((a, True))
         started = time.perf_counter()
         self.stats.begin(step, started)
-        if self.ctx.decode(entries) == 1:
+        if self.ctx.decode(entries) == 1:  # (a step that raises is abandoned by ``_recover``)
+            self.stats.abandon()  # nothing ran: the load must not advance work by it
             self._no_room(step)
             return
         self.busy_budget, self.idle_budget = self._budgets
@@ -434,12 +576,14 @@ class EngineLoop:
             ok, held = False, []
             error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
         finally:
-            self._release(a, held)
-            if ok:
-                req.events.put(("done", timings_of(a, snapshot_s)))
-            elif error is not None:
-                req.events.put(("error", error))
-            req.released.set()
+            try:
+                self._release(a, held)
+            finally:  # told even when releasing raised (that goes on to the loop's recovery)
+                if ok:
+                    req.events.put(("done", timings_of(a, snapshot_s)))
+                elif error is not None:
+                    req.events.put(("error", error))
+                req.released.set()
 
     def _release(self, a: Active, held: list[int]) -> None:
         """Give ``a``'s sequence back holding ``held`` (nothing: cleared) and free its sampler."""
@@ -450,5 +594,7 @@ class EngineLoop:
             self.slots.release(a.seq, held)
         if not held:
             self.ctx.remove(a.seq)
-        if a.seq == SYSTEM_SEQ:  # a system prompt not rebuilt (failed, cancelled) is the one before, from its pinned snapshot
-            self.system = list(held) if held else self.placement.restore_system()
+        if a.seq == SYSTEM_SEQ and held:
+            self._hold_system(held)
+        elif a.seq == SYSTEM_SEQ:  # not rebuilt (failed, cancelled): the one before, from its pinned snapshot
+            self._restore_system()
