@@ -10,7 +10,7 @@ import pytest
 
 from engine.backend import Message
 from prompt_budget import ContextPassage, HistoryPolicy, PastTurn, build_messages, system_message
-from rag.conversations.keeper import stable_prefix
+from rag.conversations.keeper import folded_key, stable_prefix
 
 PASSAGES = [ContextPassage("a.md", "Prefill reads the whole prompt in one parallel pass."),
             ContextPassage("b.md", "Decode emits one token per forward pass.")]
@@ -160,6 +160,8 @@ def test_old_turns_are_folded_into_a_summary_after_the_answer(chat_pipeline):
     nxt = p.ask("How long should bread rise?", session="fold", max_tokens=8, no_target=True)
     stable = stable_prefix(p.backend, [system_message(conversation.summary)])
     assert nxt.timings.cached_tokens >= len(stable) - 1
+    # That answer's own snapshot holds the folded layout: the one prefilled for it is not kept on.
+    assert not p.backend.snapshots.holds(folded_key("fold"))
 
 
 def test_snapshots_are_written_to_disk_off_the_engine_loop(tmp_path, monkeypatch):

@@ -98,6 +98,7 @@ class ConversationKeeper:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rag-history")
         self._pending: list[Future] = []
         self._pending_lock = threading.Lock()
+        self._superseded: set[str] = set()  # sessions whose folded layout's snapshot the next answer replaces
         self._turns: dict[str, list] = {}  # session -> [lock, holders]: one question of a session at a time
         self._turns_lock = threading.Lock()
         self.log: deque[dict[str, object]] = deque(maxlen=BACKGROUND_LOG_SIZE)
@@ -184,16 +185,29 @@ class ConversationKeeper:
         store = self._store()
         number = store.append_next(session, question, user, answer, tokens, tuple(sources), timings.to_dict())
         conversation = store.load(session)
+        self._drop_superseded(session, backend)
         if turns_to_fold([self.turn_tokens(t) for t in conversation.turns], self._policy()):
             with self._pending_lock:
                 self._pending = [f for f in self._pending if not f.done()]
                 self._pending.append(self._worker.submit(self._fold_logged, session))
         return number
 
+    def _drop_superseded(self, session: str, backend: Backend) -> None:
+        # The first answer after a fold saved the session's snapshot over the folded layout, so the
+        # snapshot prefilled for that layout holds nothing it does not: kept, it would stay until reset.
+        with self._pending_lock:
+            if session not in self._superseded:
+                return
+            self._superseded.discard(session)
+        if isinstance(backend, PrefixCache):
+            backend.forget(folded_key(session))
+
     def reset(self, session: str) -> None:
         """Forget ``session``: its turns, summary and KV snapshot."""
         self.wait_idle()
         self._store().reset(session)
+        with self._pending_lock:
+            self._superseded.discard(session)
         backend = self._backend()
         if isinstance(backend, PrefixCache):
             backend.forget(kv_key(session))
@@ -244,6 +258,9 @@ class ConversationKeeper:
                         expected_version=conversation.summary_version, method=method, tokens=tokens,
                         seconds=seconds,
                     )
+                    if folded:
+                        with self._pending_lock:
+                            self._superseded.add(session)
                     break
             self._prefill_folded(session, prefix)
         self.log.append({"session": session, "kind": "summary", "method": method, "turns": n,
