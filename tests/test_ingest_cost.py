@@ -187,3 +187,27 @@ def test_the_server_exit_handler_stops_the_ingests(tmp_path, embedder):
     stop_ingests_on_exit(server, library)
     server.handle_exit(signal.SIGTERM, None)
     assert server.should_exit and library.stopping.is_set()
+
+
+def test_rag_serve_stops_its_ingests_on_sigterm(tmp_path, embedder, monkeypatch):
+    """``rag serve``'s server (``rag.service.app.serve``) has the handler: a
+    SIGTERM during an upload stops its ingest instead of waiting for it."""
+    import signal
+    from types import SimpleNamespace
+
+    import uvicorn
+
+    from rag.service import app as service_app
+    from rag.service.settings import ServiceSettings
+
+    library = DocumentLibrary(tmp_path / "index", lambda: embedder, lambda: None)
+    ran: list[bool] = []
+
+    def run(self, sockets=None):  # the SIGTERM uvicorn's own handler would receive, then the end
+        self.handle_exit(signal.SIGTERM, None)
+        ran.append(self.should_exit)
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    monkeypatch.setattr(service_app, "create_app", lambda pipeline, settings: (lambda scope, receive, send: None))
+    service_app.serve(SimpleNamespace(library=library), ServiceSettings(port=0))
+    assert ran == [True] and library.stopping.is_set()

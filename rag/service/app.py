@@ -100,6 +100,11 @@ def serve(pipeline: Pipeline, settings: ServiceSettings) -> None:
     first request is answered (not during it)."""
     import uvicorn
 
+    from .watching import stop_ingests_on_exit
+
     settings.check()
     # The app warms up once it listens (see ``warmup``): /healthz says "warming" until then.
-    uvicorn.run(create_app(pipeline, settings), host=settings.host, port=settings.port, log_level="info")
+    server = uvicorn.Server(uvicorn.Config(create_app(pipeline, settings), host=settings.host, port=settings.port,
+                                           log_level="info"))
+    stop_ingests_on_exit(server, pipeline.library)  # SIGTERM does not wait for an upload's ingest to end
+    server.run()
