@@ -31,6 +31,17 @@ FOREGROUND, BACKGROUND = 0, 1
 # the rest of it. Measured in `rag bench chat --back-to-back`: a summary prompt of 445 tokens in one
 # step of 1.8 s put a question at 3.9 s against its 2 s target; 128 tokens take about half a second.
 BACKGROUND_STEP_TOKENS = 128
+# Prompt tokens a step takes while others decode, at least: each such step also carries every
+# stream's token and its fixed cost, and a long prompt pauses the streams a step at a time. Measured
+# (8 clients, `rag bench serve`, 2-core CPU): p95 TTFT 4.0-4.7 s with 64, 2.4-2.8 s with 256, 3.1 s with 512.
+BUSY_STEP_TOKENS = 256
+# Both token counts are what a step of these seconds held on that CPU (about 300 prompt tokens a second
+# beside decodes): an engine that evaluates prompt tokens faster (a GPU) takes as many as fit the same
+# seconds at its own measured rate (:meth:`StepStats.step_tokens`), so its steps pause the streams no
+# longer, and a long prompt is not cut into hundreds of millisecond steps.
+BUSY_STEP_S = 0.85
+BACKGROUND_STEP_S = 0.4
+RATE_MIN_TOKENS = 32  # a step of fewer prompt tokens says more about the step's fixed cost than about the rate
 # A prompt that ends in a step shares it only with prompts due at most this much later: all of a
 # step's first tokens come at its end, so a later prompt's tokens there delay the earlier one's.
 # Measured (8 clients): 171 tokens of a prompt due 1.1 s later, in the step that ended two others'
@@ -161,7 +172,7 @@ class Load:
     active: tuple[Work, ...] = ()
     waiting: tuple[Work, ...] = ()
     slots: int = 1
-    busy_budget: int = 64
+    busy_budget: int = BUSY_STEP_TOKENS
     idle_budget: int = 512
     n_batch: int = 512
     decode_steps: tuple[tuple[int, float], ...] = ()  # (batch size, seconds), measured
@@ -333,6 +344,7 @@ class StepStats:
         self._step_s: dict[int, float] = {}
         self._running: tuple[Step, float] | None = None  # the step running now, and when it began
         self._mixed: deque[MixedStep] = deque(maxlen=mixed)
+        self._prompt_rate: float | None = None  # prompt tokens a second in steps of many, decodes beside them included
 
     def begin(self, step: Step, now: float) -> None:
         """``step`` starts at ``now`` (requests' work, background work or warming alike)."""
@@ -362,6 +374,9 @@ class StepStats:
         prefilled = sum(n for n, _ in prefill)
         if decoded and prefilled:
             self._mixed.append(MixedStep(tuple(prefill), decoded, cells, seconds))
+        if prefilled >= RATE_MIN_TOKENS and seconds > 0:
+            rate = prefilled / seconds
+            self._prompt_rate = rate if self._prompt_rate is None else 0.8 * self._prompt_rate + 0.2 * rate
         c = self.counters
         c["steps"] += 1
         c["prefill_tokens"] += prefilled
@@ -371,6 +386,17 @@ class StepStats:
             if not prefilled:
                 before = self._step_s.get(decoded)
                 self._step_s[decoded] = seconds if before is None else 0.8 * before + 0.2 * seconds
+
+    def step_tokens(self, seconds: float, least: int, most: int) -> int:
+        """Prompt tokens a step of ``seconds`` holds at the measured rate
+        (steps of at least ``RATE_MIN_TOKENS``), never fewer than ``least``
+        nor more than ``most``; ``least`` until a step was measured.
+
+        ``StepStats().step_tokens(0.85, 256, 512) == 256``
+        """
+        rate = self._prompt_rate
+        wanted = least if rate is None else int(seconds * rate)
+        return max(least, min(wanted, most))
 
     def decode_steps(self) -> tuple[tuple[int, float], ...]:
         """(batch size, seconds) for each decode-only batch size seen."""

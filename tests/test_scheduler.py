@@ -77,32 +77,35 @@ def test_the_wait_a_request_meets_runs_the_scheduler_forward():
     def cost(n, cached, others=0):
         return 0.005 * n
 
+    def Load64(*args, **kwargs):  # the figures below were worked out for steps of 64 prompt tokens beside decodes
+        return Load(*args, busy_budget=64, **kwargs)
+
     active = (work(1, generating=True, to_decode=5), work(2, deadline=1.0, to_prefill=100),
               work(3, deadline=9.0, to_prefill=300), work(4, to_prefill=50, background=True))
     measured = ((1, 0.03),)
-    assert expected_wait(Load(), 5.0, cost) == Wait(0.0, 0)
+    assert expected_wait(Load64(), 5.0, cost) == Wait(0.0, 0)
     # A free sequence: only the earlier deadline's prompt goes first, in two steps (the step that ends
     # it takes no prompt due much later), then ours beside two answers.
-    roomy = Load(active, (), slots=6, decode_steps=measured)
+    roomy = Load64(active, (), slots=6, decode_steps=measured)
     assert expected_wait(roomy, 5.0, cost) == Wait(pytest.approx(0.35 + 36 * 0.005 + 0.03), 2)
     # On an idle engine one step takes several prompts due about as soon: those ahead in it count.
-    burst = Load((), (work(7, deadline=4.9, to_prefill=200),), slots=6)
+    burst = Load64((), (work(7, deadline=4.9, to_prefill=200),), slots=6)
     assert expected_wait(burst, 5.0, cost) == Wait(pytest.approx(1.0), 0)
     # None free: request 1 must finish its five tokens first, while 2 and 3 prefill beside it (2's
     # last 36 tokens in a step of their own).
-    full = Load(active, (), slots=4, decode_steps=measured)
+    full = Load64(active, (), slots=4, decode_steps=measured)
     assert expected_wait(full, 5.0, cost) == Wait(pytest.approx(0.35 + 0.21 + 3 * 0.38), 1)
     # The background prefill never delays it; one waiting with an earlier deadline does.
-    ahead = Load(active, (work(5, deadline=2.0, to_prefill=64),), slots=6, decode_steps=measured)
+    ahead = Load64(active, (work(5, deadline=2.0, to_prefill=64),), slots=6, decode_steps=measured)
     assert expected_wait(ahead, 5.0, cost).seconds > expected_wait(roomy, 5.0, cost).seconds
-    assert expected_wait(Load(slots=0), 5.0, cost).seconds == math.inf
-    assert slowdown(Load(decode_steps=((4, 0.032),)), Wait(0.0, 4), cost) == pytest.approx(1.1)
-    assert slowdown(Load(), Wait(0.0, 0), cost) == 1.0
+    assert expected_wait(Load64(slots=0), 5.0, cost).seconds == math.inf
+    assert slowdown(Load64(decode_steps=((4, 0.032),)), Wait(0.0, 4), cost) == pytest.approx(1.1)
+    assert slowdown(Load64(), Wait(0.0, 0), cost) == 1.0
     # Under a new prefill decode those generating now, or every foreground request ahead if more.
     ahead = (work(1, generating=True), work(2, to_prefill=9), work(3, to_prefill=9, background=True))
-    assert step_beside(Load(ahead, (), decode_steps=((2, 0.04),)), Wait(0.0, 1), cost) == 0.04
-    assert step_beside(Load(), Wait(0.0, 0), cost) == 0.0
-    assert Load().decode_s(3, 0.005) == pytest.approx(0.015) and Load(decode_steps=measured).decode_s(2, 1) == 0.06
+    assert step_beside(Load64(ahead, (), decode_steps=((2, 0.04),)), Wait(0.0, 1), cost) == 0.04
+    assert step_beside(Load64(), Wait(0.0, 0), cost) == 0.0
+    assert Load64().decode_s(3, 0.005) == pytest.approx(0.015) and Load64(decode_steps=measured).decode_s(2, 1) == 0.06
 
 
 def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupted():
@@ -343,3 +346,37 @@ def test_a_question_planned_later_does_not_go_ahead_of_one_planned_before_it():
     assert dispatcher._in_plan_order(10.0 - 2 * ORDER_SLACK_S) == 10.0 - 2 * ORDER_SLACK_S
     assert dispatcher._in_plan_order(None) is None  # no target, no deadline
     assert dispatcher._in_plan_order(10.1) == 10.1
+
+
+def test_the_busy_step_budget_has_one_default_everywhere():
+    """The engine, its loop and the load a planner reads agree on the prompt
+    tokens a busy step takes (they were 256, 64 and 64)."""
+    import inspect
+
+    from engine.llama_cpp.backend import LlamaCppBackend
+    from engine.llama_cpp.loop import EngineLoop
+    from engine.scheduler import BUSY_STEP_TOKENS
+
+    assert Load().busy_budget == BUSY_STEP_TOKENS
+    assert inspect.signature(EngineLoop).parameters["busy_budget"].default == BUSY_STEP_TOKENS
+    assert inspect.signature(LlamaCppBackend).parameters["busy_step_tokens"].default == BUSY_STEP_TOKENS
+
+
+def test_step_budgets_follow_the_measured_prompt_rate():
+    """A step takes as many prompt tokens as fit its seconds at the rate its
+    engine measured: a GPU's whole batch, never fewer than the CPU's tokens."""
+    from engine.scheduler import BUSY_STEP_S, StepStats
+
+    assert StepStats().step_tokens(BUSY_STEP_S, 256, 512) == 256  # nothing measured yet
+    fast = StepStats()
+    fast.count(4, [(500, 0)], 0.05)  # 10,000 prompt tokens a second
+    assert fast.step_tokens(BUSY_STEP_S, 256, 512) == 512
+    slow = StepStats()
+    slow.count(2, [(256, 0)], 1.7)  # half this CPU's rate
+    assert slow.step_tokens(BUSY_STEP_S, 256, 512) == 256
+    few = StepStats()
+    few.count(1, [(8, 0)], 0.001)  # too few tokens to tell the rate from the step's fixed cost
+    assert few.step_tokens(BUSY_STEP_S, 256, 512) == 256
+    between = StepStats()
+    between.count(0, [(300, 0)], 0.5)  # 600 tokens a second
+    assert between.step_tokens(BUSY_STEP_S, 256, 512) == int(BUSY_STEP_S * 600)

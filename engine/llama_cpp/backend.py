@@ -40,17 +40,11 @@ from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from ..models import default_model_path, model_file, model_identity, read_metadata
 from .passage_kv import PassageStore, find_spans
 from .passage_shelf import PassageShelf
-from ..scheduler import Load
+from ..scheduler import BUSY_STEP_TOKENS, Load
 
 DEFAULT_N_CTX = 4096
 DEFAULT_N_BATCH = 512
 DEFAULT_SLOTS = 8  # sequences served at once
-# Prompt tokens a step takes while others decode (about 1 s on 2 CPU cores): a
-# new question's prompt in 1-2 steps, not 4-8, each also carrying every stream's
-# decode token and the step's fixed cost. On `rag bench serve --clients 8`
-# p95 TTFT was 2.4-2.8 s with 256 against 4.0-4.7 s with 64 and 3.1 s with 512,
-# at the price of streams pausing up to a second while a prompt is evaluated.
-BUSY_STEP_TOKENS = 256
 
 
 def physical_cores() -> int:

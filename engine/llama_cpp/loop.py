@@ -35,7 +35,8 @@ from .native import Entry, NativeContext, Sampler
 from .passage_kv import PassageStore
 from .placement import SYSTEM_SEQ, Placement
 from .requests import Active, Request, share_step, timings_of
-from ..scheduler import Load, Step, StepStats, admission_order, others_cells, plan_step
+from ..scheduler import (BACKGROUND_STEP_S, BACKGROUND_STEP_TOKENS, BUSY_STEP_S, BUSY_STEP_TOKENS, Load, Step,
+                         StepStats, admission_order, others_cells, plan_step)
 from .slots import SlotTable
 from .splicing import Splicer
 
@@ -72,12 +73,16 @@ class EngineLoop:
 
     def __init__(self, ctx: NativeContext, *, slots: int, kv_cells: int, snapshots: SnapshotCache,
                  detokenize: Callable[[int], bytes], is_end: Callable[[int], bool], repeat_penalty: float,
-                 busy_budget: int = 64, passages: PassageStore | None = None) -> None:
+                 busy_budget: int = BUSY_STEP_TOKENS, passages: PassageStore | None = None) -> None:
         self.ctx, self.kv_cells, self.snapshots = ctx, kv_cells, snapshots
         self.splicer = Splicer(ctx, passages, scratch=ctx.n_seq_max - 1)  # the last sequence is its scratch
         self._detokenize, self._is_end, self._penalty = detokenize, is_end, repeat_penalty
-        self._budgets = (busy_budget, ctx.n_batch)  # prompt tokens a step takes: while others decode, else
+        # Prompt tokens a step takes, while others decode and else: at least these, more where this
+        # engine's measured rate fits more in the same seconds (``_measured_budgets``).
+        self._least = (min(busy_budget, ctx.n_batch), min(BACKGROUND_STEP_TOKENS, ctx.n_batch))
+        self._budgets = (self._least[0], ctx.n_batch)
         self.busy_budget, self.idle_budget = self._budgets
+        self.background_budget = self._least[1]
         self._cv = threading.Condition()
         self._inbox: list[Request] = []
         self._waiting: list[Request] = []
@@ -281,7 +286,8 @@ class EngineLoop:
             self._admit()
             self._publish()
             step = plan_step([a.work() for a in self._active.values()], busy_budget=self.busy_budget,
-                             idle_budget=self.idle_budget, n_batch=self.ctx.n_batch)
+                             idle_budget=self.idle_budget, n_batch=self.ctx.n_batch,
+                             background_budget=self.background_budget)
             if step.tokens:
                 self._execute(step)
         except Exception as exc:  # noqa: BLE001 - no request may hang on a failed step: all are told
@@ -486,11 +492,11 @@ class EngineLoop:
             self.stats.abandon()  # nothing ran: the load must not advance work by it
             self._no_room(step)
             return
-        self.busy_budget, self.idle_budget = self._budgets
         samples = [(a, self._sample(a, i)) for i, (e, (a, _)) in enumerate(zip(entries, owners)) if e.logits]
         seconds = share_step(owners, time.perf_counter() - started)
         self.stats.count(len(step.decode), [(n, self._active[key].n_past) for key, n in step.prefill], seconds,
                          self._published.cells)
+        self._measured_budgets()
         for key in step.decode:
             self._active[key].n_past += 1
         for key, n in step.prefill:
@@ -501,6 +507,16 @@ class EngineLoop:
                 self._finish(a)
         for a, token in samples:
             self._take(a, token)
+
+    def _measured_budgets(self) -> None:
+        """The step budgets after a step ran (any halving by ``_no_room``
+        undone): as many prompt tokens as fit ``BUSY_STEP_S`` and
+        ``BACKGROUND_STEP_S`` at this engine's measured rate, never fewer
+        than the budgets it was made with, never more than ``n_batch``."""
+        n_batch = self.ctx.n_batch
+        self._budgets = (self.stats.step_tokens(BUSY_STEP_S, self._least[0], n_batch), n_batch)
+        self.busy_budget, self.idle_budget = self._budgets
+        self.background_budget = self.stats.step_tokens(BACKGROUND_STEP_S, self._least[1], n_batch)
 
     def _sample(self, a: Active, index: int) -> int:
         """The next token of ``a`` from batch entry ``index`` (a traced request records it)."""
