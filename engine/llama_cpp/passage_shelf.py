@@ -72,7 +72,7 @@ class PassageShelf:
                 kept += 1
             else:
                 request = self.loop.submit(Request(0, [*self.loop.system, *tokens], 0, store=key, background=True))
-                kind, value = request.events.get()
+                kind, value = self.loop.next_event(request)
                 if kind == "error":
                     raise value
                 computed += 1
