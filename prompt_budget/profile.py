@@ -41,6 +41,8 @@ class Profile:
     fits: dict[str, Fit] = field(default_factory=dict)
     anchors: list[PrefillSample] = field(default_factory=list)
     samples: list[PrefillSample] = field(default_factory=list)
+    # The measured ÷ predicted ratio of each sample (None: not known), so that a busy period's can be told.
+    sample_ratios: list[float | None] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
     ratio_contexts: list[int] = field(default_factory=list)
     overheads: list[float] = field(default_factory=list)
@@ -54,13 +56,17 @@ class Profile:
         return PrefillCostModel(
             self.fit, self.samples, anchors=self.anchors, ratios=self.ratios,
             ratio_contexts=self.ratio_contexts, overheads=self.overheads,
-            splice_loads=self.splice_loads, splice_pieces=self.splice_pieces,
-        )
+            splice_loads=self.splice_loads, splice_pieces=self.splice_pieces, sample_ratios=self.sample_ratios,
+        ).settled()  # a profile saved by an older version may still hold a busy period
 
     def absorb(self, model: PrefillCostModel) -> None:
-        """Take the current state of a live model (after online updates)."""
+        """Take the current state of a live model (after online updates),
+        less its busy periods (``PrefillCostModel.settled``): the next
+        process starts from the quiet machine's figures."""
+        model = model.settled()
         self.fit = model.fit
         self.samples = list(model.samples)
+        self.sample_ratios = list(model.sample_ratios)
         self.ratios = list(model.ratios)
         self.ratio_contexts = list(model.ratio_contexts)
         self.overheads = list(model.overheads)
@@ -87,6 +93,7 @@ class Profile:
                 "fits": {k: fit_dict(v) for k, v in self.fits.items()},
                 "anchors": sample_list(self.anchors),
                 "samples": sample_list(self.samples),
+                "sample_ratios": self.sample_ratios,
                 "ratios": self.ratios,
                 "ratio_contexts": self.ratio_contexts,
                 "overheads": self.overheads,
@@ -154,12 +161,17 @@ class Profile:
                     return PrefillSample(int(row[0]), int(row[1]), finite(row[2]), int(row[3]) if len(row) == 4 else 0)
                 return [sample(row) for row in rows]
 
+            samples = samples_of(raw.get("samples", []))
+            sample_ratios = [None if x is None else positive(x) for x in raw.get("sample_ratios", [])]
+            if len(sample_ratios) > len(samples):
+                raise ValueError(f"{len(sample_ratios)} sample ratios for {len(samples)} samples")
             return cls(
                 key=dict(raw["key"]),
                 fit=planned(fit_of(raw["fit"])),
                 fits={k: fit_of(v) for k, v in raw.get("fits", {}).items()},
                 anchors=samples_of(raw.get("anchors", [])),
-                samples=samples_of(raw.get("samples", [])),
+                samples=samples,
+                sample_ratios=sample_ratios,
                 ratios=[positive(x) for x in raw.get("ratios", [])],
                 ratio_contexts=[context(x) for x in raw.get("ratio_contexts", [])],
                 overheads=[nonnegative(x) for x in raw.get("overheads", [])],
