@@ -2,15 +2,22 @@
 the measured TTFT met the target and how well it was predicted; with
 several passes, the questions are asked again after the engine had the
 idle time to store the passages the first pass wished for (passage KV
-reuse, when it is on), so cold and warm stores are compared.
+reuse, when it is on), so cold and warm stores are compared. With a busy
+first half, a CPU-bound neighbour spins on one core for the first half of
+the questions and is stopped for the second, and each half is reported on
+its own: how soon the plan comes back once a busy period is over.
 
 Does not: assert anything; the figures are for people to read and compare.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
-from typing import Callable, Sequence
+from contextlib import contextmanager
+from typing import Callable, ContextManager, Iterator, Sequence
 
 from ..qa.pipeline import Pipeline
 from .questions import Question
@@ -31,6 +38,25 @@ def settle(pipeline: Pipeline, limit_s: float = SETTLE_S) -> float:
             break
         time.sleep(0.2)
     return time.perf_counter() - began
+
+
+@contextmanager
+def neighbour() -> Iterator[subprocess.Popen]:
+    """A CPU-bound neighbour while the block runs: a child process spinning
+    on one core (the last this process may use, where the system can pin
+    it), killed and reaped on leaving."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if hasattr(os, "sched_setaffinity"):
+            try:
+                os.sched_setaffinity(child.pid, {max(os.sched_getaffinity(0))})
+            except OSError:
+                pass  # unpinned it still takes a core's worth of time
+        yield child
+    finally:
+        child.kill()
+        child.wait()
 
 
 def _row(number: int, target: float, pass_: int, answer) -> dict[str, object]:
@@ -58,23 +84,36 @@ def bench_ttft(
     max_tokens: int = 16,
     passes: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    busy_first_half: bool = False,
+    busy: Callable[[], ContextManager[object]] = neighbour,
 ) -> dict[str, object]:
     """Answer every question under every TTFT target (``passes`` times,
     the engine left to settle in between) and report how well the measured
-    TTFT met the target and how well it was predicted."""
+    TTFT met the target and how well it was predicted. ``busy_first_half``:
+    ``busy()`` (a CPU-bound neighbour) runs from before the first question
+    until half of them are answered; each row says its ``half`` and the
+    summary reports each half's adherence."""
     rows: list[dict[str, object]] = []
     total, done, settled = len(questions) * len(targets) * passes, 0, []
-    for pass_ in range(1, passes + 1):
-        if pass_ > 1:
-            settled.append(round(settle(pipeline), 1))
-        for target in targets:
-            for number, q in enumerate(questions, start=1):
-                rows.append(_row(number, target, pass_, pipeline.ask(q.question, target_ttft=target,
-                                                                     max_tokens=max_tokens)))
-                done += 1
-                if progress:
-                    progress(done, total)
+    half = total // 2 if busy_first_half else 0
+    with _busy_until(busy if busy_first_half else None) as stop:
+        for pass_ in range(1, passes + 1):
+            if pass_ > 1:
+                settled.append(round(settle(pipeline), 1))
+            for target in targets:
+                for number, q in enumerate(questions, start=1):
+                    if done == half:
+                        stop()
+                    row = _row(number, target, pass_, pipeline.ask(q.question, target_ttft=target,
+                                                                   max_tokens=max_tokens))
+                    if busy_first_half:
+                        row["half"] = "busy" if done < half else "quiet"
+                    rows.append(row)
+                    done += 1
+                    if progress:
+                        progress(done, total)
     summary = [_summary(rows, pass_, target) for pass_ in range(1, passes + 1) for target in targets]
+    halves = {"halves": [_half(rows, name) for name in ("busy", "quiet")]} if busy_first_half else {}
     backend = pipeline.backend
     return {
         "bench": "ttft",
@@ -82,10 +121,51 @@ def bench_ttft(
             "targets": list(targets), "questions": len(questions), "max_tokens": max_tokens, "passes": passes,
             "learn": pipeline.costs.learn, "engine": backend.name, "index": str(pipeline.index_dir),
             "splice_fresh": getattr(backend, "splice_fresh", None), "settled_s": settled,
+            "busy_first_half": busy_first_half,
         },
         "rows": rows,
-        "summary": {"targets": summary},
+        "summary": {"targets": summary, **halves},
     }
+
+
+@contextmanager
+def _busy_until(busy: Callable[[], ContextManager[object]] | None) -> Iterator[Callable[[], None]]:
+    """``busy()`` entered now (none: nothing), and a function that leaves it,
+    once; left on the way out in any case."""
+    block = busy() if busy is not None else None
+    if block is not None:
+        block.__enter__()
+    state = {"open": block is not None}
+
+    def stop() -> None:
+        if state["open"]:
+            state["open"] = False
+            block.__exit__(None, None, None)
+
+    try:
+        yield stop
+    finally:
+        stop()
+
+
+def _adherence(mine: Sequence[dict]) -> dict[str, object]:
+    """How well ``mine`` (rows) met their targets: measured ÷ target at the
+    median and 95th percentile, passages, prediction error."""
+    ratios, errors = [r["ratio"] for r in mine], [r["pred_err"] for r in mine]
+    return {
+        "requests": len(mine),
+        "p50_ratio": round(quantile(ratios, 0.5), 3),
+        "p95_ratio": round(quantile(ratios, 0.95), 3),
+        "mean_chunks": round(sum(r["chosen"] for r in mine) / len(mine), 2),
+        "pred_err_p50": round(quantile(errors, 0.5), 3),
+        "pred_err_p95": round(quantile(errors, 0.95), 3),
+    }
+
+
+def _half(rows: Sequence[dict], name: str) -> dict[str, object]:
+    """The adherence of one half of a ``busy_first_half`` run, over all its targets."""
+    mine = [r for r in rows if r.get("half") == name]
+    return {"half": name, **(_adherence(mine) if mine else {"requests": 0})}
 
 
 def _summary(rows: Sequence[dict], pass_: int, target: float) -> dict[str, object]:

@@ -66,6 +66,7 @@ def bench_ttft(
     max_tokens: int = typer.Option(16, "--max-tokens", help="Answer tokens per request (TTFT does not depend on it)."),
     no_learn: bool = typer.Option(False, "--no-learn", help="Freeze the cost model: no online learning."),
     passes: int = typer.Option(1, "--passes", min=1, help="Ask everything this many times; between passes the engine stores the passages wished for (passage KV reuse)."),
+    busy_first_half: bool = typer.Option(False, "--busy-first-half", help="Run a CPU-bound neighbour on one core for the first half of the questions, none for the second; report each half."),
     model: Optional[Path] = MODEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
@@ -79,7 +80,8 @@ def bench_ttft(
         pipeline = bench_pipeline(corpus, include, index, model, learn=not no_learn, kv_dir=False)
         pipeline.prepare()  # calibrate, if needed, before anything is timed
         with counting("asking") as update:
-            result = run_bench(pipeline, qs, wanted, max_tokens=max_tokens, passes=passes, progress=update)
+            result = run_bench(pipeline, qs, wanted, max_tokens=max_tokens, passes=passes, progress=update,
+                               busy_first_half=busy_first_half)
     echo_json(result) if as_json else print_ttft(result)
 
 
@@ -101,6 +103,22 @@ def print_ttft(result: dict) -> None:
             f"{row['pred_err_p50'] * 100:.1f}%", f"{row['pred_err_p95'] * 100:.1f}%",
         )
     Console(highlight=False).print(table)
+    if result["summary"].get("halves"):
+        Console(highlight=False).print(halves_table(result["summary"]["halves"]))
+
+
+def halves_table(halves: list[dict]) -> Table:
+    """The busy and quiet halves of a ``--busy-first-half`` run, side by side."""
+    table = Table(title="neighbour for the first half, quiet for the second", title_justify="left")
+    for c in ("half", "requests", "p50 meas/target", "p95 meas/target", "mean chunks", "pred err p50"):
+        table.add_column(c, justify="right")
+    for h in halves:
+        if not h["requests"]:
+            table.add_row(h["half"], "0", "", "", "", "")
+            continue
+        table.add_row(h["half"], str(h["requests"]), f"{h['p50_ratio']:.2f}", f"{h['p95_ratio']:.2f}",
+                      f"{h['mean_chunks']:.1f}", f"{h['pred_err_p50'] * 100:.1f}%")
+    return table
 
 
 @bench_app.command("chat")
