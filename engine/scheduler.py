@@ -344,7 +344,7 @@ class StepStats:
         self._step_s: dict[int, float] = {}
         self._running: tuple[Step, float] | None = None  # the step running now, and when it began
         self._mixed: deque[MixedStep] = deque(maxlen=mixed)
-        self._prompt_rate: float | None = None  # prompt tokens a second in steps of many, decodes beside them included
+        self._prompt_rate: float | None = None  # prompt tokens a second in steps of many beside decodes, those included
 
     def begin(self, step: Step, now: float) -> None:
         """``step`` starts at ``now`` (requests' work, background work or warming alike)."""
@@ -374,7 +374,7 @@ class StepStats:
         prefilled = sum(n for n, _ in prefill)
         if decoded and prefilled:
             self._mixed.append(MixedStep(tuple(prefill), decoded, cells, seconds))
-        if prefilled >= RATE_MIN_TOKENS and seconds > 0:
+        if decoded and prefilled >= RATE_MIN_TOKENS and seconds > 0:  # as the budgets are spent: beside decodes
             rate = prefilled / seconds
             self._prompt_rate = rate if self._prompt_rate is None else 0.8 * self._prompt_rate + 0.2 * rate
         c = self.counters
@@ -388,8 +388,9 @@ class StepStats:
                 self._step_s[decoded] = seconds if before is None else 0.8 * before + 0.2 * seconds
 
     def step_tokens(self, seconds: float, least: int, most: int) -> int:
-        """Prompt tokens a step of ``seconds`` holds at the measured rate
-        (steps of at least ``RATE_MIN_TOKENS``), never fewer than ``least``
+        """Prompt tokens a step of ``seconds`` holds at the rate measured in
+        steps of at least ``RATE_MIN_TOKENS`` prompt tokens beside answer
+        tokens (a prompt-only step runs faster), never fewer than ``least``
         nor more than ``most``; ``least`` until a step was measured.
 
         ``StepStats().step_tokens(0.85, 256, 512) == 256``

@@ -378,5 +378,8 @@ def test_step_budgets_follow_the_measured_prompt_rate():
     few.count(1, [(8, 0)], 0.001)  # too few tokens to tell the rate from the step's fixed cost
     assert few.step_tokens(BUSY_STEP_S, 256, 512) == 256
     between = StepStats()
-    between.count(0, [(300, 0)], 0.5)  # 600 tokens a second
+    between.count(3, [(300, 0)], 0.5)  # 600 tokens a second beside three answers
     assert between.step_tokens(BUSY_STEP_S, 256, 512) == int(BUSY_STEP_S * 600)
+    alone = StepStats()
+    alone.count(0, [(500, 0)], 0.05)  # a prompt-only step runs faster than the steps the budget is for
+    assert alone.step_tokens(BUSY_STEP_S, 256, 512) == 256
