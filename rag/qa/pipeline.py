@@ -110,6 +110,7 @@ class Pipeline:
         model: str | os.PathLike[str] | None = None,
         *,
         settings: Settings | None = None,
+        prepare: bool = False,
         **options,
     ) -> "Pipeline":
         """A pipeline over ``index_dir`` (default: the settings' index,
@@ -118,16 +119,23 @@ class Pipeline:
         SmolLM2-135M-Instruct).
 
         With no index given and none built, questions are answered from the
-        bundled sample corpus, indexed on first use and cached.
+        bundled sample corpus, indexed on first use and cached. ``prepare``:
+        load and warm now what a question needs (:meth:`prepare`), which
+        the first question would otherwise wait for inside its time to first
+        token: a long-lived caller opens with it.
         """
         settings = settings or Settings.load()
         if model is not None:
             settings = settings.model_copy(update={"model": Path(model).expanduser()})
         if index_dir is not None:
-            return cls(Path(index_dir).expanduser(), settings=settings, **options)
-        default = settings.index_folder
-        use_sample = settings.index is None and not index_exists(default)
-        return cls(default, settings=settings, use_sample=use_sample, **options)
+            pipeline = cls(Path(index_dir).expanduser(), settings=settings, **options)
+        else:
+            default = settings.index_folder
+            pipeline = cls(default, settings=settings, use_sample=settings.index is None and not index_exists(default),
+                           **options)
+        if prepare:
+            pipeline.prepare(need_index=False)
+        return pipeline
 
     # -- the parts -------------------------------------------------------------
 
