@@ -56,12 +56,15 @@ UNKNOWN_CONTEXT = -1  # ratios saved by profiles from before contexts were kept
 # A busy period (another process on the cores) is a stretch of answers whose prediction error is far
 # above the machine's own: measured (issue 37, 2 cores) error p50 5 % on a clean profile, 18 % beside
 # a CPU-bound neighbour on one core, 3 % once quiet again. Stretches of BUSY_STRETCH ratios are
-# compared; one is busy when its median error (the median: a rare slow prefill is the machine's own)
-# is over BUSY_FACTOR times that of the reference stretch and BUSY_EXCESS more, and the reference
-# is quiet: its median error at most QUIET_ERROR. Chosen on synthetic runs (tests/test_cost_model.py:
-# quiet ±4-10 % with one prefill in 25 a quarter slow, busy up to 50-75 % slow), not measured: with
-# them no quiet stretch was ever taken for busy, a busy one for quiet (the neighbour still there)
-# in under 1 % of answers, and the plan was back within 16-20 quiet answers.
+# compared by their spread (median distance from their median: a rare slow prefill is the machine's
+# own, and a prediction still catching up runs evenly off); one is busy when its spread is over
+# BUSY_FACTOR times that of the reference and BUSY_EXCESS more, the reference itself quiet (spread
+# at most QUIET_ERROR): the latest QUIET_STRETCHES stretches in a running process, the quietest one
+# in a saved profile. Chosen on synthetic runs (tests/test_cost_model.py's: quiet ±4 % or ±10 % with
+# one prefill in 25 a quarter slow, busy 0-75 % or 0-30 % slow), not measured on this machine: with
+# them the plan was back within 16-20 quiet answers; a quiet ±4 % machine never forgot anything in
+# 900 answers (±10 %: 14 forgettings); a busy one forgot its busy stretches while still busy in
+# 1.4-3.7 % of answers (the margin then no less than its default until half a window follows).
 BUSY_STRETCH = 8
 BUSY_FACTOR = 2.0
 BUSY_EXCESS = 0.05
