@@ -243,3 +243,81 @@ def test_a_snapshot_read_back_from_disk_is_read_outside_the_cache_lock(tmp_path,
     assert writer.flush()
     assert cache.read_ahead("b") is False  # only the disk holds it: its read starts, on the reader
     assert cache.get("b") is not None and len(reads) == 2 and reads[-1] == ("rag-kv-reader", False)
+
+
+def _count_reads(monkeypatch, cache, gate=None):
+    """Each read of a state file: (thread, whether the cache lock was held); ``gate`` holds each read."""
+    import threading
+
+    from engine.llama_cpp import snapshots
+
+    reads: list[tuple[str, bool]] = []
+    read_file = snapshots._read_file
+
+    def spy(path, *, data):
+        if data:
+            reads.append((threading.current_thread().name, cache._lock._is_owned()))
+            if gate is not None:
+                gate.wait(60)
+        return read_file(path, data=data)
+
+    monkeypatch.setattr(snapshots, "_read_file", spy)
+    return reads
+
+
+def _landed(cache) -> None:
+    """Wait until no read the cache was asked for is under way (a guard, not a timing)."""
+    with cache._landed:
+        assert cache._landed.wait_for(lambda: not cache._reads and not cache._read_queue, 60)
+
+
+def test_a_snapshot_read_ahead_is_kept_for_its_get_whatever_puts_evict_meanwhile(tmp_path, monkeypatch):
+    one = snap([1, 2], 5000).nbytes
+    writer = SnapshotCache(disk_dir=tmp_path)
+    writer.put("a", snap([1, 2], 5000))
+    assert writer.flush()
+    cache = SnapshotCache(max_bytes=one, disk_dir=tmp_path)  # as after a restart: the disk alone holds "a"
+    reads = _count_reads(monkeypatch, cache)
+    assert cache.read_ahead("a") is False  # its read starts on the reader
+    _landed(cache)
+    assert cache.read_ahead("a") is True
+    cache.put("b", snap([3], 5000))  # the loop saves a state meanwhile: "a" leaves RAM
+    assert cache.keys() == ["b"] and cache.read_ahead("a") is True  # still here for its get
+    got = cache.get("a")
+    assert got is not None and got.data == bytes(5000)
+    assert reads == [("rag-kv-reader", False)]  # read once, by the reader, never again
+    assert not cache._read_back  # taken: nothing held apart any more
+
+
+def test_a_snapshot_too_large_for_ram_is_read_ahead_by_the_reader_too(tmp_path, monkeypatch):
+    import threading
+
+    writer = SnapshotCache(disk_dir=tmp_path)
+    writer.put("big", snap([1, 2], 50_000))
+    assert writer.flush()
+    cache = SnapshotCache(max_bytes=1000, disk_dir=tmp_path)  # far too small for it
+    gate = threading.Event()
+    reads = _count_reads(monkeypatch, cache, gate)
+    try:
+        assert cache.read_ahead("big") is False  # read ahead, not left for the caller's get
+    finally:
+        gate.set()
+    _landed(cache)
+    assert cache.read_ahead("big") is True and cache.keys() == []  # held for its get, not in RAM
+    got = cache.get("big")
+    assert got is not None and len(got.data) == 50_000
+    assert reads == [("rag-kv-reader", False)]
+
+
+def test_a_snapshot_read_ahead_is_dropped_when_its_key_is_replaced_or_discarded(tmp_path):
+    writer = SnapshotCache(disk_dir=tmp_path)
+    for key in "ab":
+        writer.put(key, snap([1], 5000))
+    assert writer.flush()
+    cache = SnapshotCache(max_bytes=100, disk_dir=tmp_path)  # none fits RAM: each is held apart
+    assert cache.read_ahead("a") is False and cache.read_ahead("b") is False
+    _landed(cache)
+    cache.put("a", snap([2], 50))  # newer than the file read
+    assert cache.get("a").data == bytes(50)
+    cache.discard("b")
+    assert not cache._read_back and cache.get("b") is None

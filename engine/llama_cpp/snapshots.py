@@ -28,7 +28,11 @@ Disk reads happen on a reader thread of the cache's own, outside the
 cache's lock (the planners' ``best`` never waits behind a read):
 ``read_ahead`` starts one and returns, so the engine's loop can place other
 work until the snapshot is in RAM; ``get`` of a snapshot only the disk
-holds waits for its read.
+holds waits for its read. A snapshot read back is also held apart until
+the next ``get`` of its key takes it (or a put or discard of the key makes
+it stale), so puts that evict RAM meanwhile cannot send the loop back to
+the disk, and one too large for RAM is read ahead too; what is held apart
+and not in RAM stays within ``max_bytes`` (the newest always kept).
 
 Several processes may share the folder (the service, the resident server,
 ``--no-server`` runs): a file is written under a temporary name and renamed
@@ -124,6 +128,8 @@ class SnapshotCache:
         self._landed = threading.Condition(self._lock)  # a read finished
         self._reads: dict[str, _Read] = {}  # key -> its read, asked or running
         self._read_queue: deque[_Read] = deque()
+        # Key -> a snapshot read back and not yet taken by ``get``, oldest first (see ``_keep_read_back``).
+        self._read_back: OrderedDict[str, Snapshot] = OrderedDict()
         self._reader: threading.Thread | None = None
         self.evictions = 0
         self.disk_evictions = 0
@@ -151,7 +157,7 @@ class SnapshotCache:
         """Distinct keys held in RAM, on disk or waiting to be written (no
         file is read)."""
         with self._lock:
-            return len(self._ram.keys() | self._disk.keys() | self._pending.keys())
+            return len(self._ram.keys() | self._disk.keys() | self._pending.keys() | self._read_back.keys())
 
     def keys(self) -> list[str]:
         """Keys held in RAM, least recently used first."""
@@ -192,7 +198,7 @@ class SnapshotCache:
     def holds(self, key: str) -> bool:
         """Whether ``key`` is held in RAM or on disk (nothing is read)."""
         with self._lock:
-            if key in self._ram or key in self._pending:
+            if key in self._ram or key in self._pending or key in self._read_back:
                 return True
             self._refresh()
             return key in self._disk
@@ -227,11 +233,12 @@ class SnapshotCache:
         return best_key, best_n
 
     def get(self, key: str) -> Snapshot | None:
-        """The snapshot under ``key``, now the most recently used; read back
-        from disk into RAM when only the disk holds it (by the reader
-        thread, outside the lock: this waits for that read)."""
+        """The snapshot under ``key``, now the most recently used: one read
+        back ahead (taken: the next get finds it in RAM or reads again), or
+        in RAM, or read back from disk when only the disk holds it (by the
+        reader thread, outside the lock: this waits for that read)."""
         with self._lock:
-            snap = self._held(key)
+            snap = self._take_read_back(key)
             if snap is not None:
                 return snap
             read = self._ask_read(key)
@@ -239,25 +246,52 @@ class SnapshotCache:
                 return None
             # 600 s: a hang guard only (the reader finishes every read it takes, found or not).
             self._landed.wait_for(lambda: read.done, 600.0)
-            return self._held(key) or read.snapshot  # a put meanwhile is newer than the file
+            return self._take_read_back(key) or read.snapshot  # a put meanwhile is newer than the file
 
     def read_ahead(self, key: str | None) -> bool:
         """Whether ``get(key)`` answers now without waiting for the disk; if
         only the disk holds ``key``, its read is started on the reader
-        thread first (and this returns False at once). A snapshot too large
-        to keep in RAM is not read ahead (True: waiting would not help)."""
+        thread first (and this returns False at once). The snapshot read is
+        held for that ``get`` whatever the RAM cap evicts meanwhile, one
+        too large for RAM included."""
         if key is None:
             return True
         with self._lock:
-            if self._held(key) is not None:
+            if key in self._read_back or self._held(key) is not None:
                 return True
             if key in self._reads:
                 return False  # its read is under way
-            self._refresh()
-            entry = self._disk.get(key)
-            if entry is None or entry.nbytes > self.max_bytes:
-                return True
             return self._ask_read(key) is None
+
+    def _take_read_back(self, key: str) -> Snapshot | None:
+        """The snapshot read back ahead for ``key`` (no longer held apart),
+        else the one held in RAM or waiting to be written, or None. Called
+        with the lock held."""
+        snap = self._read_back.pop(key, None)
+        if snap is None:
+            return self._held(key)
+        if key in self._ram:
+            self._ram.move_to_end(key)
+        if key in self._disk:
+            self._disk.move_to_end(key)
+        return snap
+
+    def _keep_read_back(self, key: str, snap: Snapshot) -> None:
+        """Hold ``snap``, just read back, until ``get(key)`` takes it. Those
+        not also in RAM are brought within ``max_bytes``, the oldest dropped first
+        (the newest always kept: it may be one too large for RAM), so reads
+        asked for and never taken (a request cancelled) cannot pile up.
+        Called with the lock held."""
+        self._read_back.pop(key, None)
+        self._read_back[key] = snap
+        apart = sum(s.nbytes for k, s in self._read_back.items() if self._ram.get(k) is not s)
+        for old in list(self._read_back)[:-1]:
+            if apart <= self.max_bytes:
+                return
+            held = self._read_back[old]
+            if self._ram.get(old) is not held:  # (one still in RAM costs nothing apart)
+                del self._read_back[old]
+                apart -= held.nbytes
 
     def _held(self, key: str) -> Snapshot | None:
         """The snapshot under ``key`` in RAM or waiting to be written (now the
@@ -317,6 +351,7 @@ class SnapshotCache:
                     if snap.nbytes <= self.max_bytes:
                         self._ram[read.key] = snap
                         self._evict()
+                    self._keep_read_back(read.key, snap)  # for the get it was read for, whatever puts evict
                 read.snapshot, read.done = snap, True
                 if self._reads.get(read.key) is read:
                     del self._reads[read.key]
@@ -332,6 +367,7 @@ class SnapshotCache:
         with self._lock:
             self._ram.pop(key, None)
             self._pending.pop(key, None)
+            self._read_back.pop(key, None)  # an older state
             if key in self._in_flight:
                 self._in_flight[key] = False  # the write in flight now is of an older state
             if pin:
@@ -350,6 +386,7 @@ class SnapshotCache:
             self._ram.pop(key, None)
             self._pinned.discard(key)
             self._pending.pop(key, None)
+            self._read_back.pop(key, None)
             if key in self._in_flight:
                 self._in_flight[key] = False  # its file is removed once written
             self._drop_disk(key)
