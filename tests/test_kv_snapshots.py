@@ -276,7 +276,8 @@ def test_a_snapshot_read_ahead_is_kept_for_its_get_whatever_puts_evict_meanwhile
     writer = SnapshotCache(disk_dir=tmp_path)
     writer.put("a", snap([1, 2], 5000))
     assert writer.flush()
-    cache = SnapshotCache(max_bytes=one, disk_dir=tmp_path)  # as after a restart: the disk alone holds "a"
+    # As after a restart: the disk alone holds "a"; room in RAM for one (its file, header and all), not two.
+    cache = SnapshotCache(max_bytes=one + 1000, disk_dir=tmp_path)
     reads = _count_reads(monkeypatch, cache)
     assert cache.read_ahead("a") is False  # its read starts on the reader
     _landed(cache)
