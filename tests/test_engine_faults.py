@@ -199,23 +199,54 @@ def _raising(real, times: int, what: str):
     return call
 
 
-def _holding(engine) -> Request:
-    """A long answer that holds a sequence: its first piece has come."""
-    request = ask(engine, prompt(engine, "Count slowly from one to two hundred."), 200)
-    assert request.events.get(timeout=HANG_S)[0] == "piece"
+def _filling(engine) -> list[Request]:
+    """Long answers holding every sequence (the first piece of each has come): the next request waits."""
+    held = [ask(engine, prompt(engine, f"Count slowly from {i} to two hundred."), 120)
+            for i in range(1, engine.loop.slots.size + 1)]
+    for request in held:
+        assert request.events.get(timeout=HANG_S)[0] == "piece"
+    assert engine.loop.slots.free == 0
+    return held
+
+
+def _queued(engine, question: str) -> Request:
+    """A request the loop has taken and holds waiting for a sequence (none is free)."""
+    request = ask(engine, prompt(engine, question))
+    guard = threading.Event()
+    while request not in engine.loop._waiting:  # a hang guard, not a timing claim
+        assert not guard.wait(0.01) and not request.released.is_set(), "the request was never queued"
     return request
 
 
-def test_a_failure_on_the_forget_path_ends_the_requests_held_and_the_loop_goes_on(engine, system, monkeypatch):
+def _watching_waiting(loop, failing):
+    """``failing`` that first notes the keys of the requests waiting (not yet placed) at each call."""
+    seen: list[list[int]] = []
+
+    def call(*args, **kwargs):
+        seen.append([r.key for r in loop._waiting])
+        return failing(*args, **kwargs)
+
+    call.calls, call.seen = failing.calls, seen
+    return call
+
+
+def test_a_failure_on_the_forget_path_ends_the_requests_held_serves_those_waiting_and_the_loop_goes_on(
+        engine, system, monkeypatch):
     # The forget path ran outside the step's try: one exception there and the loop's thread was gone,
-    # every consumer waiting for ever.
+    # every consumer waiting for ever. Then its recovery failed every queued request too, though none
+    # had touched the context: only those held are ended, the queued ones are served.
     loop = engine.loop
-    held = _holding(engine)
-    failing = _raising(loop._give_up_idle, 1, "forgetting idle prompts")
+    held = _filling(engine)
+    waiting = _queued(engine, "Say hello to Eve.")
+    failing = _watching_waiting(loop, _raising(loop._give_up_idle, 1, "forgetting idle prompts"))
     monkeypatch.setattr(loop, "_give_up_idle", failing)
     loop.forget_prompts(wait_s=HANG_S)  # answered, not left to wait out its guard
-    kind, error = outcome(held)
-    assert kind == "error" and "injected" in str(error) and len(failing.calls) >= 1
+    for request in held:
+        kind, error = outcome(request)
+        assert kind == "error" and "injected" in str(error) and len(failing.calls) >= 1
+    assert waiting.key in failing.seen[0]  # queued, not placed, when the forget path failed
+    kind, error = outcome(waiting)
+    assert kind == "done", error
     settled(loop)
     assert loop._thread.is_alive()
     assert outcome(ask(engine, prompt(engine, "Say hello to Eve.")))[0] == "done"
@@ -223,15 +254,21 @@ def test_a_failure_on_the_forget_path_ends_the_requests_held_and_the_loop_goes_o
     assert loop.system == system
 
 
-def test_a_publish_that_raises_outside_a_step_ends_its_requests_and_the_next_is_served(engine, system, monkeypatch):
+def test_a_publish_that_raises_outside_a_step_ends_its_requests_and_those_waiting_are_served(
+        engine, system, monkeypatch):
     # The second publish of a turn ran outside the try: the first raising there was recovered from, the
-    # second killed the thread.
+    # second killed the thread. Then that recovery failed every queued request as well.
     loop = engine.loop
-    held = _holding(engine)
-    failing = _raising(loop._publish, 2, "publishing")
+    held = _filling(engine)
+    waiting = _queued(engine, "Say hello to Max.")
+    failing = _watching_waiting(loop, _raising(loop._publish, 2, "publishing"))
     monkeypatch.setattr(loop, "_publish", failing)
-    kind, error = outcome(held)
-    assert kind == "error" and "injected" in str(error)
+    for request in held:
+        kind, error = outcome(request)
+        assert kind == "error" and "injected" in str(error)
+    kind, error = outcome(waiting)
+    assert waiting.key in failing.seen[0]  # queued, not placed, when publishing failed
+    assert kind == "done", error
     kind, _ = outcome(ask(engine, prompt(engine, "Say hello to Max.")))
     assert kind == "done" and len(failing.calls) > 2
     settled(loop)

@@ -231,15 +231,16 @@ class EngineLoop:
     def _run(self) -> None:
         """Turn after turn until stopped. Whatever a turn raises outside a
         step (a step's own failure is recovered from inside it) is recovered
-        from at once: every request held or waiting is told; after
-        ``LOOP_FAILURES`` in a row, or anything worse than an Exception, the
-        loop ends, telling every request left and refusing new ones."""
+        from at once: every request held is told (those waiting are placed
+        afterwards, as after a failed step); after ``LOOP_FAILURES`` in a row,
+        or anything worse than an Exception, the loop ends, telling every
+        request left and refusing new ones."""
         failed, last, ended = 0, None, None
         try:
             while True:
                 try:
                     if failed:
-                        self._recover(last, waiting=True)
+                        self._recover(last)
                         self._publish()  # what the engine holds now, before it waits for work
                     if not self._turn():
                         break
@@ -319,22 +320,19 @@ class EngineLoop:
         except Exception:  # noqa: BLE001 - only what other threads read; nothing waits on it
             log.warning("publishing the ended engine's state failed", exc_info=True)
 
-    def _recover(self, exc: Exception, *, waiting: bool = False) -> None:
-        """After a failed step: every request held is told, its sequence
-        cleared and released (with ``waiting``, after a failure outside a
-        step, those waiting for one are told too: the state they would be
-        placed in is not known); the system prompt stays (a step only adds
-        cells to the sequences in it), or is loaded again from its pinned
-        snapshot when it was being rebuilt, so splicing and warming go on."""
+    def _recover(self, exc: Exception) -> None:
+        """After a failed step, or a failure outside one: every request held
+        is told, its sequence cleared and released; those waiting stay queued
+        (none has touched the context, and they are placed only after every
+        idle cache is given up and the system prompt restored, so the state
+        they meet is known); the system prompt stays (a step only adds cells
+        to the sequences in it), or is loaded again from its pinned snapshot
+        when it was being rebuilt, so splicing and warming go on."""
         log.warning("an engine step failed: %r", exc)
         error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
         self.stats.abandon()  # a step that raised was not run, whatever it raised from
         for active in list(self._active.values()):
             self._finish(active, error=error)  # a system prompt being rebuilt is loaded again there
-        if waiting:
-            for request in self._waiting:
-                request.fail(error)
-            self._waiting.clear()
         self.ctx.remove(self.splicer.scratch)
         self._give_up_idle()  # idle caches are only a cache: none is trusted after a failure
         if not self.system and not self.system_retries:
