@@ -211,3 +211,74 @@ def test_rag_serve_stops_its_ingests_on_sigterm(tmp_path, embedder, monkeypatch)
     monkeypatch.setattr(service_app, "create_app", lambda pipeline, settings: (lambda scope, receive, send: None))
     service_app.serve(SimpleNamespace(library=library), ServiceSettings(port=0))
     assert ran == [True] and library.stopping.is_set()
+
+
+# --- review of issue 37's bounds -------------------------------------------------------------------------------
+
+_LONG_HEADERS = ["Measurement timestamp (UTC)", "Station identifier code", "Air temperature (degrees C)",
+                 "Relative humidity (percent)", "Barometric pressure (hPa)", "Wind speed (metres per second)",
+                 "Wind direction (degrees)", "Rainfall last hour (mm)", "Solar radiation (W per m2)",
+                 "Sensor battery voltage (V)"]
+
+
+def _readings_csv(target_bytes: int = 1_000_000) -> bytes:
+    """A numeric CSV of about ``target_bytes`` under ten long headers: its
+    text, each value beside its header, is some five times its bytes."""
+    from rag.bench.samples import make_csv
+
+    row = [f"{(i * 37) % 1000 + 0.125:.3f}" for i in range(len(_LONG_HEADERS))]
+    per_row = len(make_csv([row]))
+    return make_csv([_LONG_HEADERS] + [row] * (target_bytes // per_row))
+
+
+def test_a_1mb_csv_with_long_headers_is_read_whole_not_refused_as_a_bomb():
+    data = _readings_csv()
+    assert 900_000 < len(data) < 1 << 20
+    doc = load_document("readings.csv", ".csv", data)  # refused before: its text passed 4 MB
+    assert len(doc.text) > text_limit(len(data))  # the headers, repeated, are most of it
+    assert doc.text.count("\n") + 1 == data.count(b"\n") and not doc.warnings
+
+
+def test_a_sheet_whose_cells_expand_past_the_limit_is_still_refused():
+    from rag.bench.samples import make_xlsx
+
+    cell = "The valve opens at dawn and closes at dusk. " * 11  # one shared string, some 480 characters
+    data = make_xlsx({"S": [["A", "B"]] + [[cell, cell] for _ in range(3_000)]})  # ~2.9 MB of cells
+    assert len(data) < 256 << 10
+    with pytest.raises(DocumentError, match=f"{MIN_TEXT_CHARS:,} characters"):
+        load_document("bomb.xlsx", ".xlsx", data)
+
+
+def test_the_chunks_a_file_under_1mb_may_make_fit_a_minute_of_embedding():
+    from rag.ingest.formats.document import chunk_limit
+
+    # The issue's rate on 2 cores: 11,765 chunks in 123 s, about 95 a second.
+    assert chunk_limit(text_limit(1_000_000)) <= 60 * 95
+    assert chunk_limit(text_limit(46_711)) <= 60 * 95
+
+
+def test_a_docx_expanding_past_its_limit_is_refused_after_reading_part_of_it(monkeypatch):
+    import docx.text.paragraph
+
+    from rag.bench.samples import make_docx
+
+    paragraph = "The quick brown fox jumps over the lazy dog while the valve opens. " * 15  # ~1,000 characters
+    data = make_docx("Long", [(f"Part {i}", [paragraph] * 20) for i in range(200)])  # ~4 MB of text
+    read: list[int] = []
+    real = docx.text.paragraph.Paragraph.text.fget
+    monkeypatch.setattr(docx.text.paragraph.Paragraph, "text", property(lambda self: read.append(1) or real(self)))
+    with pytest.raises(DocumentError, match="characters"):
+        load_document("long.docx", ".docx", data, max_chars=200_000)
+    assert len(read) < 2 * 240 < 4_200, len(read)  # stopped near 200 paragraphs of the 4,200
+
+
+def test_the_resident_servers_own_stop_stops_the_ingests(tmp_path, embedder):
+    from types import SimpleNamespace
+
+    from rag.resident.server import Life
+
+    library = DocumentLibrary(tmp_path / "index", lambda: embedder, lambda: None)
+    life = Life(address=None, idle_timeout_s=60)
+    life.server, life.library = SimpleNamespace(should_exit=False), library
+    life.stop("told to stop")  # what /v1/resident/stop and the idle stop do
+    assert life.server.should_exit and library.stopping.is_set()

@@ -65,6 +65,7 @@ class Life:
     notes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=20))
     stopping: bool = False  # decided to stop: every new request is refused (503 server_stopping)
     server: object = None  # the uvicorn server, told to exit by /v1/resident/stop
+    library: object = None  # the pipeline's DocumentLibrary: its ingests are stopped with the server
 
     def idle_for(self) -> float:
         """Seconds since the last request ended (0 while one runs)."""
@@ -76,6 +77,8 @@ class Life:
         if not self.stopping:
             print(f"{why}: stopping", file=sys.stderr, flush=True)
         self.stopping = True
+        if self.library is not None:
+            self.library.stop_ingests()  # uvicorn waits for the requests in flight: an upload's ingest must end
         self.server.should_exit = True
 
     def note(self, message: str) -> None:
@@ -211,7 +214,7 @@ async def _run(app: FastAPI, sock: socket.socket, life: Life, pipeline: Pipeline
 
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     stop_ingests_on_exit(server, pipeline.library)  # SIGTERM does not wait for an upload's ingest
-    life.server = server
+    life.server, life.library = server, pipeline.library
     life.last_activity = time.monotonic()  # idle from now: loading took its time, and no client has been served yet
     idle = asyncio.create_task(_stop_when_idle(life, pipeline))
     try:

@@ -40,11 +40,13 @@ FAMILIES: dict[str, tuple[frozenset[str], Loader]] = {
 }
 LOADERS: dict[str, Loader] = {suffix: loader for suffixes, loader in FAMILIES.values() for suffix in suffixes}
 SUPPORTED_SUFFIXES = frozenset(LOADERS)
-# Loaders that build their text piece by piece (chapters, rows) and stop as
-# soon as it passes the limit, so the rest of a zip bomb is never read. The
-# others hold at most their file's bytes of text (plain text, HTML, code) or
-# are bounded by the container's caps, and are checked once loaded.
-STOPS_EARLY = frozenset({load_epub, load_xlsx, load_csv})
+# Loaders that build their text piece by piece (chapters, rows, paragraphs,
+# slides, pages) and stop as soon as it passes the limit, so the rest of a
+# zip bomb is never read; each counts what the limit means for its format
+# (a sheet: its cells, not the headers repeated beside them). The others
+# hold at most their file's bytes of text (plain text, HTML, code) and are
+# checked once loaded.
+STOPS_EARLY = frozenset({load_epub, load_xlsx, load_csv, load_docx, load_pptx, load_pdf})
 
 
 def family_of(suffix: str) -> str | None:
@@ -79,9 +81,12 @@ def load_document(source: str, suffix: str, data: bytes, *, max_chars: int | Non
             f"unsupported file type {suffix or '(no suffix)'}; supported: {', '.join(sorted(SUPPORTED_SUFFIXES))}",
         )
     try:
-        doc = loader(source, suffix, data, max_chars=limit) if loader in STOPS_EARLY else loader(source, suffix, data)
-        if len(doc.text) > limit:
-            raise TextOverLimit(limit)
+        if loader in STOPS_EARLY:
+            doc = loader(source, suffix, data, max_chars=limit)
+        else:
+            doc = loader(source, suffix, data)
+            if len(doc.text) > limit:
+                raise TextOverLimit(limit)
     except TextOverLimit as exc:
         raise DocumentError(source, over_limit(exc.limit, len(data))) from None
     except DocumentError:

@@ -15,7 +15,7 @@ import io
 import re
 
 from .containers import open_zip
-from .document import Location, LoadedDocument, Segment
+from .document import Location, LoadedDocument, Segment, check_text
 from .tables import cell_text, header_text, row_text
 
 DOCX_SUFFIXES = frozenset({".docx"})
@@ -24,9 +24,12 @@ _HEADING_STYLE = re.compile(r"heading\s*(\d)", re.IGNORECASE)
 
 
 class _Builder:
-    """Text assembled block by block, with heading offsets and segments."""
+    """Text assembled block by block, with heading offsets and segments;
+    TextOverLimit at the first block that takes it over ``max_chars``, so
+    the rest of the file is never read."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int | None = None) -> None:
+        self.max_chars = max_chars
         self.parts: list[str] = []
         self.length = 0
         self.headings: list[tuple[int, int, str]] = []
@@ -43,6 +46,7 @@ class _Builder:
             self.headings.append((self.length, heading, " ".join(block.split())))
         self.parts.append(block)
         self.length += len(block)
+        check_text(self.length, self.max_chars)
 
     def segment(self, location: Location) -> None:
         """Start a new segment at the next block."""
@@ -77,15 +81,16 @@ def _docx_table(table) -> list[list[str]]:
     return rows
 
 
-def load_docx(source: str, suffix: str, data: bytes) -> LoadedDocument:
+def load_docx(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
     """A Word document: paragraphs and tables in order, headings as the
-    outline, the title from its properties or its Title paragraph."""
+    outline, the title from its properties or its Title paragraph;
+    TextOverLimit at the first paragraph or table past ``max_chars``."""
     import docx
     from docx.table import Table
 
     open_zip(source, data, ".docx").close()
     document = docx.Document(io.BytesIO(data))
-    out = _Builder()
+    out = _Builder(max_chars)
     title = (document.core_properties.title or "").strip()
     for block in document.iter_inner_content():
         if isinstance(block, Table):
@@ -118,14 +123,15 @@ def _shape_texts(shapes) -> list[str]:
     return texts
 
 
-def load_pptx(source: str, suffix: str, data: bytes) -> LoadedDocument:
+def load_pptx(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
     """A presentation: one segment per slide, its title as a heading, then
-    its other text, tables and speaker notes."""
+    its other text, tables and speaker notes; TextOverLimit at the first
+    block past ``max_chars``."""
     import pptx
 
     open_zip(source, data, ".pptx").close()
     deck = pptx.Presentation(io.BytesIO(data))
-    out = _Builder()
+    out = _Builder(max_chars)
     for number, slide in enumerate(deck.slides, start=1):
         out.segment(Location(slide=number))
         title_shape = slide.shapes.title

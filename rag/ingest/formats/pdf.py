@@ -10,25 +10,26 @@ from __future__ import annotations
 import io
 
 from ...errors import DocumentError
-from .document import LoadedDocument
+from .document import LoadedDocument, TextOverLimit, check_text
 from .ocr import ocr_pages, ocr_problem
 
 PDF_SUFFIXES = frozenset({".pdf"})
 _PYPDF_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError)
 
 
-def load_pdf(source: str, suffix: str, data: bytes) -> LoadedDocument:
+def load_pdf(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
     """A PDF's text, a segment per page; pages that are images only are
     read with OCR where it is installed. DocumentError for a malformed or
     encrypted file, or one with no text (saying how many pages are scans
-    and what to install)."""
+    and what to install); TextOverLimit at the first page that takes the
+    text over ``max_chars``."""
     from pypdf.errors import PyPdfError
 
     if not data.lstrip()[:5] == b"%PDF-":
         raise DocumentError(source, "malformed PDF (no %PDF header); re-export or repair the file")
     try:
-        texts, scanned, n_pages, title = _read_pages(source, data)
-    except DocumentError:
+        texts, scanned, n_pages, title = _read_pages(source, data, max_chars)
+    except (DocumentError, TextOverLimit):
         raise
     except (PyPdfError, *_PYPDF_ERRORS) as exc:
         raise DocumentError(
@@ -52,15 +53,18 @@ def load_pdf(source: str, suffix: str, data: bytes) -> LoadedDocument:
             raise DocumentError(source, f"scanned PDF: {n_pages} page{'s' if n_pages > 1 else ''} of images "
                                         f"without a text layer; {problem}")
     doc = _assemble(texts, title, tuple(warnings))
+    check_text(len(doc.text), max_chars)  # with the pages read by OCR
     if not doc.text.strip():
         raise DocumentError(source, f"PDF has no extractable text on any of its {n_pages} pages; "
                                     "re-export it with text, or run OCR on it first")
     return doc
 
 
-def _read_pages(source: str, data: bytes) -> tuple[dict[int, str], list[int], int, str | None]:
+def _read_pages(source: str, data: bytes, max_chars: int | None = None
+                ) -> tuple[dict[int, str], list[int], int, str | None]:
     """The text of each page, the pages that are images without text, the
-    number of pages and the title."""
+    number of pages and the title; TextOverLimit at the first page that
+    takes the text over ``max_chars``."""
     from pypdf import PdfReader
 
     reader = PdfReader(io.BytesIO(data), strict=False)
@@ -68,9 +72,12 @@ def _read_pages(source: str, data: bytes) -> tuple[dict[int, str], list[int], in
         raise DocumentError(source, "encrypted PDF (password-protected); decrypt it first (e.g. `qpdf --decrypt`)")
     texts: dict[int, str] = {}
     scanned: list[int] = []
+    length = 0
     for number, page in enumerate(reader.pages, start=1):
         text = (page.extract_text() or "").strip()
         texts[number] = text
+        length += len(text) + 2  # with the break between pages
+        check_text(length, max_chars)
         if not text and _has_images(page):
             scanned.append(number)
     metadata = reader.metadata

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 from ...errors import DocumentError
 from .containers import open_zip
-from .document import Location, LoadedDocument, Segment, check_text
+from .document import Location, LoadedDocument, Segment, TextOverLimit, check_text
 from .tables import cell_text, header_text, row_text
 from .text import decode_text
 
@@ -26,6 +26,13 @@ XLSX_SUFFIXES = frozenset({".xlsx", ".xlsm"})
 CSV_SUFFIXES = frozenset({".csv", ".tsv"})
 MAX_ROWS = 20_000  # per file: about 1 MB of text, some minutes to chunk and embed on a small CPU
 MAX_COLUMNS = 256
+# A sheet's text repeats its column headers beside every value, so it is
+# several times its cells: a 1 MB numeric CSV under ten long headers reads
+# as 4.8 MB. The cells (what a bomb inflates) count against the file's text
+# limit; the text with its headers may be this many times that limit
+# (chosen: room for headers five times their values; its chunks are bounded
+# by the chunk limit in any case).
+SHEET_TEXT_FACTOR = 4
 
 
 class _Sheets:
@@ -38,7 +45,8 @@ class _Sheets:
         self.segments: list[Segment] = []
         self.headings: list[tuple[int, int, str]] = []
         self.max_rows = max_rows if max_rows is not None else MAX_ROWS
-        self.max_chars = max_chars  # TextOverLimit as soon as the text passes it
+        self.max_chars = max_chars  # TextOverLimit as soon as the cells' text passes it
+        self.cells = 0  # characters of the cells themselves, each with a separator
         self.rows = 0
         self.warnings: list[str] = []
 
@@ -62,6 +70,7 @@ class _Sheets:
                 cells = cells[:MAX_COLUMNS]
             line = header_text(cells) if headers is None else row_text(headers, cells)
             headers = headers if headers is not None else cells
+            self.cells += sum(len(c) + 1 for c in cells if c)
             self._line(line)
             numbers.append(number)
             self.rows += 1
@@ -76,7 +85,9 @@ class _Sheets:
             self.length += 1
         self.lines.append(line)
         self.length += len(line)
-        check_text(self.length, self.max_chars)
+        check_text(self.cells, self.max_chars)
+        if self.max_chars is not None and self.length > SHEET_TEXT_FACTOR * self.max_chars:
+            raise TextOverLimit(self.max_chars)
 
     def document(self, title: str | None) -> LoadedDocument:
         return LoadedDocument("\n".join(self.lines), tuple(self.segments), title=title, headings=tuple(self.headings),
@@ -90,7 +101,8 @@ def _xlsx_rows(sheet) -> Iterator[tuple[int, list[str]]]:
 
 def load_xlsx(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
     """A workbook's sheets in order, each row with its column headers;
-    TextOverLimit as soon as the text passes ``max_chars``."""
+    TextOverLimit as soon as its cells' text passes ``max_chars`` (or the
+    text with its headers ``SHEET_TEXT_FACTOR`` times that)."""
     import openpyxl
 
     open_zip(source, data, suffix, streamed=lambda name: name.startswith("xl/worksheets/")).close()
@@ -113,7 +125,8 @@ def load_xlsx(source: str, suffix: str, data: bytes, *, max_chars: int | None = 
 
 def load_csv(source: str, suffix: str, data: bytes, *, max_chars: int | None = None) -> LoadedDocument:
     """A CSV (or TSV) file: its first row is the header of every other;
-    TextOverLimit as soon as the text passes ``max_chars``."""
+    TextOverLimit as soon as its cells' text passes ``max_chars`` (or the
+    text with its headers ``SHEET_TEXT_FACTOR`` times that)."""
     text = decode_text(source, data)
     dialect: type[csv.Dialect] | csv.Dialect = csv.excel_tab if suffix == ".tsv" else csv.excel
     if suffix != ".tsv":
