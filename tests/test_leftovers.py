@@ -85,24 +85,59 @@ def test_a_damaged_bm25_folder_is_rebuilt_once_and_saved(tmp_path, embedder, mon
     assert notes[0] and not notes[1], notes
 
 
-def test_a_half_built_generation_is_swept_at_open_unless_an_ingest_holds_the_lock(tmp_path, embedder):
+def test_a_half_built_generation_is_swept_by_the_next_writer_never_by_a_reader(tmp_path, embedder, monkeypatch):
+    """A reader's open takes no write lock (an upload starting at that
+    moment in the same process would be refused IndexBusy); the writer,
+    which holds the lock anyway, sweeps what a killed ingest left."""
+    from rag.index import generations, store
+    from rag.index.manifest import Manifest
     from rag.ingest import ingest
     from rag.ingest.chunking import Chunker
 
     index_dir = tmp_path / "index"
-    ingest(index_dir, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=Chunker(embedder.count_tokens))
+    chunker = Chunker(embedder.count_tokens)
+    ingest(index_dir, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=chunker)
     half = index_dir / "gen-000042"  # what an ingest killed before its manifest leaves
     half.mkdir()
     (half / "chunks.sqlite").write_bytes(b"partial")
-    with open(index_dir / ".lock", "a+") as held:  # an ingest writing now: its generation is kept
-        fcntl.flock(held, fcntl.LOCK_EX)
-        Index.open(index_dir, embedder=embedder.name, dim=embedder.dim).close()
-        assert half.is_dir()
+    locks: list[str] = []
+    real_open = generations.open_lock_file
+    monkeypatch.setattr(generations, "open_lock_file", lambda path: locks.append(str(path)) or real_open(path))
     index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     try:
-        assert not half.exists() and len(index) > 0
+        assert locks == [] and half.is_dir() and len(index) > 0  # the reader neither locked nor swept
     finally:
         index.close()
+    manifest = Manifest(embedder=embedder.name, dim=embedder.dim, chunker=chunker.settings.to_dict())
+    with store.open_writer(index_dir, manifest):
+        assert len(locks) == 1 and not half.exists()  # the writer's open, under its lock, swept it
+
+
+def test_an_unwritable_index_folder_is_a_permission_error_not_a_bad_lock_file(tmp_path, monkeypatch):
+    from rag.index import generations
+
+    folder = tmp_path / "index"
+    folder.mkdir()
+    if os.geteuid() == 0:  # chmod does not stop root: the refusal the kernel would give, simulated
+        real_open = os.open
+
+        def refusing(path, flags, *args):
+            if str(path).endswith(".lock"):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, flags, *args)
+
+        monkeypatch.setattr(generations.os, "open", refusing)
+    else:
+        folder.chmod(0o500)
+    try:
+        with pytest.raises(PermissionError) as refused:
+            with generations.write_lock(folder):
+                pass
+    finally:
+        folder.chmod(0o700)
+    message = str(refused.value)
+    assert "permission" in message.lower() and str(folder) in message, message
+    assert "not a lock file" not in message and "remove it" not in message, message
 
 
 def test_a_killed_servers_socket_lock_and_start_files_are_swept_a_live_ones_kept(tmp_path):

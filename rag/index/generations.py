@@ -168,8 +168,23 @@ def open_lock_file(path: Path) -> int:
         except OSError as exc:
             if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EACCES, errno.EPERM):
                 raise
+            if exc.errno in (errno.EACCES, errno.EPERM) and not _link_or_folder(path):
+                raise PermissionError(exc.errno, f"cannot open the lock file {path}: permission denied; give this "
+                                                 f"user write access to {path.parent} and {path}, or run as their "
+                                                 "owner", str(path)) from None
             _replace_odd_lock(path, exc)
     raise IndexDamaged(f"{path} is not a lock file and could not be replaced; remove it and try again")
+
+
+def _link_or_folder(path: Path) -> bool:
+    """Whether ``path`` is a symbolic link or a folder (a permission error
+    on anything else, or on a missing file in an unwritable folder, is just
+    that: not a lock file to replace)."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISLNK(mode) or stat.S_ISDIR(mode)
 
 
 def _replace_odd_lock(path: Path, exc: OSError) -> None:
@@ -208,27 +223,6 @@ def write_lock(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
-
-
-def sweep_unfinished(directory: Path) -> list[str]:
-    """Remove the generations of ``directory`` that a killed ingest left
-    half-built (no manifest, never published), when no process is writing
-    the index (its lock is free); the names removed. Nothing is removed
-    while another process holds the lock: it may be building one."""
-    directory = Path(directory)
-    live = current_name(directory)
-    unfinished = [g for g in generations(directory)
-                  if g.name != live and not (g / "manifest.json").exists()]
-    if not unfinished:
-        return []
-    try:
-        with write_lock(directory):
-            unfinished = [g for g in unfinished if g.is_dir() and not (g / "manifest.json").exists()]
-            for generation in unfinished:
-                shutil.rmtree(generation, ignore_errors=True)
-    except (IndexBusy, IndexDamaged, OSError):
-        return []  # being written, or a folder this process may not change: the next ingest sweeps it
-    return [g.name for g in unfinished]
 
 
 def fsync_file(path: Path) -> None:

@@ -39,7 +39,6 @@ from .generations import (
     problem,
     publish,
     remove_others,
-    sweep_unfinished,
     write_lock,
 )
 from .lexical import LexicalIndex
@@ -213,7 +212,9 @@ class Index:
         if no generation is intact."""
         directory = Path(directory)
         failed: dict[str, str] = {}
-        sweep_unfinished(directory)  # what a killed ingest left half-built, unless one is writing now
+        # What a killed ingest left half-built is swept by the next writer,
+        # under the lock it holds anyway (open_writer): a reader taking the
+        # lock, even for an instant, makes an upload starting then IndexBusy.
         while True:
             chosen = choose(directory, skip=failed)
             manifest = Manifest.read(chosen.generation / "manifest.json")
