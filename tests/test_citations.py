@@ -107,3 +107,22 @@ def test_the_pipeline_removes_invented_citations_streamed_and_whole(tmp_path, co
     assert answer.ungrounded == ("[9]", "(preload-cache.md)")
     assert answer.to_dict()["ungrounded_citations"] == ["[9]", "(preload-cache.md)"]
     assert answer.timings.decode_tokens > 0  # drained past the stop: the engine still reported
+
+
+URL = "https://example.org/docs/guide.html#anchor-with-a-long-name"
+# Not a file name (no word boundary after ".html"), longer than the held window, so a stream must
+# cut it somewhere: at "guide.htm" the cut part alone would read as an invented name.
+IDENTIFIER = "docs/engine/guide.html_backup_copy_from_the_last_release_v2"
+
+
+@pytest.mark.parametrize("run", [URL, IDENTIFIER])
+def test_a_long_run_comes_out_whole_however_it_is_cut(run):
+    text = f"See {run} (preload-cache.md) or notes.md [1]."
+    whole, removed = SHOWN.clean(text)
+    assert whole == f"See {run} or notes.md [1]." and removed == ["(preload-cache.md)"]
+    cuts = [[text[:i], text[i:]] for i in range(1, len(text))]
+    cuts += [[text[i:i + size] for i in range(0, len(text), size)] for size in (1, 2, 3, 5, 7, 11)]
+    for pieces in cuts:
+        guard = GroundedText(SHOWN)
+        shown = "".join(guard.feed(p) for p in pieces) + guard.finish()
+        assert (shown, guard.removed) == (whole, removed), pieces

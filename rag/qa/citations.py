@@ -13,7 +13,8 @@ the prompt numbered that many passages, the rest removed (``[1, 5]`` with
 three passages -> ``[1]``; ``[5]`` -> nothing). A file name is a word with
 a document extension (``notes.md``, ``library/os.rst.txt``); it is kept if
 the prompt's sources or passage text name it, else removed, with the
-parentheses around it.
+parentheses around it. A link (``https://example.org/guide.html``) is not a
+file name and stays whole, streamed or not.
 
 Does not: judge whether a cited passage supports the sentence, or change
 what was generated (the engine's tokens and timings stay as they were).
@@ -33,7 +34,11 @@ STOP_SEQUENCES = ("\nQuestion:", "\nContext:", "<|im_start|>", "<|im_end|>", "<e
 _CITATION = re.compile(r"([ \t]*)\[\s*(\d+(?:\s*(?:,|-|–)\s*\d+)*)\s*\]")
 _EXTENSIONS = ("md", "markdown", "txt", "rst", "pdf", "csv", "tsv", "docx", "pptx", "xlsx", "html", "htm",
                "json", "epub", "odt", "rtf", "xml", "yaml", "yml", "ipynb")
-_FILE = re.compile(r"([ \t]*)(\(?[\w./-]*\w\.(?:" + "|".join(_EXTENSIONS) + r")\b\)?)", re.IGNORECASE)
+# A name starts a run of name characters (or at its "("), never inside one: inside "x/guide.html#a"
+# only the whole run is a name. A link ("https://host/guide.html") is no file name: the prompt cannot
+# show it, and removing its path mangled the link.
+_FILE = re.compile(r"([ \t]*)((?:\(|(?<![\w./-])(?!(?<=:)//))[\w./-]*\w\.(?:" + "|".join(_EXTENSIONS)
+                   + r")\b\)?)", re.IGNORECASE)
 # An opening that cannot be a citation, a number or a path yet: a word of letters, a list marker
 # ("1.", "2)") or a run of markup ("::", "..", "**", "-"). The small model opens a few answers so
 # (2 of 48 in two runs of rag bench serve, 8 clients), and holding the opening cost each of them a
@@ -49,6 +54,13 @@ _WORD_TAIL = re.compile(r"\(?[\w./-]*$")  # the unfinished word, as _FILE reads 
 # Chosen, not measured: longer than the names prompts show (the bundled samples' longest source is
 # 21 characters, "prefill-and-decode.md"), short enough that a URL streams with a short lag.
 _HELD_NAME = 32
+# The end of a run cut short that may still be the extension of a name ("guide.htm", "os.rst.t"): the
+# cut goes back before it, or the part shown would be judged alone ("guide.htm", at its end, reads as a
+# whole name). Extensions have at most 8 characters; 3 such parts bound how much more is held.
+_OPEN_EXTENSION = re.compile(r"(?:\.\w{0,8}){1,3}$")
+# What goes before a run carried to the next piece, so that it is judged as _FILE judges the whole
+# text: ":" where the run follows one, "://" where the run is a link's, cut short to _HELD_NAME.
+_LINK = "://"
 
 
 @dataclass(frozen=True)
@@ -118,6 +130,7 @@ class GroundedText:
         self._held = ""
         self._shown = False
         self._word = ""  # the word shown before it ended (its tail): what follows may still complete it
+        self._lead = ""  # what came before that word, as far as judging it goes (see _LINK)
 
     def feed(self, piece: str) -> str:
         """The text that can be shown now, ``piece`` included as far as it is known."""
@@ -136,7 +149,7 @@ class GroundedText:
             # third of a second on a busy engine) of time to first text. Should
             # it grow into an invented file name, the rest of that name is removed.
             out, self._held = self._held, ""
-            self._word = (self._word + out)[-_HELD_NAME:]
+            self._carry(self._lead + self._word + out)
             self._shown = True
             return out
         out, self._held = self._held[:safe], self._held[safe:]
@@ -152,17 +165,25 @@ class GroundedText:
     def _clean(self, text: str) -> str:
         if not text:
             return ""  # the word shown last may still go on
-        word, self._word = self._word, ""
-        if word and text[:1].strip():  # the word shown last goes on: judge the whole word
-            whole, removed = self.grounding.clean(word + text)
-            # What was shown stays; a removed name takes the rest of itself with it.
-            out = whole[len(word):] if whole.startswith(word) else whole
-        else:
-            whole, removed = self.grounding.clean(text)
-            out = whole
+        # The word shown last, and what came before it, are judged again with what follows: a name
+        # is judged whole. What was shown stays; a removed name takes the rest of itself with it.
+        lead, shown = self._lead, self._lead + self._word
+        whole, removed = self.grounding.clean(shown + text)
+        out = whole[len(shown):] if whole.startswith(shown) else whole[len(lead):]
         self.removed += removed
-        self._word = _WORD_TAIL.search(whole).group(0)[-_HELD_NAME:]
+        self._carry(whole)
         return out
+
+    def _carry(self, text: str) -> None:
+        """Keep the unfinished word at the end of ``text`` (judged text, ``_lead`` first) for the next piece."""
+        start = _WORD_TAIL.search(text).start()
+        before, word = text[:start], text[start:]
+        link = before.endswith(":")
+        if len(word) > _HELD_NAME:  # cut short: say only whether the run is a link's
+            self._lead = _LINK if link and word.startswith("//") else ""
+        else:
+            self._lead = ":" if link else ""
+        self._word = word[-_HELD_NAME:]
 
     def _stop_at(self, text: str) -> int | None:
         found = [i for i in (text.find(s) for s in self.stops) if i >= 0]
@@ -173,7 +194,11 @@ class GroundedText:
         name still being written (see ``_HELD_TAIL``), not an open ``[`` and
         not the start of a stop sequence."""
         # That tail, and the spaces before it: a citation or a name is removed with the spaces before it.
-        word = max(_HELD_TAIL.search(text).start(), len(text) - _HELD_NAME)
+        tail = _HELD_TAIL.search(text).start()
+        word = max(tail, len(text) - _HELD_NAME)
+        extension = _OPEN_EXTENSION.search(text, tail, word) if word > tail else None
+        if extension:  # a run cut short: not where an extension may still be written
+            word = extension.start()
         bracket = text.rfind("[", 0, word + 1)
         if bracket >= 0 and "]" not in text[bracket:word] and len(text) - bracket <= _HELD_BRACKET:
             word = bracket  # inside a citation still being written, or just closed
