@@ -131,3 +131,47 @@ def test_a_saved_state_is_copied_once_and_loaded_without_a_copy(backend):
         ctx.remove(ctx.n_seq_max - 1)
     assert saved_peak < 1.5 * size, f"saving {size} bytes allocated {saved_peak} at once"
     assert loaded_peak < 0.5 * size, f"loading {size} bytes allocated {loaded_peak}"
+
+
+def _stream(generation, pieces: list[str], got: threading.Event) -> threading.Thread:
+    """Read ``generation`` on a thread of its own into ``pieces``, ``got`` set at the first piece."""
+
+    def consume():
+        try:
+            for piece in generation:
+                pieces.append(piece)
+                got.set()
+        except GenerationCancelled:  # cancelled by the test once it has seen enough
+            pass
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_request_waiting_for_its_snapshot_holds_back_no_request_behind_it(backend, on_disk, monkeypatch):
+    gate = threading.Event()
+    reads, entered = _spy_reads(monkeypatch, on_disk, gate)
+    running, running_pieces, running_got = backend.generate("1, 2, 3, 4, 5, 6, 7, 8,", max_tokens=400), [], \
+        threading.Event()
+    behind, behind_pieces, behind_got = None, [], threading.Event()
+    threads = [_stream(running, running_pieces, running_got)]
+    try:
+        assert running_got.wait(60)  # it holds a sequence: the restore below is read ahead, not waited for
+        restored = backend.generate(PROMPT + "Then", max_tokens=2, session="session:on-disk")
+        assert entered.wait(60), "the snapshot was never read"
+        behind = backend.generate("a, b, c, d, e, f, g, h,", max_tokens=400)  # submitted after it
+        threads.append(_stream(behind, behind_pieces, behind_got))
+        # Placed and streaming while the snapshot ahead of it is still held on the disk.
+        assert behind_got.wait(60), "the request behind the one waiting for the disk was never placed"
+        assert not gate.is_set() and len(reads) == 1
+        gate.set()
+        _, timings = restored.result()
+        assert timings.restored_tokens > 0  # and it was placed once its snapshot landed
+    finally:
+        gate.set()
+        for generation in (running, behind):
+            if generation is not None:
+                generation.cancel()
+        for thread in threads:
+            thread.join(60)

@@ -33,7 +33,7 @@ from ..errors import ContextOverflow, EngineError, GenerationCancelled, Generati
 from .snapshots import Snapshot, SnapshotCache
 from .native import Entry, NativeContext, Sampler
 from .passage_kv import PassageStore
-from .placement import SYSTEM_SEQ, Placement
+from .placement import DEFERRED, SYSTEM_SEQ, Placement
 from .requests import Active, Request, share_step, timings_of
 from ..scheduler import (BACKGROUND_STEP_S, BACKGROUND_STEP_TOKENS, BUSY_STEP_S, BUSY_STEP_TOKENS, Load, Step,
                          StepStats, admission_order, others_cells, plan_step)
@@ -447,6 +447,8 @@ class EngineLoop:
                 log.warning("placing a request failed: %r", exc)
                 self._waiting.remove(request)
                 request.fail(exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})"))
+                continue
+            if active is DEFERRED:  # its snapshot is still on its way from disk: it waits, those behind it go on
                 continue
             if request.pin and active is not None:
                 self.system = []  # sequence 0 is being rebuilt

@@ -32,6 +32,18 @@ SYSTEM_SEQ = 0
 log = logging.getLogger("rag_budget.engine")
 
 
+class _Deferred:
+    """What :meth:`Placement.place` answers for a request whose snapshot is
+    still being read from disk: it stays waiting, and the requests behind
+    it may be placed meanwhile (unlike None: no room for anyone now)."""
+
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+DEFERRED = _Deferred()
+
+
 class Placement:
     """Gives a waiting request a sequence and the cached prefix it starts from."""
 
@@ -49,10 +61,12 @@ class Placement:
             short = system + reserved + need - self.kv_cells
         return short <= 0
 
-    def place(self, request: Request, system: Sequence[int], reserved: int) -> Active | None:
+    def place(self, request: Request, system: Sequence[int], reserved: int) -> Active | _Deferred | None:
         """Start ``request`` from the longest prefix held: an idle sequence's
-        prompt, a saved snapshot, or the system prompt's cells; None if the
-        cache has no room for it now (or it was refused, and told why)."""
+        prompt, a saved snapshot, or the system prompt's cells; DEFERRED
+        while the snapshot it starts from is read from disk (others running
+        meanwhile); None if the cache has no room for it now (or it was
+        refused, and told why)."""
         tokens, ctx, budget = request.tokens, self.ctx, len(request.tokens) + request.max_tokens + 1
         if request.pin:
             ctx.remove(SYSTEM_SEQ)
@@ -66,7 +80,7 @@ class Placement:
         idle, saved = min(idle, limit), min(saved, limit)
         restore = key is not None and saved > shared and not (idle_seq is not None and idle >= saved and idle > 0)
         if restore and reserved > 0 and not self.snapshots.read_ahead(key):
-            return None  # its snapshot is being read from disk: placed at a later step, the others running meanwhile
+            return DEFERRED  # its snapshot is being read from disk: placed at a later step, the others running meanwhile
         if idle_seq is not None and idle >= max(saved, shared) and idle > 0:
             if not self.room(budget - idle, len(system), reserved):
                 return None
