@@ -87,8 +87,12 @@ class Dispatcher:
             prompt, route = self.plan(question, hits, options, target, received, conversation, deadline, ranked)
             generation = self._generate(route, prompt, options, deadline, options.session, stop)
             if arrival is not None:
-                # Before the lock is free: the next plan finds this question in the engine's load, and
-                # would count it twice were it still on its way.
+                # Before the lock is free. The in-process engine puts the request in its load as
+                # generate returns, so the next plan counts this question once (in the load), not
+                # twice. A pool's generate_on is lazy: its engine counts the request only when the
+                # generation is first read (the pipeline reads it after yielding the evidence), so
+                # until then the next plan counts it nowhere, as it did before this moved under the
+                # lock. A lone RemoteBackend reports no load, and plans for it count no load at all.
                 arrival.planned()
             return prompt, route, generation
 
