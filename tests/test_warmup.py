@@ -9,6 +9,7 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 
 from rag.ingest.embed import GivingWay
 from rag.service import LoopbackServer, create_app
@@ -67,39 +68,123 @@ def test_a_steady_stream_of_questions_slows_ingest_but_never_stops_it(embedder):
     assert way.embed(["one", "two"]).shape == (2, embedder.dim) and way.waited_s >= 0.05
 
 
-def test_a_warm_up_that_fails_with_a_database_error_says_so_and_is_tried_a_bounded_number_of_times(
+HANG_S = 60  # a hang guard, not a timing claim: nothing here takes a fraction of it
+
+
+def _until(condition, what: str) -> None:
+    """Wait until ``condition()`` holds (a hang guard, not a timing claim)."""
+    guard, deadline = threading.Event(), time.monotonic() + HANG_S
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        guard.wait(0.01)
+
+
+def test_a_warm_up_that_fails_says_so_refuses_at_once_and_heals_once_its_cause_is_gone(
         tmp_path, pipeline_factory, monkeypatch):
     import sqlite3
 
     from rag.service import warmup
 
-    monkeypatch.setattr(warmup, "RETRY_BACKOFF_S", 0.0, raising=False)  # the tries are counted, not timed
+    # The tries are counted, not timed: no wait between them.
+    monkeypatch.setattr(warmup, "RETRY_BACKOFF_S", 0.0, raising=False)
+    monkeypatch.setattr(warmup, "RETRY_BACKOFF_MAX_S", 0.0, raising=False)
     p = pipeline_factory(tmp_path / "index", conversations=tmp_path / "c.sqlite")
-    tried: list[int] = []
+    prepare, tried = p.desk.prepare, []
+    locked, retrying, release = [True], threading.Event(), threading.Event()
 
-    def locked():  # deep in the warm-up path: loading the engines' cost models
+    def desk_prepare():  # deep in the warm-up path: loading the engines' cost models
         tried.append(1)
-        raise sqlite3.OperationalError("database is locked")
+        if len(tried) > warmup.WARM_UP_TRIES:  # a try after "error" was said: held until the test has looked
+            retrying.set()
+            assert release.wait(HANG_S)
+        if locked[0]:
+            raise sqlite3.OperationalError("database is locked")
+        prepare()
 
-    monkeypatch.setattr(p.desk, "prepare", locked)
+    monkeypatch.setattr(p.desk, "prepare", desk_prepare)
     server = LoopbackServer(create_app(p), ready=True)
     try:
         health = httpx.get(f"{server.url}/healthz")
         assert health.status_code == 503 and health.json()["status"] == "error", health.json()
         assert "database is locked" in health.json()["error"]
+        # Not given up for good: tried again in the background while "error" is said.
+        assert retrying.wait(HANG_S), f"no try after the first {warmup.WARM_UP_TRIES}: {len(tried)} in all"
         for _ in range(5):
             r = httpx.post(f"{server.url}/v1/ask", json={"question": "What is prefill?", "max_tokens": 2}, timeout=60)
             assert r.status_code == 503 and "database is locked" in r.json()["error"]["message"], r.text
-        assert len(tried) == warmup.WARM_UP_TRIES  # not once more for each request
+        assert len(tried) == warmup.WARM_UP_TRIES + 1  # the background's try, not once more for each request
+        locked[0] = False  # the database comes back
+        release.set()
+        _until(lambda: httpx.get(f"{server.url}/healthz").json()["status"] == "ok", "healthy again")
+        r = httpx.post(f"{server.url}/v1/ask", json={"question": "What is prefill?", "max_tokens": 2}, timeout=120)
+        assert r.status_code != 503, r.text
+        assert len(tried) == warmup.WARM_UP_TRIES + 1 and p.desk.warmed  # healed by that one try
     finally:
+        release.set()
         server.stop()
         p.close()
+
+
+def test_the_wait_between_tries_doubles_up_to_its_cap():
+    from rag.service import warmup
+
+    waits = [warmup.retry_wait_s(n) for n in range(1, 12)]
+    assert waits[0] == warmup.RETRY_BACKOFF_S and waits[1] == 2 * warmup.RETRY_BACKOFF_S
+    assert all(b == min(2 * a, warmup.RETRY_BACKOFF_MAX_S) for a, b in zip(waits, waits[1:]))
+    assert waits[-1] == warmup.RETRY_BACKOFF_MAX_S  # capped: a service that comes up late is found soon
+
+
+class _FailingPipeline:
+    """A pipeline whose ``prepare`` fails for the quick tries, then waits until told to stop (a unit-test fake)."""
+
+    def __init__(self) -> None:
+        self.calls, self.stopped = 0, threading.Event()
+
+    def prepare(self, **_):
+        self.calls += 1
+        from rag.service import warmup
+
+        if self.calls > warmup.WARM_UP_TRIES:
+            self.stopped.wait(HANG_S)
+        raise ConnectionRefusedError("the remote engine is not up")
+
+
+def test_each_refused_request_gets_an_exception_of_its_own(monkeypatch):
+    # One exception instance raised for every request grows its traceback for the life of the process.
+    import asyncio
+
+    from rag.service import warmup
+
+    monkeypatch.setattr(warmup, "RETRY_BACKOFF_S", 0.0, raising=False)
+    monkeypatch.setattr(warmup, "RETRY_BACKOFF_MAX_S", 0.0, raising=False)
+    pipeline = _FailingPipeline()
+    w = warmup.WarmUp(pipeline)
+    try:
+        assert w.wait(HANG_S) and w.status == "error"
+        raised = []
+        for _ in range(3):
+            with pytest.raises(warmup.WarmUpFailed, match="not up") as caught:
+                asyncio.run(w.ready())
+            raised.append(caught.value)
+        assert len({id(e) for e in raised}) == 3 and all(e is not w.error for e in raised)
+        depth = [len(list(_frames(e.__traceback__))) for e in raised]
+        assert depth[0] == depth[-1], depth  # nothing piles up on one traceback
+    finally:
+        pipeline.stopped.set()
+        w.stop()
+
+
+def _frames(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
 
 
 def test_an_os_error_in_the_warm_up_is_caught_and_a_later_try_succeeds(tmp_path, pipeline_factory, monkeypatch):
     from rag.service import warmup
 
     monkeypatch.setattr(warmup, "RETRY_BACKOFF_S", 0.0, raising=False)
+    monkeypatch.setattr(warmup, "RETRY_BACKOFF_MAX_S", 0.0, raising=False)
     p = pipeline_factory(tmp_path / "index", conversations=tmp_path / "c.sqlite")
     prepare, tried = p.desk.prepare, []
 

@@ -42,6 +42,7 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
         try:
             yield
         finally:
+            state.warmup.stop()  # a warm-up still being tried in the background tries no more
             if watcher is not None:
                 watcher.stop()
 
