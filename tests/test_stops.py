@@ -31,7 +31,8 @@ def test_the_engine_decodes_nothing_after_a_stop_sequence(backend):
     assert timings.cached_tokens + timings.prefill_tokens == timings.prompt_tokens and timings.decode_s > 0
 
 
-def test_the_pipeline_stops_the_engine_where_the_answer_stops(tmp_path, corpus, pipeline_factory, monkeypatch):
+def test_the_pipeline_stops_the_engine_where_the_answer_stops(tmp_path, corpus, pipeline_factory, backend,
+                                                             monkeypatch):
     import rag.qa.pipeline as pipeline_module
 
     # A stop the model certainly writes within its first words: the letter "e".
@@ -39,10 +40,17 @@ def test_the_pipeline_stops_the_engine_where_the_answer_stops(tmp_path, corpus, 
     p = pipeline_factory(tmp_path / "index")
     p.ingest([corpus])
     read: list[str] = []  # every piece the engine streamed for the answer
-    generate = p.dispatcher._generate
+    traces: list[Trace] = []  # every token the engine sampled for it, a decode step each
+    generate, engine_generate = p.dispatcher._generate, backend.generate
 
     def counted(*args, **kwargs) -> Generation:
-        inner = generate(*args, **kwargs)
+        trace = Trace()
+        traces.append(trace)
+        backend.generate = lambda *a, **k: engine_generate(*a, trace=trace, **k)  # the answer's call only
+        try:
+            inner = generate(*args, **kwargs)
+        finally:
+            del backend.generate
 
         def run():
             with inner:
@@ -58,4 +66,8 @@ def test_the_pipeline_stops_the_engine_where_the_answer_stops(tmp_path, corpus, 
     assert "e" not in answer.answer  # cut at the stop
     # The engine's last piece completed the stop: nothing was decoded after it.
     assert "e" in read[-1] and "e" not in "".join(read[:-1])
-    assert answer.timings.decode_tokens == len(read) < 64
+    # Counted in tokens, not pieces (a character of several bytes may take two tokens and one piece):
+    # the first k sampled tokens hold the stop, and exactly those were decoded.
+    [trace] = traces
+    k = next(n for n in range(1, len(trace.tokens) + 1) if "e" in _text(backend, trace.tokens[:n]))
+    assert answer.timings.decode_tokens == len(trace.tokens) == k < 64
