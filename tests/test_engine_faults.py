@@ -274,6 +274,24 @@ def test_a_publish_that_raises_outside_a_step_ends_its_requests_and_those_waitin
     settled(loop)
 
 
+def test_a_queued_request_that_fails_every_turn_is_told_and_the_loop_goes_on(engine, system):
+    # A request whose own figures raise at every publish (as a poisoned one would) was kept queued
+    # through each recovery until the loop gave up, failing every later request with it.
+    loop = engine.loop
+    poison = Request(0, prompt(engine, "Say hello to Max."), 4)
+
+    def broken():
+        raise RuntimeError("this request cannot say what it needs (injected)")
+
+    poison.work = broken
+    kind, error = outcome(loop.submit(poison))
+    assert kind == "error" and "injected" in str(error)
+    assert loop.alive()
+    kind, error = outcome(ask(engine, prompt(engine, "Say hello to Max.")))
+    assert kind == "done", error
+    settled(loop)
+
+
 def test_a_loop_that_cannot_go_on_tells_every_request_and_refuses_the_next_at_once():
     from engine.errors import GenerationFailed
     from engine.llama_cpp.backend import LlamaCppBackend

@@ -232,8 +232,9 @@ class EngineLoop:
         """Turn after turn until stopped. Whatever a turn raises outside a
         step (a step's own failure is recovered from inside it) is recovered
         from at once: every request held is told (those waiting are placed
-        afterwards, as after a failed step); after ``LOOP_FAILURES`` in a row,
-        or anything worse than an Exception, the loop ends, telling every
+        afterwards, as after a failed step); at ``LOOP_FAILURES`` in a row
+        those waiting are told too (one of them may be the cause); one more,
+        or anything worse than an Exception, and the loop ends, telling every
         request left and refusing new ones."""
         failed, last, ended = 0, None, None
         try:
@@ -241,6 +242,8 @@ class EngineLoop:
                 try:
                     if failed:
                         self._recover(last)
+                        if failed == LOOP_FAILURES:  # a request still queued may be the cause: it is told, not tried again
+                            self._fail_waiting(last)
                         self._publish()  # what the engine holds now, before it waits for work
                     if not self._turn():
                         break
@@ -248,7 +251,7 @@ class EngineLoop:
                 except Exception as exc:  # noqa: BLE001 - no exception may end the thread untold
                     failed, last = failed + 1, exc
                     log.error("the engine loop failed outside a step (%d in a row): %r", failed, exc, exc_info=exc)
-                    if failed >= LOOP_FAILURES:
+                    if failed > LOOP_FAILURES:  # failing again with nothing held or queued: the loop itself
                         raise
         except BaseException as exc:  # noqa: BLE001 - whatever it was, every request is told below
             ended = f"the engine loop failed and stopped ({exc!r}); restart the engine"
@@ -337,6 +340,15 @@ class EngineLoop:
         self._give_up_idle()  # idle caches are only a cache: none is trusted after a failure
         if not self.system and not self.system_retries:
             self._restore_system()
+
+    def _fail_waiting(self, exc: Exception) -> None:
+        """Tell every request waiting for a sequence, or not yet taken in, that it failed with ``exc``."""
+        error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
+        with self._cv:
+            queued, self._inbox = self._inbox, []
+        for request in [*self._waiting, *queued]:
+            request.fail(error)
+        self._waiting.clear()
 
     def _retry_system(self) -> None:
         """Load a lost system prompt again when its next try is due (never
