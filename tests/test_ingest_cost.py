@@ -282,3 +282,66 @@ def test_the_resident_servers_own_stop_stops_the_ingests(tmp_path, embedder):
     life.server, life.library = SimpleNamespace(should_exit=False), library
     life.stop("told to stop")  # what /v1/resident/stop and the idle stop do
     assert life.server.should_exit and library.stopping.is_set()
+
+
+def _indexed_chunks(index_dir, embedder) -> dict[str, int]:
+    """Chunks in the index at ``index_dir``, by source."""
+    from rag.index.store import Index
+
+    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    try:
+        return {source: record.n_chunks for (_, source), record in index.files().items()}
+    finally:
+        index.close()
+
+
+def test_a_csv_past_its_chunk_limit_keeps_its_first_rows_and_says_so(tmp_path, embedder, chunker, monkeypatch):
+    """A sheet over the chunk cap is cut at it, as at MAX_ROWS, not refused
+    (issue 37 review: the 1 MB readings CSV makes ~13,000 chunks); a note
+    over the cap of another format is still refused whole."""
+    import re
+
+    from rag.ingest.formats import document
+    from rag.ingest.formats.document import chunk_limit
+
+    data = _readings_csv()
+    # The cap for this file made 100 chunks, not 5,194: the bound is the same code, the embedding 50 times less.
+    monkeypatch.setattr(document, "CHARS_PER_CHUNK", text_limit(len(data)) // 100)
+    limit = chunk_limit(text_limit(len(data)))
+    assert 90 <= limit <= 110
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "readings.csv").write_bytes(data)
+    note = _big_note().encode("utf-8")  # some 6 x 64 chunks: over its own cap too
+    (corpus / "notes.md").write_bytes(note)
+    counted = Counted(embedder, most=3 * limit)
+    report = ingest(tmp_path / "index", [corpus], embedder=counted, chunker=chunker)
+    failed = dict(report.failed)
+    assert "readings.csv" not in failed and report.added == ["readings.csv"], report.to_dict()
+    assert f"over {chunk_limit(text_limit(len(note))):,} chunks" in failed["notes.md"]  # prose: refused as before
+    chunks = _indexed_chunks(tmp_path / "index", embedder)
+    assert chunks == {"readings.csv": limit} == {"readings.csv": report.chunks_added}
+    notes = [w for source, w in report.warnings if source == "readings.csv"]
+    assert len(notes) == 1 and f"{limit:,} chunks" in notes[0], report.warnings
+    kept = int(re.search(r"first ([\d,]+) rows", notes[0]).group(1).replace(",", ""))
+    rows = data.count(b"\n")
+    assert limit // 2 <= kept <= 2 * limit < rows // 5, notes[0]  # about a row a chunk; ~13,000 rows in the file
+    assert counted.texts <= limit
+
+
+def test_a_workbook_cut_at_its_chunk_limit_names_the_sheet_and_row_it_kept_to(embedder):
+    from rag.bench.samples import make_xlsx
+    from rag.ingest.chunking import Chunker, OverChunkLimit
+    from rag.ingest.formats.sheets import rows_cut_note
+
+    rows = [[f"Station {i}", f"{i * 0.5:.1f}", f"Reading {i} of the valve at dawn"] for i in range(300)]
+    book = load_document("book.xlsx", ".xlsx", make_xlsx({"First": [["Name", "Value", "Note"]] + rows[:20],
+                                                          "Second": [["Name", "Value", "Note"]] + rows}))
+    with pytest.raises(OverChunkLimit) as over:
+        Chunker(embedder.count_tokens).split(book, max_chunks=10)
+    kept = over.value.chunks
+    assert len(kept) == 10 and kept[-1].location.sheet == "Second"
+    note = rows_cut_note(book, kept[-1].end, 10)
+    assert f"sheet 'Second', row {kept[-1].location.rows[1]:,}" in note and "over 10 chunks" in note, note
+    prose = load_document("notes.md", ".md", _big_note().encode("utf-8"))
+    assert rows_cut_note(prose, 100, 10) is None  # not a sheet: refused whole, not cut

@@ -26,6 +26,19 @@ DEFAULT_OVERLAP_TOKENS = 30
 SECTION_CHARS = 1 << 20  # longer texts are chunked a section at a time, with progress
 
 
+class OverChunkLimit(RagError):
+    """A document made more chunks than its limit: ``chunks`` holds its
+    first ``limit`` (what a sheet cut at the limit keeps; any other
+    document is refused with this message)."""
+
+    def __init__(self, limit: int, chunks: list["TextChunk"]) -> None:
+        super().__init__(f"it makes over {limit:,} chunks, the most a file of its size may make; not indexed "
+                         "(thousands of tiny pages or chapters?): split the file, or raise --max-file-mb "
+                         "(RAG_MAX_FILE_MB) for a large one")
+        self.limit = limit
+        self.chunks = chunks
+
+
 def sections(text: str, size: int) -> list[tuple[int, int]]:
     """``(start, end)`` spans covering ``text`` in order, each at most about
     ``size`` characters, cut at a paragraph break, else a line break, else a
@@ -110,8 +123,9 @@ class Chunker:
               max_chunks: int | None = None) -> list[TextChunk]:
         """The document's chunks in reading order, each with its span,
         location and context; ``progress(share)`` is told the share of the
-        text done as it goes. A RagError naming the limit as soon as there
-        are more than ``max_chunks`` (None: no limit).
+        text done as it goes. OverChunkLimit (a RagError naming the limit,
+        holding the first ``max_chunks`` chunks) as soon as there are more
+        than ``max_chunks`` (None: no limit).
 
         Segments (pages, slides, sheets, chapters) are split separately, so
         a chunk never spans two and its location is exact. A text longer
@@ -135,9 +149,7 @@ class Chunker:
                     context=document.context(start + at),
                 ))
                 if max_chunks is not None and len(chunks) > max_chunks:
-                    raise RagError(f"it makes over {max_chunks:,} chunks, the most a file of its size may make; "
-                                   "not indexed (thousands of tiny pages or chapters?): split the file, or raise "
-                                   "--max-file-mb (RAG_MAX_FILE_MB) for a large one")
+                    raise OverChunkLimit(max_chunks, chunks[:max_chunks])
             if progress:
                 progress(end / max(len(text), 1))
         return chunks

@@ -26,11 +26,12 @@ import numpy as np
 from ..errors import DocumentError, RagError
 from ..index.manifest import Manifest
 from ..index.store import FileRecord, IndexWriter, NewChunk, open_writer, embedded_text
-from .chunking import Chunker, TextChunk
+from .chunking import Chunker, OverChunkLimit, TextChunk
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES, FoundFiles, SourceFile, find_files, safe_name
 from .formats import SUPPORTED_SUFFIXES, load_document
 from .formats.document import chunk_limit, text_limit
+from .formats.sheets import rows_cut_note
 
 # Files are embedded in groups of at least this many chunks, so many small
 # files still fill the embedder's batches; a large file's chunks are embedded
@@ -162,7 +163,9 @@ def ingest(
     :func:`~rag.ingest.formats.document.text_limit` of its size (within
     ``max_file_bytes``), its chunks by ``chunk_limit`` of that; a file over
     either is refused (in ``failed``) as soon as it passes, before anything
-    of it is embedded. ``cancel``, once set, stops the ingest before the
+    of it is embedded, except a sheet over its chunk limit: the rows of its
+    first ``chunk_limit`` chunks are indexed, the rest said in ``warnings``
+    (as rows past ``MAX_ROWS`` are). ``cancel``, once set, stops the ingest before the
     next file or batch of ``EMBED_GROUP_CHUNKS`` embedded: IngestCancelled,
     nothing published.
 
@@ -258,8 +261,8 @@ def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report:
             return None
         max_chars = text_limit(len(data), max_file_bytes)
         document = load_document(f.source, f.path.suffix, data, max_chars=max_chars)
-        chunks = chunker.split(document, progress=advance, max_chunks=chunk_limit(max_chars))
-        report.warnings.extend((f.source, w) for w in document.warnings)
+        chunks, cut = _chunks(chunker, document, chunk_limit(max_chars), advance)
+        report.warnings.extend((f.source, w) for w in (*document.warnings, *cut))
         return _Pending(f, digest, len(data), chunks, record)
     except FileNotFoundError:
         kept = "; what was indexed of it is kept" if record is not None else ""
@@ -274,6 +277,19 @@ def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report:
         advance(1.0)
         report.seconds_reading += time.perf_counter() - started
     return None
+
+
+def _chunks(chunker: Chunker, document, limit: int, progress) -> tuple[list[TextChunk], tuple[str, ...]]:
+    """The document's chunks and the note of what was cut: a sheet over
+    ``limit`` chunks keeps its first ``limit`` (its first rows: whole
+    records) and says so; any other document over it raises OverChunkLimit."""
+    try:
+        return chunker.split(document, progress=progress, max_chunks=limit), ()
+    except OverChunkLimit as over:
+        note = rows_cut_note(document, over.chunks[-1].end, over.limit) if over.chunks else None
+        if note is None:
+            raise
+        return over.chunks, (note,)
 
 
 def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, report: IngestReport, progress,

@@ -4,7 +4,11 @@ headers of its rows; one segment per sheet, each chunk knowing its sheet
 and the rows it covers.
 
 At most ``MAX_ROWS`` rows and ``MAX_COLUMNS`` columns are read from a file;
-what is left out is said in the document's warnings.
+what is left out is said in the document's warnings. A sheet whose rows make
+more chunks than its file may (``chunk_limit``) keeps the rows of its first
+chunks, the rest said in a note (:func:`rows_cut_note`), where any other
+document over that limit is refused: each row is a whole record, so its
+first rows are a usable part of it.
 
 Does not: evaluate formulas (the values Excel saved are read) or read
 charts, images or legacy .xls files.
@@ -141,3 +145,21 @@ def load_csv(source: str, suffix: str, data: bytes, *, max_chars: int | None = N
     except csv.Error as exc:
         raise DocumentError(source, f"malformed CSV ({exc}); check its quoting") from None
     return out.document(None)
+
+
+def rows_cut_note(document: LoadedDocument, end: int, limit: int) -> str | None:
+    """The note for a sheet cut at its chunk ``limit``, the chunks kept
+    ending at character ``end`` of its text: the rows kept and the last of
+    them, like the ``MAX_ROWS`` note. None when ``document`` is not a sheet
+    (all its segments numbered rows): it cannot be cut so, it is refused.
+
+    ``-> "only the first 5,195 rows were indexed (to row 5,195): the file makes over 5,194 chunks, ..."``
+    """
+    if not document.segments or any(s.numbered != "rows" for s in document.segments):
+        return None
+    kept = document.text.count("\n", 0, end) + 1  # a row a line, as counted against MAX_ROWS
+    last = document.locate(max(end - 1, 0), end)
+    sheet = f"sheet {last.sheet!r}, " if last.sheet else ""
+    where = f"{sheet}row {last.rows[1]:,}" if last.rows else "its end"
+    return (f"only the first {kept:,} rows were indexed (to {where}): the file makes over {limit:,} chunks, the most "
+            "a file of its size may make; split the file, or raise --max-file-mb (RAG_MAX_FILE_MB), to index the rest")
