@@ -153,7 +153,8 @@ def rows_cut_note(document: LoadedDocument, end: int, limit: int) -> str | None:
     them, like the ``MAX_ROWS`` note. None when ``document`` is not a sheet
     (all its segments numbered rows): it cannot be cut so, it is refused.
 
-    A 1 MB CSV of a row a chunk: ``"only the first 5,194 rows were indexed (to row 5,194): the file makes over 5,194 chunks, ..."``
+    A 1 MB CSV of a row a chunk: ``"only the first 5,194 rows were indexed
+    (to row 5,194): the file makes over 5,194 chunks, ..."``
     """
     if not document.segments or any(s.numbered != "rows" for s in document.segments):
         return None
