@@ -133,14 +133,16 @@ def test_a_saved_state_is_copied_once_and_loaded_without_a_copy(backend):
     assert loaded_peak < 0.5 * size, f"loading {size} bytes allocated {loaded_peak}"
 
 
-def _stream(generation, pieces: list[str], got: threading.Event) -> threading.Thread:
-    """Read ``generation`` on a thread of its own into ``pieces``, ``got`` set at the first piece."""
+def _stream(generation, pieces: list[str], got: threading.Event, each=lambda: None) -> threading.Thread:
+    """Read ``generation`` on a thread of its own into ``pieces``, ``got``
+    set at the first piece, ``each`` called after every piece."""
 
     def consume():
         try:
             for piece in generation:
                 pieces.append(piece)
                 got.set()
+                each()
         except GenerationCancelled:  # cancelled by the test once it has seen enough
             pass
 
@@ -175,3 +177,89 @@ def test_a_request_waiting_for_its_snapshot_holds_back_no_request_behind_it(back
                 generation.cancel()
         for thread in threads:
             thread.join(60)
+
+
+@pytest.fixture
+def segments_on_disk(backend, tmp_path):
+    """A prompt with passages answered once with the system prompt pinned, so
+    its exact segments were kept and written; then a fresh store over that
+    folder (as after a restart): the disk alone holds them. The prompt's
+    tokens and passages."""
+    from prompt_budget import ContextPassage, build_messages, system_message
+    from prompt_budget.layout import passage_body
+    from rag.conversations.keeper import stable_prefix
+    from rag.qa.engines import SYSTEM_STATE_KEY
+
+    backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
+    passages = [ContextPassage("notes/cat.md", "The cat named Tom sleeps on the red mat every afternoon. " * 3),
+                ContextPassage("notes/tea.md", "Green tea is steeped for two minutes in water at eighty degrees. " * 3)]
+    bodies = [passage_body(p) for p in passages]
+    prompt = backend.tokenize(backend.render(build_messages("Where does the cat sleep?", passages)))
+    store = backend.passages
+    mode = store.fresh, store.exact
+    store.use(fresh=None, exact=True)
+    first = SnapshotCache(1 << 30, tmp_path, 1 << 30)
+    before = store.start_over(first)
+    try:
+        backend.forget_prompts()
+        backend.generate(prompt, max_tokens=2, passages=bodies).result()
+        assert first.flush() and first.disk_keys(), "no segment was kept"
+        store.start_over(SnapshotCache(1 << 30, tmp_path, 1 << 30))
+        backend.forget_prompts()  # no idle sequence holds the prompt: only the store does
+        yield prompt, bodies
+    finally:
+        settle(backend.loop)
+        store.start_over(*before)
+        store.use(fresh=mode[0], exact=mode[1])
+
+
+def test_other_streams_go_on_while_a_passage_to_splice_is_read_from_disk(backend, segments_on_disk, monkeypatch):
+    prompt, bodies = segments_on_disk
+    gate = threading.Event()
+    reads, entered = _spy_reads(monkeypatch, backend.passages.cache, gate)
+    pieces, got, more, seen = [], threading.Event(), threading.Event(), [10 ** 9]
+    other = backend.generate("1, 2, 3, 4, 5, 6, 7, 8,", max_tokens=400)
+    thread = _stream(other, pieces, got, lambda: len(pieces) >= seen[0] + 5 and more.set())
+    try:
+        assert got.wait(60)
+        spliced = backend.generate(prompt, max_tokens=2, passages=bodies)
+        assert entered.wait(60), "no stored passage was read"
+        seen[0] = len(pieces)
+        # Five more pieces of the other stream while the passage's read is held: the loop did not wait for it.
+        assert more.wait(60), f"the other stream got {len(pieces) - seen[0]} pieces while a passage was read"
+        assert not gate.is_set() and len(reads) == 1
+        gate.set()
+        _, timings = spliced.result()
+        assert timings.spliced_passages > 0  # spliced once its passage landed
+        assert all(name != "rag-engine" for name, _ in reads)
+    finally:
+        gate.set()
+        other.cancel()
+        thread.join(60)
+
+
+def test_a_lone_request_waits_for_its_passage_in_one_turn_instead_of_turning(backend, segments_on_disk, monkeypatch):
+    prompt, bodies = segments_on_disk
+    cache = backend.passages.cache
+    gate = threading.Event()
+    reads, entered = _spy_reads(monkeypatch, cache, gate)
+    waits, waiting = [], threading.Event()
+    get = cache.get
+
+    def spy_get(key):
+        waits.append(threading.current_thread().name)
+        waiting.set()
+        return get(key)
+
+    monkeypatch.setattr(cache, "get", spy_get)
+    settle(backend.loop)
+    turns = backend.loop._turns
+    try:
+        spliced = backend.generate(prompt, max_tokens=2, passages=bodies)
+        assert entered.wait(60) and waiting.wait(60), "the loop never asked for the passage"
+        # Nothing else to run: the loop waits in get for the read, within a turn or two of the request.
+        assert backend.loop._turns - turns <= 3 and waits == ["rag-engine"]
+    finally:
+        gate.set()
+    _, timings = spliced.result()
+    assert timings.spliced_passages > 0 and len(reads) == timings.spliced_passages  # each read once

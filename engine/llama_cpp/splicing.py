@@ -8,6 +8,11 @@ llama.cpp takes a sequence's new tokens only right after the last position
 it holds, so a prompt is evaluated up to each stored passage's splice point,
 the passage's cells go in, and evaluation goes on after them.
 
+A stored passage only the disk holds is read by the snapshot cache's
+reader thread: a prompt that reaches its splice point before it landed
+stops there while the other requests run (``capped`` leaves it out), and
+the loop waits for the read only when nothing else would run.
+
 Everything here runs on the engine's loop thread, except :meth:`wanted`
 and :meth:`warm_size` (the queue of passages to warm has its own lock).
 
@@ -42,6 +47,8 @@ class Splicer:
         self._lock = threading.Lock()
         # Set by the loop: gives up idle sequences' caches, and says whether no other request holds cells.
         self.make_room: Callable[[], bool] = lambda: True
+        # Request key -> (the request, its canonical length) stopped at a passage still being read from disk.
+        self._reading: dict[int, tuple[Active, int]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -66,10 +73,33 @@ class Splicer:
         found = self.store.splices(system, request.tokens, request.spans, len(system))
         return sum(sp.spliced for sp in found), len(found)
 
-    @staticmethod
-    def capped(step: Step, active: dict[int, Active], busy_budget: int) -> Step:
+    def capped(self, step: Step, active: dict[int, Active], busy_budget: int) -> Step:
         """``step`` with each prompt's tokens stopped at its next splice point,
-        and warming held to ``busy_budget`` (so it gives way within a step)."""
+        and warming held to ``busy_budget`` (so it gives way within a step).
+        The passages whose reads from disk have landed are placed first; a
+        prompt whose passage is still being read stays out, unless nothing
+        else would run: then the loop waits for that read (only that
+        request is waiting anyway), so no request turns in place for ever."""
+        self._land(active, wait=False)
+        found = self._cap(step, active, busy_budget)
+        if not found.tokens and self._reading:
+            self._land(active, wait=True)
+            found = self._cap(step, active, busy_budget)
+        return found
+
+    def _land(self, active: dict[int, Active], *, wait: bool) -> None:
+        """Place the passages of the requests stopped at one being read,
+        those whose reads have landed (with ``wait``, the first one's read
+        is waited for); forget those no longer running."""
+        for key, (a, canonical) in list(self._reading.items()):
+            if active.get(key) is not a:
+                del self._reading[key]  # finished or cancelled meanwhile
+                continue
+            self.catch_up(a, canonical, wait=wait)
+            wait = False
+
+    @staticmethod
+    def _cap(step: Step, active: dict[int, Active], busy_budget: int) -> Step:
         prefill = []
         for key, n in step.prefill:
             a = active[key]
@@ -80,13 +110,21 @@ class Splicer:
                 prefill.append((key, n))
         return Step(step.decode, tuple(prefill))
 
-    def catch_up(self, a: Active, canonical: int) -> None:
+    def catch_up(self, a: Active, canonical: int, *, wait: bool = False) -> None:
         """Place every stored passage whose splice point ``a`` has reached;
-        one that cannot be placed (gone, refused) is evaluated as usual."""
+        one that cannot be placed (gone, refused) is evaluated as usual. One
+        still being read from disk stops ``a`` there until a later step
+        (``capped`` places it once it landed), unless ``wait``: then this
+        waits for the read."""
         while a.splices and a.next >= a.splices[0].point:
-            splice = a.splices.pop(0)
+            splice = a.splices[0]
+            if a.next == splice.point and not wait and not self.store.cache.read_ahead(splice.key):
+                self._reading[a.req.key] = (a, canonical)  # the loop must not wait for the disk here
+                return
+            a.splices.pop(0)
             if a.next == splice.point:
                 self._place(a, splice, canonical)
+        self._reading.pop(a.req.key, None)
 
     def _place(self, a: Active, splice: Splice, canonical: int) -> None:
         started = time.perf_counter()
