@@ -80,7 +80,7 @@ class Placement:
         idle, saved = min(idle, limit), min(saved, limit)
         restore = key is not None and saved > shared and not (idle_seq is not None and idle >= saved and idle > 0)
         if restore and reserved > 0 and not self.snapshots.read_ahead(key):
-            return DEFERRED  # its snapshot is being read from disk: placed at a later step, the others running meanwhile
+            return DEFERRED  # its snapshot is being read from disk: placed at a later step, others running meanwhile
         if idle_seq is not None and idle >= max(saved, shared) and idle > 0:
             if not self.room(budget - idle, len(system), reserved):
                 return None
