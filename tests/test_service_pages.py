@@ -172,7 +172,7 @@ def test_serve_starts_with_no_index_and_the_first_upload_makes_one(run, tmp_path
     import uvicorn
 
     started = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: started.update(app=app, **kw))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: started.update(app=self.config.app))
     result = run("serve", "--index", tmp_path / "none-yet", "--port", "0")  # as a new user would, before any ingest
     assert result.exit_code == 0, result.output
     app = started["app"]

@@ -7,7 +7,8 @@ Requests that need the pipeline wait for the warm-up (they are neither
 answered nor timed before it ends); ``/healthz`` and ``/metrics`` do not.
 A warm-up that fails (whatever the error) is tried again a few times,
 seconds apart; if those fail, ``/healthz`` says "error" with why and each such
-request is answered 503 with it at once (none runs ``prepare`` itself),
+request is answered 503 with it at once (none runs ``prepare`` itself) unless
+the failure was the engine not answering (the request goes on to meet it),
 while the warm-up goes on being tried in the background, further apart each
 time (up to ``RETRY_BACKOFF_MAX_S``): a remote engine or a database that
 comes up later finds the service healthy again without a restart.
@@ -22,13 +23,18 @@ import sys
 import threading
 import time
 
-from ..errors import RagError
+from engine.errors import EngineUnreachable, GenerationFailed
+
+from ..errors import EngineUnavailable, RagError
 from ..qa.pipeline import Pipeline
 
 WAIT_FOR_WARM_UP_S = 600.0  # a request waiting longer is told the service is not ready
 WARM_UP_TRIES = 3  # quick tries of ``prepare`` before /healthz says "error" (chosen)
 RETRY_BACKOFF_S = 2.0  # seconds before the second try, doubled before each next (chosen)
 RETRY_BACKOFF_MAX_S = 60.0  # the longest wait between two tries, tried for ever at that pace (chosen)
+# An engine that does not answer (a remote one down, one that broke off) may be back by the next
+# request, which needs it anyway: such a request goes on and meets the engine's own error, or its answer.
+ENGINE_DOWN = (EngineUnavailable, EngineUnreachable, GenerationFailed)
 
 
 def retry_wait_s(tries: int) -> float:
@@ -59,6 +65,7 @@ class WarmUp:
         self.pipeline = pipeline
         self.done = threading.Event()  # the first outcome is known: ok, or failed (and still tried)
         self.error: WarmUpFailed | None = None  # the latest failure while it is not warm; never raised itself
+        self.engine_down = False  # that failure was the engine not answering (requests go on to it)
         self.seconds: float | None = None
         self.tries = 0
         self._started = False
@@ -114,8 +121,10 @@ class WarmUp:
         """One try at preparing the pipeline: None if it worked, else why not."""
         try:
             self.pipeline.prepare(need_index=False)  # the first documents may come by upload
+            self.engine_down = False
             return None
         except Exception as exc:  # noqa: BLE001 - any failure is said, never a silent "ok"
+            self.engine_down = isinstance(exc, ENGINE_DOWN)
             why = str(exc) if isinstance(exc, RagError) else f"{type(exc).__name__}: {exc}"
             print(f"warning: warm-up try {self.tries} failed: {why}", file=sys.stderr, flush=True)
             return why
@@ -136,5 +145,5 @@ class WarmUp:
             if not ended:
                 raise RagError("the service is still warming up; try again shortly")
         error = self.error  # read once: a try in the background may clear it meanwhile
-        if error is not None:
+        if error is not None and not self.engine_down:
             raise WarmUpFailed(str(error))
