@@ -172,7 +172,14 @@ def test_serve_starts_with_no_index_and_the_first_upload_makes_one(run, tmp_path
     import uvicorn
 
     started = {}
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: started.update(app=self.config.app))
+    real_run = uvicorn.Server.run
+
+    def capture(self, sockets=None):  # serve()'s server is kept, not run; the loopback one below runs
+        if "app" in started:
+            return real_run(self, sockets)
+        started["app"] = self.config.app
+
+    monkeypatch.setattr(uvicorn.Server, "run", capture)
     result = run("serve", "--index", tmp_path / "none-yet", "--port", "0")  # as a new user would, before any ingest
     assert result.exit_code == 0, result.output
     app = started["app"]
