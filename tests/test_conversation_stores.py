@@ -1,7 +1,8 @@
 """Both conversation stores, SQLite and a real PostgreSQL on a Unix socket,
 behave alike: turns survive reopening, folds are one transaction, the schema
-version is checked, turns stored at once get their own numbers, and a
-session's turn lock holds against another process."""
+version is checked, a store of schema 1 is upgraded and still read, sessions
+are listed by the index they belong to, turns stored at once get their own
+numbers, and a session's turn lock holds against another process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from rag.conversations import Turn, open_store
 from rag.conversations.postgres import redacted
+from rag.conversations.store import SCHEMA_VERSION, schema
 from rag.errors import RagError
 from rag.settings import Settings
 
@@ -50,6 +52,63 @@ def test_turns_survive_reopening_and_fold_in_one_transaction(location):
     store.reset("s1")
     assert store.load("s1").turns == () and store.sessions() == []
     store.close()
+
+
+def _schema_1_store(location: str) -> None:
+    """A store as rag-budget wrote it at schema 1 (sessions without their
+    index), holding session "old" with one turn."""
+    float_type = "REAL" if not location.startswith("postgresql") else "DOUBLE PRECISION"
+    tables = schema(float_type)
+    old = tables.replace(",\n    index_id TEXT\n", "\n")
+    assert old != tables
+    rows = ["INSERT INTO sessions (id, created, updated) VALUES ('old', 1, 1)",
+            "INSERT INTO turns (session_id, number, question, prompted, answer, sources, timings, tokens, created) "
+            "VALUES ('old', 1, 'q?', 'q?', 'a.', '[]', '{}', 3, 1)"]
+    if float_type == "REAL":
+        import sqlite3
+
+        db = sqlite3.connect(location)
+        db.executescript(old + ";".join(rows) + "; PRAGMA user_version=1;")
+        db.close()
+        return
+    import psycopg
+
+    with psycopg.connect(location, autocommit=True) as db:
+        db.execute(old)
+        for row in rows:
+            db.execute(row)
+        db.execute("CREATE TABLE rag_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO rag_meta VALUES ('schema_version', '1')")
+
+
+def test_a_schema_1_store_is_upgraded_and_sessions_are_listed_by_their_index(location):
+    _schema_1_store(location)
+    store = open_store(location)
+    assert [t.question for t in store.load("old").turns] == ["q?"]  # nothing of it lost
+    assert [s["session"] for s in store.sessions()] == ["old"]
+    assert store.sessions(index="/srv/a") == []  # belongs to no index yet
+    store.append_next("a1", "q", "p", "a", 5, index="/srv/a")
+    store.append_next("b1", "q", "p", "a", 5, index="/srv/b")
+    store.append_next("a1", "q2", "p", "a", 5, index="/srv/b")  # a session keeps the index it started with
+    store.append_next("old", "q2", "p", "a", 5, index="/srv/b")  # continued: it is B's from now on
+    store.close()
+    store = open_store(location)  # upgraded once: opened again as it is
+    assert [s["session"] for s in store.sessions(index="/srv/a")] == ["a1"]
+    assert {s["session"] for s in store.sessions(index="/srv/b")} == {"b1", "old"}
+    assert {s["session"]: s["turns"] for s in store.sessions()} == {"a1": 2, "b1": 1, "old": 2}
+    store.close()
+    if location.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(location) as db:
+            version = db.execute("SELECT value FROM rag_meta WHERE key = 'schema_version'").fetchone()[0]
+    else:
+        import sqlite3
+
+        db = sqlite3.connect(location)
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        db.close()
+    assert int(version) == SCHEMA_VERSION == 2
 
 
 def test_turns_stored_at_once_each_get_their_own_number(location):

@@ -9,6 +9,6 @@ from .. import lazy_exports
 
 _EXPORTS = {"ConversationKeeper": ".keeper", "History": ".keeper", "kv_key": ".keeper", "Conversation": ".store",
             "Conversations": ".store", "ConversationStore": ".store", "Turn": ".store",
-            "check_session_id": ".store", "open_store": ".opening"}
+            "check_session_id": ".store", "index_key": ".store", "open_store": ".opening"}
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

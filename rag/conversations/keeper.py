@@ -78,7 +78,9 @@ class ConversationKeeper:
 
     ``history_mode`` "prompted" replays a turn as it was prompted, passages
     included (append-only, so its KV stays cached); "qa" replays only the
-    question and answer.
+    question and answer. ``index()``: the :func:`~rag.conversations.store.index_key`
+    of the index the turns are answered from, recorded with each session
+    (None: none recorded).
     """
 
     def __init__(
@@ -88,10 +90,11 @@ class ConversationKeeper:
         policy: Callable[[], HistoryPolicy],
         *,
         history_mode: HistoryMode = "prompted",
+        index: Callable[[], str | None] = lambda: None,
     ) -> None:
         if history_mode not in ("prompted", "qa"):
             raise RagError(f"history_mode must be 'prompted' or 'qa', not {history_mode!r}")
-        self._store, self._backend, self._policy = store, backend, policy
+        self._store, self._backend, self._policy, self._index = store, backend, policy, index
         self.history_mode: HistoryMode = history_mode
         self._questions = 0  # in progress: background work gives way to them
         self._questions_lock = threading.Lock()
@@ -156,6 +159,12 @@ class ConversationKeeper:
         """The stored conversation ``session``."""
         return self._store().load(session)
 
+    def sessions(self) -> list[dict[str, object]]:
+        """The stored conversations of this keeper's index (see
+        :meth:`Conversations.sessions`), newest first."""
+        index = self._index()
+        return self._store().sessions(index=index) if index is not None else self._store().sessions()
+
     def turn_tokens(self, turn: Turn) -> int:
         """Prompt tokens ``turn`` takes when replayed."""
         if self.history_mode == "prompted":
@@ -183,7 +192,8 @@ class ConversationKeeper:
         # The template adds a few tokens around each message.
         tokens = len(backend.tokenize(user)) + len(backend.tokenize(answer)) + 10
         store = self._store()
-        number = store.append_next(session, question, user, answer, tokens, tuple(sources), timings.to_dict())
+        number = store.append_next(session, question, user, answer, tokens, tuple(sources), timings.to_dict(),
+                                   index=self._index())
         conversation = store.load(session)
         self._drop_superseded(session, backend)
         if turns_to_fold([self.turn_tokens(t) for t in conversation.turns], self._policy()):

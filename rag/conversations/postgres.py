@@ -2,11 +2,11 @@
 
 The same tables, queries and schema version as the SQLite store
 (``store.Conversations``); the version lives in a table ``rag_meta``, and
-the schema is created or checked under an advisory lock, so front-ends that
-start together do not race. A session's turn lock is a session-level
-advisory lock held on a connection of its own for the whole turn, so it is
-released if its process dies. Selected by a URL such as
-``RAG_CONVERSATIONS=postgresql://user@host/db`` (or
+the schema is created, checked or upgraded (``store.upgrade``) under an
+advisory lock, so front-ends that start together do not race. A session's
+turn lock is a session-level advisory lock held on a connection of its own
+for the whole turn, so it is released if its process dies. Selected by a
+URL such as ``RAG_CONVERSATIONS=postgresql://user@host/db`` (or
 ``postgresql:///db?host=/run/postgresql`` for a Unix socket); the database
 should be one of its own (the tables are ``sessions``, ``turns``,
 ``summaries`` and ``rag_meta``).
@@ -24,7 +24,8 @@ from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import RagError
-from .store import SCHEMA_VERSION, Conversations, check_session_id, lock_slot, schema, schema_mismatch
+from .store import (SCHEMA_VERSION, Conversations, check_session_id, lock_slot, readable, schema, schema_mismatch,
+                    upgrade)
 
 LOCK_CLASS = 0x72616700  # "rag\0": the first key of every advisory lock this store takes
 SCHEMA_LOCK = 0  # the second key of the lock held while the schema is created or checked
@@ -73,11 +74,15 @@ class PostgresConversations(Conversations):
                 self._db.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, SCHEMA_LOCK))
                 self._db.execute("CREATE TABLE IF NOT EXISTS rag_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
                 row = self._db.execute("SELECT value FROM rag_meta WHERE key = 'schema_version'").fetchone()
-                if row is not None and int(row[0]) != SCHEMA_VERSION:
+                if row is not None and not readable(int(row[0])):
                     raise schema_mismatch(self.where, int(row[0]))
                 self._db.execute(schema("DOUBLE PRECISION"))
+                has_index_id = self._db.execute(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+                    "AND table_name = 'sessions' AND column_name = 'index_id'").fetchone() is not None
+                upgrade(self._db, has_index_id=has_index_id)
                 self._db.execute("INSERT INTO rag_meta (key, value) VALUES ('schema_version', %s) "
-                                 "ON CONFLICT (key) DO NOTHING", (str(SCHEMA_VERSION),))
+                                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
         except psycopg.Error as exc:
             self._db.close()
             raise self._refused(exc) from None

@@ -10,10 +10,15 @@ A turn is stored once its answer is complete; folding older turns into the
 summary replaces the summary and marks those turns folded in one
 transaction, so a crash leaves either the old or the new history, never a
 mix. Summarisation times are recorded apart from answer times. Both stores
-carry a schema version and refuse another. :meth:`Conversations.turn_lock`
+carry a schema version and refuse another (a store of an older version is
+upgraded in place: :func:`upgrade`). :meth:`Conversations.turn_lock`
 holds one session across processes (SQLite: a byte-range lock on a file
 beside the database; PostgreSQL: an advisory lock), so front-ends sharing a
 store answer a conversation's questions one at a time.
+
+Each session records the index it was started against (:func:`index_key`),
+so one store shared by front-ends over several indexes lists each index's
+conversations apart (:meth:`Conversations.sessions`).
 
 Does not: decide when to fold (``prompt_budget.history``) or summarise
 (``summarise``).
@@ -37,7 +42,7 @@ from typing import ContextManager, Iterator
 
 from ..errors import RagError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: sessions.index_id, the index a session belongs to
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
 
 _SCHEMA = """
@@ -46,7 +51,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     created {float} NOT NULL,
     updated {float} NOT NULL,
     summary TEXT NOT NULL DEFAULT '',
-    summary_version INTEGER NOT NULL DEFAULT 0
+    summary_version INTEGER NOT NULL DEFAULT 0,
+    index_id TEXT
 );
 CREATE TABLE IF NOT EXISTS turns (
     session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -80,12 +86,39 @@ def schema(float_type: str) -> str:
     return _SCHEMA.format(float=float_type)
 
 
+def readable(version: int) -> bool:
+    """Whether a store of schema ``version`` (0: a new one) can be opened:
+    this version, or an older one :func:`upgrade` brings to it."""
+    return 0 <= version <= SCHEMA_VERSION
+
+
+def upgrade(db, *, has_index_id: bool) -> None:
+    """Bring the tables of a store to :data:`SCHEMA_VERSION` through
+    ``db.execute``, once :func:`schema` ran, in the transaction that does:
+    version 1 lacked ``sessions.index_id`` (``has_index_id``: whether it is
+    there), added empty (NULL) for the sessions already stored, which keep
+    every turn and are still read by :meth:`Conversations.load`."""
+    if not has_index_id:
+        db.execute("ALTER TABLE sessions ADD COLUMN index_id TEXT")
+    db.execute("CREATE INDEX IF NOT EXISTS sessions_by_index ON sessions (index_id, updated)")
+
+
 def schema_mismatch(where: str, version: int) -> RagError:
     """The error for a store written with another schema version."""
     return RagError(
         f"{where} holds conversations of schema version {version}; this rag-budget reads "
         f"version {SCHEMA_VERSION}. Point RAG_CONVERSATIONS elsewhere or upgrade rag-budget"
     )
+
+
+def index_key(index_dir: str | os.PathLike[str]) -> str:
+    """What a session records as the index it belongs to: the index
+    folder's absolute path, known before the index is first built (a
+    server may start with none) and kept across rebuilds in place.
+
+    ``index_key("idx")`` -> ``"/home/me/idx"`` when run in /home/me.
+    """
+    return str(Path(index_dir).resolve())
 
 
 def lock_slot(session: str) -> int:
@@ -184,24 +217,29 @@ class Conversations(abc.ABC):
         folded = sum(1 for r in rows if r[7])
         return Conversation(session, row[0], row[1], turns, folded)
 
-    def append(self, session: str, turn: Turn) -> None:
-        """Store an answered turn at the end of ``session`` under its own number."""
-        self._insert(session, turn.number, turn)
+    def append(self, session: str, turn: Turn, *, index: str | None = None) -> None:
+        """Store an answered turn at the end of ``session`` under its own
+        number; ``index``: see :meth:`append_next`."""
+        self._insert(session, turn.number, turn, index)
 
     def append_next(self, session: str, question: str, prompted: str, answer: str, tokens: int,
-                    sources: tuple[dict, ...] = (), timings: dict | None = None) -> int:
+                    sources: tuple[dict, ...] = (), timings: dict | None = None, *, index: str | None = None) -> int:
         """Store an answered turn as the next of ``session`` and return its
         number, chosen in the same transaction, so turns stored at once by
-        several threads or processes each get their own."""
-        return self._insert(session, None, Turn(0, question, prompted, answer, tokens, sources, timings or {}))
+        several threads or processes each get their own. ``index``
+        (:func:`index_key`) is recorded as the session's index when the
+        session has none yet (its first turn, or a session stored before
+        indexes were recorded); a session keeps the index it started with."""
+        return self._insert(session, None, Turn(0, question, prompted, answer, tokens, sources, timings or {}), index)
 
-    def _insert(self, session: str, number: int | None, turn: Turn) -> int:
+    def _insert(self, session: str, number: int | None, turn: Turn, index: str | None) -> int:
         check_session_id(session)
         now = time.time()
         with self._access(write=True) as db:
             db.execute(
-                "INSERT INTO sessions (id, created, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET updated = excluded.updated", (session, now, now)
+                "INSERT INTO sessions (id, created, updated, index_id) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET updated = excluded.updated, "
+                "index_id = COALESCE(sessions.index_id, excluded.index_id)", (session, now, now, index)
             )
             if number is None:
                 number = db.execute(
@@ -258,15 +296,19 @@ class Conversations(abc.ABC):
         with self._access(write=True) as db:
             db.execute("DELETE FROM sessions WHERE id = ?", (session,))
 
-    def sessions(self) -> list[dict[str, object]]:
-        """Every session id with its turn count and last update, newest first."""
+    def sessions(self, index: str | None = None) -> list[dict[str, object]]:
+        """Every session id with its turn count and last update, newest
+        first; with ``index`` (:func:`index_key`), only the sessions recorded
+        under that index. A session stored before indexes were recorded
+        belongs to none until its next turn records one, so only the
+        unfiltered list holds it."""
+        where, params = ("WHERE s.index_id = ? ", (index,)) if index is not None else ("", ())
         with self._access() as db:
             rows = db.execute(
                 "SELECT s.id, s.updated, COUNT(t.number) FROM sessions s LEFT JOIN turns t ON t.session_id = s.id "
-                "GROUP BY s.id ORDER BY s.updated DESC"
+                f"{where}GROUP BY s.id, s.updated ORDER BY s.updated DESC", params
             ).fetchall()
         return [{"session": r[0], "updated": r[1], "turns": r[2]} for r in rows]
-
 
 
 class ConversationStore(Conversations):
@@ -284,12 +326,21 @@ class ConversationStore(Conversations):
             checked = self._db.execute("PRAGMA quick_check").fetchone()[0]
             if checked != "ok":
                 raise sqlite3.DatabaseError(f"damaged: {checked}")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise schema_mismatch(str(self.path), version)
-            with self._db:
-                self._db.executescript(schema("REAL"))
+            self._db.execute("BEGIN IMMEDIATE")  # one process creates or upgrades the tables at a time
+            try:
+                version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if not readable(version):
+                    raise schema_mismatch(str(self.path), version)
+                for statement in schema("REAL").split(";"):  # not executescript: it would commit first
+                    if statement.strip():
+                        self._db.execute(statement)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+                upgrade(self._db, has_index_id="index_id" in columns)
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                self._db.commit()
+            except BaseException:
+                self._db.rollback()
+                raise
         except sqlite3.DatabaseError as exc:
             raise self._refused(exc) from None
         self._lock = threading.Lock()

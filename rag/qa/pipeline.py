@@ -26,6 +26,7 @@ from prompt_budget.profile import Profile
 
 from ..conversations import Conversation, ConversationKeeper, Conversations
 from ..conversations.keeper import HistoryMode
+from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
 from ..index.generations import index_exists
 from ..index.store import Hit, Index
@@ -100,7 +101,7 @@ class Pipeline:
                                notice=lambda message: self.notice(message))
         self.passages = PassageKeeper(lambda: self.backend, self.index)
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
-                                         history_mode=history_mode)
+                                         history_mode=history_mode, index=lambda: index_key(self.index_dir))
         self.dispatcher = Dispatcher(self.desk, self.keeper, lambda: self.backend)
 
     @classmethod
