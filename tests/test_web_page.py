@@ -5,8 +5,10 @@ under pytest's temporary folder (artifacts, not part of the repository)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
@@ -16,10 +18,12 @@ from rag.bench.page import CHROMIUM_ARGS, find_chromium, open_page
 from rag.bench.samples import make_pdf
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
-from .conftest import CORPUS
+from .conftest import CORPUS, write_corpus
 
 CHROMIUM = find_chromium()
 KEY = "browser-key"
+# A shell instruction in the page's text: a command in backticks, a rag subcommand, pip.
+COMMAND = re.compile(r"`|\brag (ingest|ask|search|serve|server|chat|calibrate|doctor|bench)\b|pip install")
 PDF = make_pdf(["The first page talks about llamas.", "The second page talks about alpacas."])
 
 pytestmark = [
@@ -278,3 +282,80 @@ def test_twenty_files_dropped_on_the_page_are_all_indexed(page, server):
     assert page.locator("#uploads li.failed").count() == 0, page.inner_text("#uploads")
     listed = {d["source"] for d in _api(server, "GET", "/v1/documents").json()["documents"]}
     assert set(names) <= listed
+
+
+@contextlib.contextmanager
+def _own_server(root: Path, embedder, backend, conversations: Path | None = None) -> Iterator[LoopbackServer]:
+    """A keyed server of its own over the index ``root / "index"`` (none yet, unless built before)."""
+    p = Pipeline.open(root / "index", embedder=embedder, backend=backend,
+                      conversations=conversations or root / "c.sqlite")
+    p.prepare(need_index=False)
+    s = LoopbackServer(create_app(p, ServiceSettings(api_keys=[KEY])))
+    try:
+        yield s
+    finally:
+        s.stop()
+        p.close()
+
+
+def test_a_question_asked_while_the_first_upload_is_indexed_waits_for_it(browser, tmp_path, embedder, backend, shots):
+    with _own_server(tmp_path, embedder, backend) as server:
+        errors: list[str] = []
+        page = open_page(browser, server.url, KEY, errors, viewport={"width": 1280, "height": 900})
+        try:
+            held = []  # the upload, held in the browser until the question is asked: the worst case
+            page.route("**/v1/documents", lambda route: held.append(route) if route.request.method == "POST"
+                       else route.continue_())
+            _drop(page, {"owls.md": "# Owls\n\nOwls hunt at night and sleep through the day.\n"})
+            page.fill("#question", "When do owls hunt?")
+            page.click("#ask-button")  # at once: no document is indexed yet
+            waiting = page.wait_for_selector(".turn:last-child .waiting")
+            assert "owls.md" in waiting.inner_text() and "to be indexed" in waiting.inner_text()
+            page.screenshot(path=str(shots / "7-asked-while-indexing.png"), full_page=True)
+            for _ in range(100):  # the route's handler runs while Playwright waits
+                if held:
+                    break
+                page.wait_for_timeout(50)
+            assert len(held) == 1
+            held[0].continue_()
+            page.wait_for_selector(".turn:last-child:is([data-state=done], [data-state=failed])", timeout=120_000)
+            assert page.get_attribute(".turn:last-child", "data-state") == "done", page.inner_text(".turn:last-child")
+            assert "owls.md" in " ".join(page.locator(".turn:last-child .sources li").all_inner_texts())
+            assert page.locator(".turn .waiting").count() == 0  # gone once the answer began
+            page.wait_for_selector("#document-list li:has-text('owls.md')")
+            text = page.inner_text("body")
+            assert not COMMAND.search(text), COMMAND.search(text)
+        finally:
+            page.context.close()
+        assert not errors, errors
+
+
+def test_the_conversations_panel_lists_only_the_conversations_of_the_index_served(browser, tmp_path, embedder,
+                                                                                  backend):
+    store = tmp_path / "shared.sqlite"  # one conversation store, two indexes: A's is asked in process
+    other = Pipeline.open(tmp_path / "a" / "index", embedder=embedder, backend=backend, conversations=store)
+    try:
+        other.ingest([write_corpus(tmp_path / "a" / "corpus", {"decode.txt": CORPUS["decode.txt"]})])
+        other.ask("What limits decode?", session="asked-of-index-a", max_tokens=4)
+    finally:
+        other.close()
+    with _own_server(tmp_path / "b", embedder, backend, store) as server:
+        errors: list[str] = []
+        page = open_page(browser, server.url, KEY, errors, viewport={"width": 1280, "height": 900})
+        try:
+            page.set_input_files("#file-input", files=[{"name": "prefill.md", "mimeType": "text/markdown",
+                                                         "buffer": CORPUS["prefill.md"].encode()}])
+            page.wait_for_selector("#document-list li:has-text('prefill.md')")
+            page.select_option("#session-select", "new")
+            _ask(page, "What does prefill read?")
+            mine = page.eval_on_selector("#session-select", "s => s.value")
+            page.wait_for_selector(f'#session-list li[data-session="{mine}"]')
+            page.reload()  # the panel as a newcomer to this server sees it
+            page.wait_for_selector(f'#session-list li[data-session="{mine}"]')
+            listed = page.eval_on_selector_all("#session-list li", "items => items.map((li) => li.dataset.session)")
+            assert listed == [mine]
+            options = page.eval_on_selector_all("#session-select option", "os => os.map((o) => o.value)")
+            assert "asked-of-index-a" not in options and "asked-of-index-a" not in page.inner_text("body")
+        finally:
+            page.context.close()
+        assert not errors, errors

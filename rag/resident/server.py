@@ -178,7 +178,7 @@ def resident_app(pipeline: Pipeline, life: Life) -> FastAPI:
     the resident routes and the request tracking."""
     settings = ServiceSettings(api_keys=[], watch=[], rate_limit_per_minute=0, max_tokens_limit=1 << 30,
                                reject_over_target=False)
-    app = create_app(pipeline, settings)
+    app = create_app(pipeline, settings, audience="shell")  # its client prints errors as the CLI words them
     app.state.life = life
     app.include_router(resident)
     app.add_middleware(Tracked, life=life, pipeline=pipeline)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from typing import Literal
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,18 +17,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
 from . import content, openai, routes, sessions
-from .errors import error, failure
+from .errors import REBUILD, ShellWords, error, failure, for_the_web
 from .gate import Gate
 from .settings import ServiceSettings
 from .state import ServiceState, warmed
+from .uploads import TrackUploads
 from .watching import FolderWatcher
 from .web import add_page
 
 ERROR_TYPES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}
 
 
-def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> FastAPI:
-    """The FastAPI application serving ``pipeline``."""
+def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None, *,
+               audience: Literal["web", "shell"] = "web") -> FastAPI:
+    """The FastAPI application serving ``pipeline``; its error messages are
+    worded for the ``audience``: "web" (a page, an API client: no command
+    to type) or "shell" (the CLI's resident server: the CLI's own words)."""
     settings = settings or ServiceSettings()
     state = ServiceState.create(pipeline, settings)
 
@@ -53,7 +58,10 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None) -> F
     app.state.pipeline, app.state.settings, app.state.metrics = pipeline, settings, state.metrics
     app.state.queue = state.answering.queue
     _add_error_handlers(app)
+    app.add_middleware(TrackUploads, uploads=state.uploads)  # inside the gate: only uploads it let through
     app.add_middleware(Gate, state=state)  # keys, rate and body limits, before any body is read
+    if audience == "shell":
+        app.add_middleware(ShellWords)  # around the gate: its refusals too
     app.include_router(routes.public)
     ready = [Depends(warmed)]  # nothing is answered (or timed) before the warm-up ends
     app.include_router(routes.router, dependencies=ready)
@@ -88,8 +96,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         # The index's chunk database went bad under the running server (truncated, overwritten):
         # the client's request is fine, the service is not, until the index is rebuilt (issue 27).
         message = " ".join(str(exc).split())[:200]
-        return error(503, f"the index cannot be read ({message}); rebuild it with `rag ingest --rebuild`",
-                     "index_damaged")
+        return error(503, for_the_web(f"the index cannot be read ({message}); rebuild it with `rag ingest --rebuild`",
+                                      REBUILD), "index_damaged")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):  # never a stack trace to the client

@@ -22,6 +22,7 @@ from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .state import ServiceState, service
+from .uploads import first_index
 
 router = APIRouter()
 
@@ -34,6 +35,9 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     if not users:
         return error(400, "no user message with text in messages", "invalid_request")
     max_tokens = body.max_completion_tokens or body.max_tokens or DEFAULT_MAX_TOKENS
+    waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)  # as /v1/ask does
+    if waited is not None:
+        return waited
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
     try:
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s,

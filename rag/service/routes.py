@@ -19,12 +19,13 @@ from starlette.concurrency import run_in_threadpool
 
 from engine.backend import Routing
 
-from ..errors import DocumentNotFound, RagError, engine_errors
+from ..errors import DocumentNotFound, IndexNotFound, RagError, engine_errors
 from ..ingest.run import IngestCancelled
 from .answering import ClientGone, Rejected, ThreadedAnswer
-from .errors import busy, error, error_event, failure, outcome, sse
+from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, SearchBody
 from .state import ServiceState, service
+from .uploads import first_index
 
 public = APIRouter()  # no key needed
 router = APIRouter()  # behind the API keys
@@ -38,7 +39,7 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
     warmup = state.warmup
     found: dict[str, object] = {"status": warmup.status, "queue_depth": state.answering.queue.depth}
     if warmup.error is not None:
-        found["error"] = str(warmup.error)
+        found["error"] = for_the_web(str(warmup.error))
     if warmup.seconds is not None:
         found["warm_up_s"] = round(warmup.seconds, 3)
     backend = state.pipeline.parts.loaded_backend
@@ -74,7 +75,12 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     or with ``stream`` server-sent events: ``{"evidence": [...]}`` once the
     prompt is planned (before the first token), ``{"delta": text}``, then
     ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway).
-    Errors before the prompt is planned are HTTP statuses."""
+    Errors before the prompt is planned are HTTP statuses. Asked while there
+    is no index yet but a first upload is on its way, it waits for that
+    upload's ingest (see ``uploads.first_index``)."""
+    waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
+    if waited is not None:
+        return waited
     try:
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
                                        max_tokens=body.max_tokens, scope=body.scope, **body.options())
@@ -179,8 +185,10 @@ async def list_documents(state: ServiceState = Depends(service)):
     """Every document in the index."""
     try:
         return {"documents": await run_in_threadpool(state.pipeline.documents)}
+    except IndexNotFound:
+        return error(404, NO_DOCUMENTS, "not_found")
     except RagError as exc:
-        return error(404, str(exc), "not_found")
+        return failure(exc)
 
 
 @router.delete("/v1/documents/{doc_id}")
@@ -196,9 +204,13 @@ async def delete_document(doc_id: str, state: ServiceState = Depends(service)):
 
 
 @router.post("/v1/search")
-async def search(body: SearchBody, state: ServiceState = Depends(service)):
+async def search(body: SearchBody, request: Request, state: ServiceState = Depends(service)):
     """The chunks that best match ``query``, best first, without the model:
-    the ``rag search --json`` object."""
+    the ``rag search --json`` object (waiting, as ``/v1/ask`` does, for a
+    first upload still being indexed)."""
+    waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
+    if waited is not None:
+        return waited
     try:
         hits = await run_in_threadpool(lambda: state.pipeline.search(body.query, body.k, mode=body.retrieval,
                                                                      scope=body.scope))

@@ -21,10 +21,13 @@ SESSION = PathParam(..., max_length=128, description="A session id, as given to 
 
 @router.get("/v1/sessions")
 async def list_sessions(state: ServiceState = Depends(service)):
-    """Every stored conversation: ``session``, ``turns`` and ``updated``
-    (seconds since the epoch), newest first."""
+    """The stored conversations of the index this service answers from
+    (a conversation store may be shared by services over other indexes):
+    ``session``, ``turns`` and ``updated`` (seconds since the epoch), newest
+    first. One stored before sessions recorded their index is listed once
+    a question continues it here."""
     try:
-        return {"sessions": await run_in_threadpool(lambda: state.pipeline.conversations.sessions())}
+        return {"sessions": await run_in_threadpool(state.pipeline.keeper.sessions)}
     except RagError as exc:
         return failure(exc)
 

@@ -1,5 +1,6 @@
 """What the service's routes share: the pipeline, the settings, the
-metrics, the answering queue, the limits per caller and the ingest lock.
+metrics, the answering queue, the limits per caller, the ingest lock and
+the uploads in flight.
 
 Does not: handle requests.
 """
@@ -16,6 +17,7 @@ from .answering import Answering
 from .metrics import Metrics
 from .ratelimit import CallerLimits
 from .settings import ServiceSettings
+from .uploads import Uploads
 from .warmup import WarmUp
 
 
@@ -30,6 +32,7 @@ class ServiceState:
     limits: CallerLimits  # in flight and against floods, per caller; wrong API keys, per address
     warmup: WarmUp
     ingesting: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ingest at a time; queries go on
+    uploads: Uploads = field(default_factory=Uploads)  # in flight: a question with no index yet waits for them
 
     @classmethod
     def create(cls, pipeline: Pipeline, settings: ServiceSettings) -> "ServiceState":

@@ -1,12 +1,15 @@
 // The question form: the answer streams into the thread as it is generated;
 // when it is whole, its citations are linked and its costs drawn. The time
 // to first token as the page sees it runs from the submit to the frame that
-// first shows streamed text (performance.now()).
+// first shows streamed text (performance.now()). A question asked while the
+// page's first uploads are still being indexed says so and follows their
+// progress until the answer starts (the server waits for them).
 // Does not: draw costs (costs.js) or keep sessions (sessions.js).
 
-import { ask } from "./api.js";
+import { ApiError, ask } from "./api.js";
 import { refreshProfile, showCosts } from "./costs.js";
-import { $ } from "./dom.js";
+import { hasDocuments, onUploadsChange, uploadsInFlight, uploadsSettled } from "./documents.js";
+import { $, node } from "./dom.js";
 import { shown } from "./notice.js";
 import { refreshSessions, sessionForAsk } from "./sessions.js";
 import { clearThread, failTurn, finishTurn, newTurn, showEvidence } from "./thread.js";
@@ -22,6 +25,27 @@ function firstFrame(t0) {
   });
 }
 
+/** A line in `turn` saying which of this page's uploads the question waits
+ *  for, with their progress, kept up to date; returns what removes it. */
+function showWaiting(turn) {
+  const line = node("p", "muted small waiting");
+  line.setAttribute("role", "status");
+  const update = () => {
+    const uploads = uploadsInFlight();
+    line.textContent = uploads.length
+      ? `Waiting for ${uploads.map((u) => `${u.name} (${u.state})`).join(", ")} to be indexed…`
+      : "Indexed; answering…";
+  };
+  update();
+  const stop = onUploadsChange(update);
+  turn.answer.before(line);
+  return () => { stop(); line.remove(); };
+}
+
+// The server found no document yet, or gave up waiting for one, while this page still uploads some.
+const beforeTheFirstDocument = (err) => err instanceof ApiError
+  && (err.type === "no_documents" || err.type === "indexing") && uploadsInFlight().length > 0;
+
 async function submit(event) {
   event.preventDefault();
   const started = performance.now();
@@ -34,15 +58,28 @@ async function submit(event) {
   const button = $("ask-button");
   button.disabled = true;
   let painted = null;
+  let stopWaiting = !hasDocuments() && uploadsInFlight().length ? showWaiting(turn) : null;
+  const begun = () => { if (stopWaiting) { stopWaiting(); stopWaiting = null; } };
   try {
     const body = { question, session: session || undefined,
                    target_ttft_s: Number.isFinite(target) && target > 0 ? target : undefined,
                    max_tokens: Number.isInteger(maxTokens) && maxTokens > 0 ? maxTokens : undefined };
-    const answer = await ask(body, (piece) => {
+    const send = () => ask(body, (piece) => {
+      begun();
       turn.text.appendData(piece);
       turn.pieces += 1;
       if (!painted) painted = firstFrame(started);
-    }, undefined, (evidence) => showEvidence(turn, evidence));
+    }, undefined, (evidence) => { begun(); showEvidence(turn, evidence); });
+    let answer;
+    try {
+      answer = await send();
+    } catch (err) {
+      if (!beforeTheFirstDocument(err)) throw err;
+      if (!stopWaiting) stopWaiting = showWaiting(turn);
+      await uploadsSettled(); // then once more: the server has the index by now, or says why not
+      answer = await send();
+    }
+    begun();
     const pageTtftMs = painted ? await painted : null;
     turn.el.dataset.pieces = String(turn.pieces);
     if (pageTtftMs !== null) turn.el.dataset.pageTtftMs = pageTtftMs.toFixed(1);
@@ -54,6 +91,7 @@ async function submit(event) {
     Promise.all([shown(refreshProfile()), session ? shown(refreshSessions()) : null])
       .then(() => { turn.el.dataset.settled = "true"; });
   } catch (err) {
+    begun();
     failTurn(turn, err.message);
   } finally {
     button.disabled = false;

@@ -1,14 +1,45 @@
 // The documents panel: drag-and-drop (or chosen) uploads with progress,
 // one after another; the index's documents with their chunk counts; delete.
 // A file that cannot be indexed keeps its line with the server's reason.
+// The uploads still in flight are known to the rest of the page (a question
+// asked before the first is indexed says what it waits for).
 // Does not: read files itself; the server ingests them.
 
 import { ApiError, deleteJson, getJson, upload } from "./api.js";
 import { $, button, node, plural } from "./dom.js";
 import { shown } from "./notice.js";
 let known = new Map(); // doc id -> document, for the source viewer
+const inFlight = new Set(); // the items of uploads not yet indexed nor refused
+const changes = new EventTarget(); // "change" each time an upload in flight moves on
 
 export function documentById(id) { return known.get(id); }
+
+/** Whether the index held documents when the list was last read. */
+export function hasDocuments() { return known.size > 0; }
+
+/** This page's uploads in flight: [{name, state}], state as their line shows it. */
+export function uploadsInFlight() {
+  return [...inFlight].map((item) => ({ name: item.name, state: item.state.textContent }));
+}
+
+/** Call `listener` each time an upload in flight moves on; returns what stops it. */
+export function onUploadsChange(listener) {
+  changes.addEventListener("change", listener);
+  return () => changes.removeEventListener("change", listener);
+}
+
+/** Resolves once this page has no upload in flight. */
+export function uploadsSettled() {
+  return new Promise((resolve) => {
+    const stop = onUploadsChange(() => { if (!inFlight.size) { stop(); resolve(); } });
+    if (!inFlight.size) { stop(); resolve(); }
+  });
+}
+
+function setState(item, text) {
+  item.state.textContent = text;
+  changes.dispatchEvent(new Event("change"));
+}
 
 export async function refreshDocuments() {
   let docs = [];
@@ -72,16 +103,16 @@ function uploadItem(file) {
   const state = node("span", "upload-state", "waiting");
   const li = node("li");
   li.append(node("span", "doc-name", file.name), bar, state);
-  return { li, bar, state };
+  return { li, bar, state, name: file.name };
 }
 
 async function uploadOne(file, item) {
-  item.state.textContent = "uploading";
+  setState(item, "uploading");
   try {
     const result = await upload(file, (sent, total) => {
       item.bar.max = Math.max(total, 1);
       item.bar.value = sent;
-      if (sent >= total) item.state.textContent = "indexing…";
+      setState(item, sent >= total ? "indexing…" : `uploading ${Math.floor((100 * sent) / Math.max(total, 1))}%`);
     });
     const doc = result.documents[0];
     item.bar.value = item.bar.max;
@@ -101,9 +132,13 @@ async function uploadOne(file, item) {
 export async function uploadFiles(files) {
   const items = Array.from(files).map((f) => [f, uploadItem(f)]);
   $("uploads").prepend(...items.map(([, item]) => item.li));
+  items.forEach(([, item]) => inFlight.add(item));
+  changes.dispatchEvent(new Event("change"));
   for (const [file, item] of items) {
     await uploadOne(file, item);
     await refreshDocuments().catch(() => {}); // shown stale until the next refresh
+    inFlight.delete(item); // once the list holds what it added
+    changes.dispatchEvent(new Event("change"));
   }
   await refreshDocuments();
 }
