@@ -64,7 +64,7 @@ def test_an_upload_before_the_run_is_answered_first_and_refusals_are_counted_by_
 
 
 def test_the_bench_servers_have_the_default_limits_or_none():
-    from rag.cli.bench_answers import bench_service_settings
+    from rag.bench.serve import bench_service_settings
 
     default, plain = bench_service_settings("default", "deadline"), ServiceSettings()
     for name in ("rate_limit_per_minute", "questions_in_flight", "uploads_in_flight", "upload_bytes_in_flight"):

@@ -11,20 +11,26 @@ forget the prompt of the turn before: with exact reuse on (the default), a
 system reuses what its own earlier questions left, never the passages
 another system's turn at the same question just evaluated.
 
+:func:`run` is the whole of ``rag bench answers``: the corpus indexed, the
+pipeline calibrated, every system asked.
+
 Does not: grade with a model, or tune anything; the figures are for people.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from engine.llama_cpp.snapshots import SnapshotCache
 
 from ..qa.citations import Grounding
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_EVIDENCE
 from ..qa.pipeline import Pipeline
-from .grading import GoldQuestion, facts_found, token_f1
+from . import parts
+from .grading import GoldQuestion, facts_found, load_gold, token_f1
+from .parts import Harness
 from .peer import WARM_UP_QUESTION, LangChainRag
 from .stats import bootstrap_interval, mean, percentile
 
@@ -254,3 +260,44 @@ def sign_test(wins: int, losses: int) -> float:
     tail = sum(math.comb(n, k) for k in range(0, min(wins, losses) + 1)) / 2 ** n
     return round(min(1.0, 2 * tail), 3)
 
+
+
+def questions_and_pipeline(h: Harness, corpus: Path, include: Sequence[str], questions: Optional[Path], limit: int,
+          target_ttft: float | None, index: Optional[Path], model: Optional[Path],
+          ) -> tuple[list[GoldQuestion], float, Pipeline]:
+    """What ``rag bench answers`` (and ``--evidence-only``) asks: the first
+    ``limit`` (0: all) questions of ``questions`` (default: the bundled
+    Python-docs answer set), the target (default: the settings', else 2 s)
+    and a calibrated pipeline over ``corpus``, indexed, that keeps no KV
+    snapshot on disk."""
+    qs = load_gold(questions or parts.BENCH_DATA / "python_docs_answers.jsonl")
+    qs = qs[:limit] if limit else qs
+    target = target_ttft or h.settings(model=model).target_ttft or 2.0
+    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    pipeline.prepare()  # calibrate, if needed, before anything is timed
+    return qs, target, pipeline
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional[Path] = None, limit: int = 0,
+        target_ttft: float | None = None, max_tokens: int = 64, peer: bool = True, also_targets: Sequence[float] = (),
+        evidence_places: Sequence[str] = ("off",), free: bool = True, options: dict | None = None,
+        index: Optional[Path] = None, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench answers``: the questions of :func:`questions_and_pipeline` answered by
+    every system and scored (:func:`bench_answers`); ``options`` are ours'
+    evidence options (``evidence``, ``evidence_embed``, ``evidence_floor``)."""
+    qs, target, pipeline = questions_and_pipeline(h, corpus, include, questions, limit, target_ttft, index, model)
+    with h.counting("answers") as update:
+        return bench_answers(pipeline, qs, target_ttft=target, max_tokens=max_tokens, peer=peer,
+                             also_targets=also_targets, evidence_places=evidence_places, free=free, options=options,
+                             progress=update, notice=h.notice)
+
+
+def main() -> None:
+    """``python -m rag.bench.answers``: ``rag bench answers`` on its own."""
+    from ..cli.bench_grade import bench_answers as command
+
+    parts.command_alone(command, "answers")
+
+
+if __name__ == "__main__":
+    main()

@@ -5,16 +5,20 @@ The naive pipeline is what a simple chat-over-documents loop does: k chunks
 in score order in the system message, then the full history replayed, no
 summary, no session state; so its prefix changes every turn.
 
+:func:`run` is the whole of ``rag bench chat``: the corpus indexed, a
+pipeline with its own conversation store, the conversations asked.
+
 Does not: assert anything; the figures are for people to read and compare.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from engine.backend import Message
 from prompt_budget import ContextPassage
@@ -22,6 +26,8 @@ from prompt_budget.layout import SYSTEM_PROMPT, PastTurn, history_messages, pass
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
+from . import parts
+from .parts import Harness
 from .stats import mean, percentile
 
 
@@ -215,3 +221,35 @@ def _chat_summary(rows: list[dict[str, object]], turns: int, background: list[di
         "background_wait_s_total": round(sum(float(r["background_wait_s"]) for r in ours_all), 3),
         "per_turn": per_turn,
     }
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, conversations: Optional[Path] = None,
+        index: Optional[Path] = None, model: Optional[Path] = None, turns: int = 10, sessions: int = 3,
+        interleave: bool = False, max_tokens: int = 64, target_ttft: float | None = None, history: str = "prompted",
+        back_to_back: bool = False, naive: bool = True) -> dict[str, object]:
+    """``rag bench chat``: ``corpus`` indexed, then the scripts of
+    ``conversations`` (default: the bundled Python-docs set) asked through
+    a pipeline with its own conversation store and RAM-only snapshots, so
+    a bench leaves nothing behind (:func:`bench_chat`)."""
+    scripts = load_conversations(conversations or parts.BENCH_DATA / "python_docs_chat.json")
+    with tempfile.TemporaryDirectory(prefix="rag-bench-chat-") as tmp:
+        pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False, history_mode=history,
+                                        conversations=Path(tmp) / "conversations.sqlite")
+        pipeline.prepare()  # calibrate, if needed, before anything is timed
+        with h.counting("turns") as update:
+            result = bench_chat(pipeline, scripts, turns=turns, sessions=sessions, interleave=interleave,
+                                max_tokens=max_tokens, target_ttft=target_ttft, naive=naive,
+                                back_to_back=back_to_back, progress=update)
+        pipeline.close()
+    return result
+
+
+def main() -> None:
+    """``python -m rag.bench.chat``: ``rag bench chat`` on its own."""
+    from ..cli.bench_answers import bench_chat as command
+
+    parts.command_alone(command, "chat")
+
+
+if __name__ == "__main__":
+    main()

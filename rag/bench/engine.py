@@ -6,18 +6,25 @@ first tokens is cached), then the same prompt with another question after it
 ``Backend`` protocol, so the in-process llama.cpp backend and a remote
 server run the same requests and can be put side by side.
 
+:func:`run` is the whole of ``rag bench engine``: the engine opened (in
+process, or the server of ``--engine-url``), measured, and the in-process
+one also in llama.cpp's safe configuration where asked.
+
 Does not: retrieve or budget; the pipeline's benches do that.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from statistics import median
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from engine.backend import Backend, Message, Timings
 from prompt_budget.layout import system_message
 
-from ..errors import RagError
+from ..errors import RagError, engine_errors
+from . import parts
+from .parts import Harness
 
 
 def _text_of(backend: Backend, source: str, n_tokens: int) -> str:
@@ -202,3 +209,45 @@ def bench_sequences(backend: Backend, counts: Sequence[int], *, max_tokens: int 
                                                      "engine": backend.name},
             "rows": rows, "summary": {"aggregate_decode_tok_s": {r["sequences"]: r["aggregate_decode_tok_s"]
                                                                  for r in rows}}}
+
+
+def run(h: Harness, sizes: Sequence[int], *, sequences: Optional[Sequence[int]] = None, repeats: int = 3,
+        max_tokens: int = 32, safe_beside: bool = True, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench engine``: prompts of ``sizes`` tokens of the bundled
+    sample documents, cold and cached (:func:`bench_engine`); in process and
+    with ``safe_beside``, llama.cpp's default and safe configurations side
+    by side (:func:`bench_configurations`); with ``sequences``, aggregate
+    decode tok/s at each count instead (:func:`bench_sequences`)."""
+    from .. import paths
+
+    s = h.settings(model=model)
+    document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
+    with h.counting("requests") as update, engine_errors():
+        if sequences is not None:
+            return bench_sequences(h.open(s).backend, sequences, max_tokens=max_tokens, progress=update)
+        if safe_beside and not s.engine.engine_url:
+            return bench_configurations(lambda extra: in_process(s, extra), document, sizes, repeats=repeats,
+                                        max_tokens=max_tokens, progress=update)
+        return bench_engine(h.open(s).backend, document, sizes, repeats=repeats, max_tokens=max_tokens,
+                            progress=update)
+
+
+def in_process(s, extra_bufts: bool | None) -> Backend:
+    """The in-process engine of settings ``s``, with llama.cpp's extra buffer
+    types as its self-check decides (None) or as given, and without on-disk
+    stores (a bench must not share them)."""
+    from engine.settings import open_backend
+
+    return open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=None, snapshot_ram_bytes=512 << 20,
+                        snapshot_disk_bytes=0, check_dir=s.engine_check_folder, extra_bufts=extra_bufts)
+
+
+def main() -> None:
+    """``python -m rag.bench.engine``: ``rag bench engine`` on its own."""
+    from ..cli.bench_parts import bench_engine_cmd as command
+
+    parts.command_alone(command, "engine")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,16 +11,22 @@ stay below every answerable question's score and should sit above these.
 Runs in seconds, so the ranking method and the floor are chosen here;
 where the evidence goes in the prompt needs the model (``bench answers``).
 
+:func:`run` is the whole of ``rag bench answers --evidence-only``.
+
 Does not: generate, or tune anything itself.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from ..qa.pipeline import Pipeline
-from .answers import MAX_EVIDENCE_WORDS
+from . import parts
+from .answers import MAX_EVIDENCE_WORDS, questions_and_pipeline
 from .grading import GoldQuestion, facts_found
+from .parts import Harness
+from .questions import json_lines
 from .stats import mean
 
 
@@ -76,3 +82,17 @@ def bench_evidence(pipeline: Pipeline, questions: Sequence[GoldQuestion], unansw
             "floor_separates": lowest is not None and highest_other is not None and highest_other < lowest,
         },
     }
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional[Path] = None, limit: int = 0,
+        unanswerable: Optional[Path] = None, target_ttft: float | None = None, options: dict | None = None,
+        index: Optional[Path] = None, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench answers --evidence-only``: the questions of
+    :func:`rag.bench.answers.questions_and_pipeline` and those of ``unanswerable`` (JSON
+    lines of ``{question}``; default: the bundled set) planned and their
+    evidence scored (:func:`bench_evidence`), no answer generated."""
+    qs, target, pipeline = questions_and_pipeline(h, corpus, include, questions, limit, target_ttft, index, model)
+    others = json_lines(unanswerable or parts.BENCH_DATA / "python_docs_unanswerable.jsonl",
+                        lambda raw: str(raw["question"]), "a line with 'question'")
+    with h.counting("questions") as update:
+        return bench_evidence(pipeline, qs, others, target_ttft=target, options=options, progress=update)

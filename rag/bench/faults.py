@@ -10,6 +10,9 @@ with an answer or an error within ``bound_s``; every sequence and KV cell
 is accounted for; the system prompt is held again; the idle loop uses no
 CPU. The same seed gives the same faults in the same order of calls.
 
+:func:`run` is the whole of ``rag bench faults``: an engine of its own
+(never the user's caches), soaked, closed.
+
 Does not: assert anything (the test suite runs a short soak and asserts
 its figures), or measure speed.
 """
@@ -18,14 +21,19 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 import threading
 import time
-from typing import Callable, Mapping
+from pathlib import Path
+from typing import Callable, Mapping, Optional
 
 from engine.errors import EngineError
 from engine.llama_cpp.faults import Faults, InvariantBroken, idle_cpu_ticks, inject, settle
 from prompt_budget import ContextPassage, build_messages
 from prompt_budget.layout import passage_body
+
+from . import parts
+from .parts import Harness
 
 DEFAULT_RATES = {"decode": 0.01, "save": 0.05, "load": 0.1, "snapshot_get": 0.05, "snapshot_put": 0.05,
                  "passage_get": 0.05, "passage_put": 0.1}
@@ -179,3 +187,32 @@ def bench_faults(
                     "ended": ended, "faults_injected": sum(faults.injected.values()), "checks": checks,
                     "broken": broken, "held": not broken},
     }
+
+
+def run(h: Harness, *, steps: int = 2000, seed: int = 0, bound_s: float = 120.0,
+        model: Optional[Path] = None) -> dict:
+    """``rag bench faults``: an in-process engine of its own (three slots,
+    snapshots in a temporary folder: never the user's caches), soaked by
+    :func:`bench_faults`, then closed."""
+    from engine.llama_cpp.backend import LlamaCppBackend
+
+    s = h.settings(model=model)
+    with tempfile.TemporaryDirectory(prefix="rag-bench-faults-") as tmp:
+        # An engine of its own, failed on purpose: never the user's caches.
+        backend = LlamaCppBackend(s.model, n_ctx=1024, slots=3, splice_fresh=0, snapshot_dir=tmp)
+        try:
+            with h.counting("steps") as update:
+                return bench_faults(backend, steps=steps, seed=seed, bound_s=bound_s, progress=update)
+        finally:
+            backend.close()
+
+
+def main() -> None:
+    """``python -m rag.bench.faults``: ``rag bench faults`` on its own."""
+    from ..cli.bench_parts import bench_faults_cmd as command
+
+    parts.command_alone(command, "faults")
+
+
+if __name__ == "__main__":
+    main()

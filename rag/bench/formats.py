@@ -8,6 +8,8 @@ word, found nowhere else, retrieves it first). Times: each format ingested
 alone into a fresh index, files and chunks per second, and the share of the
 time spent embedding.
 
+:func:`run` is the whole of ``rag bench formats``.
+
 Does not: generate answers.
 """
 
@@ -20,7 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..qa.pipeline import Pipeline
+from . import parts
 from .mixed import KINDS, MixedFolder, write_mixed_folder
+from .parts import Harness
 
 
 class _Vanisher:
@@ -102,3 +106,23 @@ def bench_formats(open_pipeline: Callable[[Path], Pipeline], n_files: int, *, mi
                     "ok": not (checks["bad_unreported"] or checks["bad_misreported"] or checks["good_not_found"])
                     and bool(checks["vanished_reported"])},
     }
+
+
+def run(h: Harness, files: int = 200, *, million_rows: bool = True) -> dict[str, object]:
+    """``rag bench formats``: :func:`bench_formats` with pipelines of the
+    harness's settings, each over an index of its own."""
+    base = h.settings()
+    with h.status("writing and ingesting the folder"):
+        return bench_formats(lambda index: h.open(base.model_copy(update={"index": index})), files,
+                             million_rows=million_rows)
+
+
+def main() -> None:
+    """``python -m rag.bench.formats``: ``rag bench formats`` on its own."""
+    from ..cli.bench_parts import bench_formats_cmd as command
+
+    parts.command_alone(command, "formats")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,11 @@ two ways take them in different orders (half the list apart), alternating
 which goes first, so neither is always the one that finds a question's
 vector cached.
 
-Does not: start the server (the caller passes its URL) or assert anything.
+:func:`run` is the whole of ``rag bench page``: the corpus indexed, a
+server started over it on 127.0.0.1, measured by :func:`bench_page` (which
+starts nothing: it is given the URL), and stopped.
+
+Does not: assert anything.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import httpx
 
 from ..errors import RagError
+from . import parts
+from .parts import Harness
 from .stats import percentile
 
 # Debian's Chromium without a display, a sandbox or any network of its own.
@@ -146,3 +153,43 @@ def bench_page(url: str, questions: Sequence[str], *, chromium: str, key: str | 
             "errors": sum(1 for r in rows if r["status"] != 200),
         },
     }
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], questions: Path, *, index: Optional[Path] = None,
+        max_tokens: int = 32, chromium: Optional[Path] = None, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench page``: ``corpus`` indexed, a server over it (no rate
+    limit) on 127.0.0.1, every question of ``questions`` asked through the
+    page and through the API (:func:`bench_page`). A RagError, before
+    anything starts, if no Chromium or no Playwright is found."""
+    from ..service import LoopbackServer, ServiceSettings, create_app
+
+    browser = find_chromium(chromium)
+    if browser is None:
+        raise RagError("no Chromium found: apt-get install chromium, or pass --chromium PATH")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        raise RagError("bench page drives Chromium with Playwright: pip install playwright "
+                       "(no `playwright install`: it uses the Chromium above)") from None
+    qs = [q.question for q in parts.questions_of(questions)]
+    with tempfile.TemporaryDirectory(prefix="rag-bench-page-") as tmp:
+        pipeline = parts.bench_pipeline(h, corpus, include, index, model, conversations=Path(tmp) / "c.sqlite",
+                                        kv_dir=False)
+        pipeline.prepare()
+        server = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
+        try:
+            return bench_page(server.url, qs, chromium=browser, max_tokens=max_tokens, progress=h.line)
+        finally:
+            server.stop()
+            pipeline.close()
+
+
+def main() -> None:
+    """``python -m rag.bench.page``: ``rag bench page`` on its own."""
+    from ..cli.bench_page import bench_page as command
+
+    parts.command_alone(command, "page")
+
+
+if __name__ == "__main__":
+    main()

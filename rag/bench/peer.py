@@ -21,6 +21,9 @@ splices what idle moments between questions stored.
 
 LangChain and its integrations are the ``bench`` extra, imported only here.
 
+:func:`run` is the whole of ``rag bench peer``: the corpus indexed, then
+both systems asked.
+
 Does not: judge answer quality; ``prompt_recall`` asks only whether a gold
 source reached the prompt.
 """
@@ -28,7 +31,8 @@ source reached the prompt.
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -38,6 +42,8 @@ from prompt_budget.layout import SYSTEM_PROMPT
 from ..errors import RagError
 from ..qa.passages import splicing
 from ..index.store import embedded_text
+from . import parts
+from .parts import Harness
 from .questions import Question
 from .ttft import settle
 from ..qa.pipeline import Pipeline
@@ -240,3 +246,29 @@ def _summary_row(name: str, mine: Sequence[dict[str, object]]) -> dict[str, obje
         "mean_chunks": round(sum(r["chunks"] for r in mine) / len(mine), 2),
         "prompt_recall": round(sum(1 for r in mine if r["prompt_has_gold"]) / len(mine), 3),
     }
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional[Path] = None, limit: int = 0,
+        ks: Sequence[int] = (4, 20), max_tokens: int = 32, target_ttft: float | None = None, reembed: bool = False,
+        index: Optional[Path] = None, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench peer``: ``corpus`` indexed, then the first ``limit`` (0:
+    all) questions of ``questions`` (default: the bundled Python-docs dev
+    set) answered by rag-budget and LangChain (:func:`bench_peer`); every
+    run starts cold (no KV snapshot on disk)."""
+    qs = parts.questions_of(questions or parts.BENCH_DATA / "python_docs_dev.jsonl")
+    qs = qs[:limit] if limit else qs
+    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    with h.counting("asking") as update:
+        return bench_peer(pipeline, qs, ks=ks, max_tokens=max_tokens, target_ttft=target_ttft, reembed=reembed,
+                          progress=update, notice=h.line)
+
+
+def main() -> None:
+    """``python -m rag.bench.peer``: ``rag bench peer`` on its own."""
+    from ..cli.bench_answers import bench_peer as command
+
+    parts.command_alone(command, "peer")
+
+
+if __name__ == "__main__":
+    main()

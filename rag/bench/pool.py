@@ -11,24 +11,37 @@ routing itself: requests per engine and how often a conversation moved.
 With ``kill_at`` one engine is killed (SIGKILL) just before that turn: the
 engine that answered the first conversation's previous turn.
 
-Does not: build or start engines (the caller passes ``start_engines``),
-assert anything, or measure throughput scaling (on one small machine the
-engines share its cores).
+:func:`run` is the whole of ``rag bench serve --engines N``: the corpus
+indexed, llama-server found or built (as the tests do), and for each policy
+fresh engines and a service over their pool started, measured by
+:func:`bench_pool` (which starts nothing itself: it is given
+``start_engines`` and ``serve``) and stopped.
+
+Does not: assert anything, or measure throughput scaling (on one small
+machine the engines share its cores).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence
 
 import httpx
 
 from engine.remote.routing import POLICIES
 
-from .chat import chat_schedule
+from ..errors import RagError
+from . import parts
+from .chat import chat_schedule, load_conversations
+from .parts import Harness
 from .serve import GOOD_FACTOR, ask_streamed
 from .stats import mean, percentile
+
+ENGINE_SLOTS = 2  # each engine keeps two conversations in its slots
+ENGINE_SLOT_CTX = 4096
 
 
 class Engine(Protocol):
@@ -191,3 +204,66 @@ def _run_summary(policy: str, rows: list[dict], wall: float, target_ttft: float,
         "wall_s": round(wall, 2),
         "events": events,
     }
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, engines: int, policies: Sequence[str] = POLICIES,
+        turns: int = 10, sessions: int = 3, kill_at: Optional[int] = None, target_ttft: float = 2.0,
+        max_tokens: int = 32, index: Optional[Path] = None, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench serve --engines N``: ``corpus`` indexed once, then for
+    each routing policy ``engines`` fresh llama-server engines (sharing this
+    machine's cores) and a service over their pool on 127.0.0.1, asked the
+    bundled Python-docs conversations interleaved (:func:`bench_pool`). A
+    RagError, before anything starts, for values out of range."""
+    from engine.models import default_model_path
+
+    from .llama_server import LlamaServer, server_binary
+
+    conversations = load_conversations(parts.BENCH_DATA / "python_docs_chat.json")
+    if not 1 <= engines <= 8 or (kill_at is not None and not 1 <= kill_at <= turns) or not 1 <= turns <= 10:
+        raise RagError("--engines: 1 to 8; --turns: 1 to 10; --kill-one-at: a turn between 1 and --turns")
+    if kill_at is not None and engines < 2:
+        raise RagError("--kill-one-at needs at least two engines: one must be left to answer")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise RagError(f"--policies: unknown {', '.join(unknown)}; use {', '.join(POLICIES)}")
+    if sessions > len(conversations) or turns > min(len(c) for c in conversations[:sessions]):
+        raise RagError(f"the bench file has {len(conversations)} conversations; lower --sessions or --turns")
+    p = parts.bench_pipeline(h, corpus, include, index, model)  # the index, brought up to date once
+    p.close()
+    index = p.index_dir
+    gguf = model or default_model_path()
+    server_binary()  # built once, before anything is timed
+    threads = max(1, (os.cpu_count() or 2) // engines)  # the engines share this machine's cores
+    s = h.settings(model=model).model_copy(update={"evidence_floor": 0.0})  # every question reaches an engine
+
+    def start_engines():
+        return [LlamaServer(gguf, n_ctx=ENGINE_SLOTS * ENGINE_SLOT_CTX, slots=ENGINE_SLOTS, threads=threads)
+                for _ in range(engines)]
+
+    def serve(urls: list[str], policy: str, folder: Path):
+        from engine.remote.backend import RemoteBackend
+        from engine.remote.pool import EnginePool
+
+        from ..service import LoopbackServer, ServiceSettings, create_app
+
+        folder.mkdir(parents=True, exist_ok=True)
+        pool = EnginePool(urls, lambda url: RemoteBackend(url, timeout_s=120.0), policy=policy)
+        pipeline = h.open(s.model_copy(update={"index": index}), backend=pool,
+                          conversations=folder / "conversations.sqlite", kv_dir=False)
+        pipeline.prepare()
+        server = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
+
+        def stop() -> None:
+            server.stop()
+            pipeline.close()
+            pool.close()
+
+        return server.url, lambda: {"events": list(pool.events), "health": pool.health()}, stop
+
+    with tempfile.TemporaryDirectory(prefix="rag-bench-pool-") as tmp:
+        result = bench_pool(start_engines, serve, conversations, engines=engines, policies=policies, turns=turns,
+                            sessions=sessions, kill_at=kill_at, target_ttft=target_ttft, max_tokens=max_tokens,
+                            workdir=Path(tmp), progress=h.line)
+    result["config"] |= {"engine_threads": threads, "engine_slots": ENGINE_SLOTS, "engine_slot_ctx": ENGINE_SLOT_CTX,
+                         "model": str(gguf)}
+    return result

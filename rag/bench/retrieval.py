@@ -4,16 +4,22 @@ Every mode answers the same questions from the same index in one run; the
 query vectors are computed once (the query cache), so the latency columns
 compare the searches themselves, and the embedding time is reported apart.
 
+:func:`run` is the whole of ``rag bench retrieval``: the corpus indexed,
+then every question searched.
+
 Does not: generate answers.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from prompt_budget.cost import quantile
 
+from . import parts
+from .parts import Harness
 from .questions import Question, gold_ranks, metrics_from_ranks
 from ..qa.pipeline import Pipeline
 from ..retrieval import DEFAULT_MODE, RRF_K, retrieve
@@ -92,3 +98,24 @@ def bench_retrieval(
         "rows": rows,
         "summary": summary,
     }
+
+
+def run(h: Harness, corpus: Path, questions: Path, ks: Sequence[int], *, rrf_ks: Sequence[int] = (RRF_K,),
+        index: Optional[Path] = None, include: Sequence[str] = ()) -> dict[str, object]:
+    """``rag bench retrieval``: ``corpus`` indexed, then every question of
+    ``questions`` searched by each system (:func:`bench_retrieval`)."""
+    qs = parts.questions_of(questions)
+    pipeline = parts.bench_pipeline(h, corpus, include, index, None)
+    with h.counting("searching") as update:
+        return bench_retrieval(pipeline, qs, ks, rrf_ks=rrf_ks, progress=update)
+
+
+def main() -> None:
+    """``python -m rag.bench.retrieval``: ``rag bench retrieval`` on its own."""
+    from ..cli.bench_parts import bench_retrieval as command
+
+    parts.command_alone(command, "retrieval")
+
+
+if __name__ == "__main__":
+    main()

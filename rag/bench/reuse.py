@@ -30,12 +30,16 @@ the answers stay as right when the second pass takes the passages it holds.
 Idle sequences forget their prompts before each question, so what a prompt
 finds held comes from the store, not from the question just before.
 
+:func:`run` is the whole of ``rag bench reuse``: the corpus indexed, the
+pipeline calibrated, every question measured.
+
 Does not: choose a default (the figures are for people), or grade with a model.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 from engine.llama_cpp.snapshots import SnapshotCache
 
@@ -43,7 +47,9 @@ from ..errors import RagError
 from ..qa.citations import Grounding, GroundedText
 from ..qa.pipeline import Pipeline
 from ..qa.planner import PlannedPrompt
-from .grading import GoldQuestion, is_right
+from . import parts
+from .grading import GoldQuestion, is_right, load_gold
+from .parts import Harness
 from .stats import bootstrap_interval, mean, percentile
 
 FULL, EXACT, PREFIX = "full", "exact", "prefix cache"
@@ -231,3 +237,30 @@ def bench_reuse(
         "pass_rows": pass_rows,
         "summary": {"fidelity": fidelity_summary(rows, [FULL, *modes]), "passes": passes_summary(pass_rows)},
     }
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional[Path] = None, limit: int = 0,
+        fresh: Sequence[int] = (0,), max_tokens: int = 64, target_ttft: float = 2.0, passes: bool = True,
+        index: Optional[Path] = None, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench reuse``: ``corpus`` indexed, the pipeline calibrated,
+    then the first ``limit`` (0: all) questions of ``questions`` (default:
+    the bundled Python-docs answer set) answered in each mode
+    (:func:`bench_reuse`); no stored passage is left behind on disk."""
+    qs = load_gold(questions or parts.BENCH_DATA / "python_docs_answers.jsonl")
+    qs = qs[:limit] if limit else qs
+    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    pipeline.prepare()  # calibrate, if needed, before anything is timed
+    with h.counting("questions") as update:
+        return bench_reuse(pipeline, qs, fresh=fresh, target_ttft=target_ttft, max_tokens=max_tokens,
+                           passes=passes, progress=update)
+
+
+def main() -> None:
+    """``python -m rag.bench.reuse``: ``rag bench reuse`` on its own."""
+    from ..cli.bench_splice import bench_reuse as command
+
+    parts.command_alone(command, "reuse")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,8 @@ in a second copy: memory holds the exact index and the one being measured.
 Every index answers the same queries one at a time (as the store searches),
 and its top 10 is compared with exact search's.
 
+:func:`run` is the whole of ``rag bench search``.
+
 Does not: touch a real index; see ``rag.vectors`` for what the store uses.
 """
 
@@ -22,7 +24,10 @@ import numpy as np
 
 from prompt_budget.cost import quantile
 
-from ..index.vectors import NPROBE, TRAIN_PER_LIST, new_ivf, nlist_for
+# APPROXIMATE_FROM: the store's switch to IVF, printed beside the figures.
+from ..index.vectors import APPROXIMATE_FROM, NPROBE, TRAIN_PER_LIST, new_ivf, nlist_for  # noqa: F401
+from . import parts
+from .parts import Harness
 
 BATCH = 50_000
 QUERIES = 200
@@ -169,3 +174,21 @@ def bench_search(
         "rows": rows,
         "summary": {"suggested_approximate_from": suggested, "fast_enough_ms": FAST_ENOUGH_MS},
     }
+
+
+def run(h: Harness, sizes: Sequence[int], dim: int, *, kinds: Sequence[str] = ("flat", "ivf", "hnsw"),
+        hnsw_max: int = 200_000, seed: int = 0) -> dict[str, object]:
+    """``rag bench search``: :func:`bench_search`, its progress on the harness's status line."""
+    with h.status("building") as update:
+        return bench_search(sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed, progress=update)
+
+
+def main() -> None:
+    """``python -m rag.bench.search``: ``rag bench search`` on its own."""
+    from ..cli.bench_parts import bench_search as command
+
+    parts.command_alone(command, "search")
+
+
+if __name__ == "__main__":
+    main()

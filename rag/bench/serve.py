@@ -15,25 +15,40 @@ again, as the page does, then the run starts).
 Each run also reports the engine's side where the system has one: its
 decode tokens per decode step (the batch size) from the engine's counters.
 
-Does not: start servers (the caller passes their URLs) or assert anything.
+:func:`run` is the whole of ``rag bench serve``: the corpus indexed, the
+servers started over it (the deadline scheduler, and one request at a time
+as before), measured by :func:`bench_serve` (which starts nothing: it is
+given their URLs), and stopped; with ``engines``, :func:`rag.bench.pool.run`.
+
+Does not: assert anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import httpx
 
+from ..errors import RagError
+from . import parts
+from .parts import Harness
 from .stats import percentile
+
+if TYPE_CHECKING:
+    from ..qa.pipeline import Pipeline
 
 
 GOOD_FACTOR = 1.2  # an answer counts as good within this many times its target
 RETRY_WAIT_CAP_S = 2.0  # a client told 429 waits its Retry-After, at most this long, before its next request
 UPLOAD_AT = ("during", "before")
+LIMITS = ("off", "default")  # the servers' caller limits: none, or as `rag serve` starts
 
 
 def physical_bound(pipeline, question: str, target_ttft: float) -> dict[str, float]:
@@ -286,3 +301,121 @@ def _summary(results: list[dict], wall: float, clients: int, name: str, target_t
         "mean_decode_batch": round(decoded / steps, 2) if steps else None,
         "wall_s": round(wall, 2),
     }
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[int] = (1, 4, 8), requests: int = 24,
+        target_ttft: float = 2.0, max_tokens: int = 32, slots: int = 8, index: Optional[Path] = None,
+        model: Optional[Path] = None, only: Sequence[str] = (), warm_passages: bool = False, fresh: bool = False,
+        upload: Optional[Path] = None, upload_at: str = "during", limits: str = "off") -> dict[str, object]:
+    """``rag bench serve``: ``corpus`` indexed, two servers over it on
+    127.0.0.1 (or those of ``only``, see :func:`serving`), the bundled
+    Python-docs conversations' questions asked by ``clients`` concurrent
+    clients (:func:`bench_serve`), the servers stopped. ``warm_passages``:
+    each system answers the questions once and stores their passages first;
+    ``fresh``: each server starts cold and its first run begins as soon as
+    /healthz says ok; ``upload``: that document posted beside (or, with
+    ``upload_at="before"``, just before) the first run; ``limits``: the
+    servers' caller limits. A RagError, before anything starts, for values
+    out of range."""
+    from .chat import load_conversations
+
+    if max(clients) > 64 or not 1 <= requests <= 10_000 or target_ttft <= 0:
+        raise RagError("--clients: at most 64; --requests: 1 to 10000; --target-ttft: positive seconds")
+    if limits not in LIMITS:
+        raise RagError(f"--limits: {' or '.join(LIMITS)}, not {limits!r}")
+    if upload_at not in UPLOAD_AT or (upload_at != "during" and upload is None):
+        raise RagError(f"--upload-at: {' or '.join(UPLOAD_AT)}, with --upload FILE")
+    questions = [q for c in load_conversations(parts.BENCH_DATA / "python_docs_chat.json") for q in c]
+    warmed: dict[str, float | None] = {}
+    document = (upload.name, read_upload(upload)) if upload is not None else None
+
+    def prepared(name: str, p: Pipeline) -> None:
+        if warm_passages:
+            warmed[name] = warm_store(p, questions[:requests], target_ttft)
+
+    with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp, \
+            serving(h, corpus, include, index, model, slots, Path(tmp), only, prepared, fresh, limits) as \
+            (systems, pipeline):
+        ready = {name: wait_ready(url, started) for name, url, _, started in systems}
+        systems = [(name, url, counters) for name, url, counters, _ in systems]
+        # A fresh server's first run must meet it as it starts, not after the bound is measured on it.
+        bound = None if fresh else physical_bound(pipeline, questions[0], target_ttft)
+        return bench_serve(systems, questions, clients=clients, requests=requests, target_ttft=target_ttft,
+                           max_tokens=max_tokens, bound=bound, progress=h.line, store_warmed_s=warmed,
+                           upload=document, ready_s=ready if fresh else None, upload_at=upload_at, limits=limits)
+
+
+@contextlib.contextmanager
+def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Path], model: Optional[Path],
+            slots: int, tmp: Path, only: Sequence[str] = (),
+            prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None, fresh: bool = False,
+            limits: str = "off"):
+    """Two servers over one index (or those named in ``only``): the deadline
+    scheduler on ``slots`` sequences, and one sequence with the queue
+    admission of before; yields ``([(name, url, counters, started)],
+    first pipeline)``, ``started`` the perf_counter instant each started,
+    and stops them all on leaving. ``fresh``: nothing is prepared before a
+    server starts (it warms itself up). ``limits``: see
+    :func:`bench_service_settings`."""
+    from ..service import LoopbackServer, create_app
+
+    setups = [s for s in (("scheduler", slots, "deadline"), ("one at a time", 1, "queue")) if not only or s[0] in only]
+    if not setups:
+        raise RagError("--system: scheduler or 'one at a time'")
+    pipelines = {}
+    try:
+        for name, n, admission in setups:
+            p = parts.bench_pipeline(h, corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite",
+                                     kv_dir=False)
+            pipelines[name] = (p, None, None)  # closed on the way out even if its server never starts
+            if not fresh:
+                p.prepare()
+                prepared(name, p)
+            started = time.perf_counter()
+            server = LoopbackServer(create_app(p, bench_service_settings(limits, admission)), ready=not fresh)
+            pipelines[name] = (p, server, started)
+        yield ([(name, server.url, _counters(p), started) for name, (p, server, started) in pipelines.items()],
+               next(iter(pipelines.values()))[0])
+    finally:
+        for p, server, _ in pipelines.values():
+            if server is not None:
+                server.stop()
+            p.close()
+            p.backend.close()
+
+
+def bench_service_settings(limits: str, admission: str):
+    """A bench server's settings: ``admission``, and the caller limits
+    ``"default"`` (as ``rag serve`` starts) or ``"off"`` (none: the engine's
+    own admission alone decides)."""
+    from ..service import ServiceSettings
+
+    if limits == "default":
+        return ServiceSettings(admission=admission)
+    return ServiceSettings(admission=admission, rate_limit_per_minute=0, questions_in_flight=0, uploads_in_flight=0,
+                           upload_bytes_in_flight=0)
+
+
+def _counters(p: "Pipeline") -> Callable[[], dict | None]:
+    """The engine's step counters, where it keeps them (None elsewhere),
+    read when called: a fresh server loads its engine itself."""
+    return lambda: getattr(p.backend, "engine_stats", lambda: None)()
+
+
+def read_upload(path: Path) -> bytes:
+    """The bytes of the document ``--upload`` names (a clear error if unreadable)."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise RagError(f"--upload {path}: {exc.strerror or exc}") from None
+
+
+def main() -> None:
+    """``python -m rag.bench.serve``: ``rag bench serve`` on its own."""
+    from ..cli.bench_answers import bench_serve as command
+
+    parts.command_alone(command, "serve")
+
+
+if __name__ == "__main__":
+    main()

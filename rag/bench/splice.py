@@ -25,6 +25,9 @@ KL(full || spliced) of the next-token distributions (softmax of the raw
 logits, no penalty), averaged over the ``n`` positions of a question, then
 over questions.
 
+:func:`run` is the whole of ``rag bench splice``: the corpus indexed, then
+every question measured.
+
 Does not: decide anything by itself: ``summary.default_r`` is the smallest R
 whose mean agreement is at least 0.95 while it still splices and saves time
 (None if none does), for people to set.
@@ -32,7 +35,8 @@ whose mean agreement is at least 0.95 while it still splices and saves time
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -41,6 +45,8 @@ from engine.llama_cpp.requests import Trace
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
+from . import parts
+from .parts import Harness
 from .questions import Question
 from .stats import mean, percentile
 
@@ -183,3 +189,29 @@ def splice_summary(rows: Sequence[dict], fresh: Sequence[int]) -> dict[str, obje
     return {"per_r": table, "default_r": default["fresh"] if default else None,
             "agreement_at_default": default["agreement"] if default else None,
             "timings_hold": all(row["timings_hold"] for row in rows)}
+
+
+def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional[Path] = None, limit: int = 0,
+        fresh: Sequence[int] = FRESH, answer_tokens: int = ANSWER_TOKENS, target_ttft: float = 2.0,
+        index: Optional[Path] = None, model: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench splice``: ``corpus`` indexed, then the first ``limit``
+    (0: all) questions of ``questions`` (default: the bundled Python-docs
+    dev set) measured at each R of ``fresh`` (:func:`bench_splice`); no
+    stored passage is left behind on disk."""
+    qs = parts.questions_of(questions or parts.BENCH_DATA / "python_docs_dev.jsonl")
+    qs = qs[:limit] if limit else qs
+    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    with h.counting("questions") as update:
+        return bench_splice(pipeline, qs, fresh=fresh, answer_tokens=answer_tokens, target_ttft=target_ttft,
+                            progress=update)
+
+
+def main() -> None:
+    """``python -m rag.bench.splice``: ``rag bench splice`` on its own."""
+    from ..cli.bench_splice import bench_splice as command
+
+    parts.command_alone(command, "splice")
+
+
+if __name__ == "__main__":
+    main()

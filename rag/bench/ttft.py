@@ -7,6 +7,9 @@ first half, a CPU-bound neighbour spins on one core for the first half of
 the questions and is stopped for the second, and each half is reported on
 its own: how soon the plan comes back once a busy period is over.
 
+:func:`run` is the whole of ``rag bench ttft``: the corpus indexed, the
+pipeline calibrated, the questions asked, and the plot drawn if asked for.
+
 Does not: assert anything; the figures are for people to read and compare.
 """
 
@@ -17,9 +20,12 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from typing import Callable, ContextManager, Iterator, Sequence
+from pathlib import Path
+from typing import Callable, ContextManager, Iterator, Optional, Sequence
 
 from ..qa.pipeline import Pipeline
+from . import parts
+from .parts import Harness
 from .questions import Question
 from .stats import quantile
 
@@ -189,3 +195,37 @@ def _summary(rows: Sequence[dict], pass_: int, target: float) -> dict[str, objec
         "pred_err_p50": round(quantile(errors, 0.5), 3),
         "pred_err_p95": round(quantile(errors, 0.95), 3),
     }
+
+
+def run(h: Harness, corpus: Path, questions: Path, targets: Sequence[float], *, index: Optional[Path] = None,
+        include: Sequence[str] = (), model: Optional[Path] = None, max_tokens: int = 16, learn: bool = True,
+        passes: int = 1, busy_first_half: bool = False, plot: Optional[Path] = None) -> dict[str, object]:
+    """``rag bench ttft``: ``corpus`` indexed, the pipeline calibrated, then
+    every question of the ``questions`` file answered under every target
+    (:func:`bench_ttft`); KV snapshots and stored passages kept in RAM only,
+    so every run starts cold. ``plot``: also drawn into that SVG or PNG
+    (checked before anything runs). ``learn``: False freezes the cost model."""
+    from .plot import check_plot_path, plot_ttft
+
+    if plot is not None:
+        check_plot_path(plot)
+    qs = parts.questions_of(questions)
+    pipeline = parts.bench_pipeline(h, corpus, include, index, model, learn=learn, kv_dir=False)
+    pipeline.prepare()  # calibrate, if needed, before anything is timed
+    with h.counting("asking") as update:
+        result = bench_ttft(pipeline, qs, targets, max_tokens=max_tokens, passes=passes, progress=update,
+                            busy_first_half=busy_first_half)
+    if plot is not None:
+        plot_ttft(result, plot)
+    return result
+
+
+def main() -> None:
+    """``python -m rag.bench.ttft``: ``rag bench ttft`` on its own."""
+    from ..cli.bench_answers import bench_ttft as command
+
+    parts.command_alone(command, "ttft")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,11 @@
 """The ``rag`` command: a thin layer over :class:`rag.Pipeline`.
 
 Each module holds a few commands: ``documents`` (ingest), ``ask`` (search,
-ask, chat), ``admin`` (calibrate, serve, doctor), ``server`` (the resident
+ask, chat), ``admin`` (calibrate, serve, doctor), ``mcp`` (the MCP server), ``server`` (the resident
 server's status, start and stop), ``bench_answers``, ``bench_grade``, ``bench_parts``,
-``bench_page`` and ``bench_splice`` (the benchmarks); ``common`` what they
-share, ``seen`` the clock of what the person at the terminal waits for. Commands parse
+``bench_page`` and ``bench_splice`` (the benchmarks, each over ``rag.bench.NAME.run``,
+``bench_harness`` their side of it); ``common`` what they share, ``seen`` the clock of
+what the person at the terminal waits for. Commands parse
 arguments, call the Python API and format what comes back; errors meant for
 the user are one line on stderr with a non-zero exit.
 
@@ -18,8 +19,9 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("admin", "ask", "bench_answers", "bench_grade", "bench_page", "bench_parts", "bench_splice", "documents", "server")
-MODULES = COMMANDS + ("common", "seen")
+COMMANDS = ("admin", "ask", "bench_answers", "bench_grade", "bench_page", "bench_parts", "bench_splice", "documents",
+            "mcp", "server")
+MODULES = COMMANDS + ("bench_harness", "bench_pool", "common", "seen")
 
 
 def _app():

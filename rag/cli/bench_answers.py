@@ -1,59 +1,23 @@
 """The benchmarks that ask questions: ``rag bench ttft``, ``chat``, ``peer``
-and ``serve``; each runs one of ``rag.bench`` and prints its figures.
+and ``serve``; each parses its options, runs ``rag.bench.NAME.run`` and
+prints its figures.
 
-Does not: measure anything itself.
+Does not: build pipelines or servers, or measure anything itself.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import tempfile
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..bench.questions import Question, load_questions
+from ..bench.parts import DEFAULT_CHAT_CORPUS
 from ..errors import RagError
-from .common import MODEL_OPTION, IngestBar, bench_app, counting, echo_json, err, int_list, seconds_list, command_pipeline, settings, user_errors
-
-if TYPE_CHECKING:
-    from ..qa.pipeline import Pipeline
-
-BENCH_DATA = Path(__file__).resolve().parent.parent / "bench" / "data"
-BENCH_LIMITS = ("off", "default")  # rag bench serve --limits
-DEFAULT_CHAT_CORPUS = Path("/usr/share/doc/python3.11/html/_sources")
-
-
-def questions_of(path: Path) -> list[Question]:
-    """The questions of a JSON-lines file; a RagError if it holds none."""
-    qs = load_questions(path)
-    if not qs:
-        raise RagError(f"{path}: no questions in the file")
-    return qs
-
-
-def bench_pipeline(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], *,
-                   slots: Optional[int] = None, **options) -> Pipeline:
-    """A pipeline over an index of ``corpus``, brought up to date first
-    (default: a cache folder per corpus and include patterns). It answers
-    every question with the model: the benches measure the engine's path,
-    and a question declined for want of evidence would measure nothing
-    (``rag bench answers`` sets its floor per question)."""
-    s = settings(model=model, slots=slots).model_copy(update={"evidence_floor": 0.0})
-    if index is None:
-        tag = hashlib.sha256(f"{corpus.resolve()}|{sorted(include)}".encode()).hexdigest()[:10]
-        index = s.cache_folder / f"bench-index-{tag}"
-    p = command_pipeline(s.model_copy(update={"index": index}), **options)
-    with IngestBar.shown(transient=True) as bar:
-        report = p.ingest([corpus], include=include, progress=bar)
-    if report.failed and not (report.added or report.updated or report.skipped):
-        raise RagError(f"{corpus}: nothing could be indexed ({report.failed[0][1]})")
-    return p
+from .bench_harness import harness
+from .common import MODEL_OPTION, bench_app, echo_json, err, int_list, seconds_list, user_errors
 
 
 @bench_app.command("ttft")
@@ -69,19 +33,21 @@ def bench_ttft(
     busy_first_half: bool = typer.Option(False, "--busy-first-half", help="Run a CPU-bound neighbour on one core for the first half of the questions, none for the second; report each half."),
     model: Optional[Path] = MODEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Also draw measured and predicted TTFT against the target, per question, into this "
+                             "SVG or PNG file (needs matplotlib: the bench extra)."),
 ) -> None:
     """Answer every question under every TTFT target; report how well the target held.
     KV snapshots and stored passages are kept in RAM only: every run starts cold."""
-    from ..bench.ttft import bench_ttft as run_bench
+    from ..bench.ttft import run
 
     with user_errors():
         wanted = seconds_list(targets, "--targets", empty_ok=False)
-        qs = questions_of(questions)
-        pipeline = bench_pipeline(corpus, include, index, model, learn=not no_learn, kv_dir=False)
-        pipeline.prepare()  # calibrate, if needed, before anything is timed
-        with counting("asking") as update:
-            result = run_bench(pipeline, qs, wanted, max_tokens=max_tokens, passes=passes, progress=update,
-                               busy_first_half=busy_first_half)
+        result = run(harness(), corpus, questions, wanted, index=index, include=include, model=model,
+                     max_tokens=max_tokens, learn=not no_learn, passes=passes, busy_first_half=busy_first_half,
+                     plot=plot)
+    if plot is not None:
+        err().print(f"plot: {plot}", markup=False, soft_wrap=True)
     echo_json(result) if as_json else print_ttft(result)
 
 
@@ -140,24 +106,14 @@ def bench_chat(
 ) -> None:
     """Follow-up conversations answered by rag-budget and by a naive pipeline
     (full history, k=8, chunks first) side by side: tokens and TTFT per turn."""
-    from ..bench.chat import bench_chat as run_bench
-    from ..bench.chat import load_conversations
+    from ..bench.chat import run
 
     with user_errors():
         if history not in ("prompted", "qa"):
             raise RagError(f"--history must be prompted or qa, not {history!r}")
-        source = conversations or BENCH_DATA / "python_docs_chat.json"
-        scripts = load_conversations(source)
-        with tempfile.TemporaryDirectory(prefix="rag-bench-chat-") as tmp:
-            # Its own conversation store and RAM-only snapshots: a bench leaves nothing behind.
-            pipeline = bench_pipeline(corpus, include, index, model, conversations=Path(tmp) / "conversations.sqlite",
-                                      kv_dir=False, history_mode=history)
-            pipeline.prepare()  # calibrate, if needed, before anything is timed
-            with counting("turns") as update:
-                result = run_bench(pipeline, scripts, turns=turns, sessions=sessions, interleave=interleave,
-                                   max_tokens=max_tokens, target_ttft=target_ttft, naive=naive,
-                                   back_to_back=back_to_back, progress=update)
-            pipeline.close()
+        result = run(harness(), corpus, include, conversations=conversations, index=index, model=model, turns=turns,
+                     sessions=sessions, interleave=interleave, max_tokens=max_tokens, target_ttft=target_ttft,
+                     history=history, back_to_back=back_to_back, naive=naive)
     if as_json:
         echo_json(result)
         return
@@ -208,26 +164,20 @@ def bench_peer(
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
     """rag-budget against the classic LangChain RAG (FAISS, HuggingFaceEmbeddings, stuff prompt, ChatLlamaCpp)."""
-    from ..bench.peer import bench_peer as run_bench
+    from ..bench.peer import run
 
     with user_errors():
         wanted = int_list(ks, "--k")
-        qs = questions_of(questions or BENCH_DATA / "python_docs_dev.jsonl")
         if limit < 0:
             raise RagError("--limit must be 0 (all) or more")
-        qs = qs[:limit] if limit else qs
-        pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)  # every run starts cold
-        with counting("asking") as update:
-            result = run_bench(
-                pipeline, qs, ks=wanted, max_tokens=max_tokens, target_ttft=target_ttft, reembed=reembed,
-                progress=update,
-                notice=lambda message: err().print(f"[dim]{message}[/]"),
-            )
+        result = run(harness(), corpus, include, questions=questions, limit=limit, ks=wanted, max_tokens=max_tokens,
+                     target_ttft=target_ttft, reembed=reembed, index=index, model=model)
     if as_json:
         echo_json(result)
         return
     summary = result["summary"]
-    table = Table(title=f"rag bench peer ({len(qs)} questions, {max_tokens} answer tokens)", title_justify="left")
+    table = Table(title=f"rag bench peer ({result['config']['questions']} questions, {max_tokens} answer tokens)",
+                  title_justify="left")
     for c in ["system", "median TTFT s", "p95 TTFT s", "median total s", "prompt tokens", "chunks", "prompt recall"]:
         table.add_column(c, justify="left" if c == "system" else "right")
     for row in summary["systems"]:
@@ -271,114 +221,29 @@ def bench_serve(
     decode tok/s and the decode batch size. With --engines N: one service
     over a pool of N llama-server engines, each routing policy in turn, over
     interleaved conversations: cached share, TTFT, goodput, failovers."""
-    from ..bench.chat import load_conversations
-    from ..bench.serve import UPLOAD_AT
-    from ..bench.serve import bench_serve as run_bench
-    from ..bench.serve import physical_bound
-    from ..bench.serve import wait_ready
-    from ..bench.serve import warm_store as store_passages
-
     if engines is not None:
-        from .bench_pool import run_pool_bench
+        from ..bench.pool import run as run_pool
+
+        from .bench_pool import print_pool
 
         with user_errors():
-            p = bench_pipeline(corpus, include, index, model)  # the index, brought up to date once
-            p.close()
-            run_pool_bench(p.index_dir, model, load_conversations(BENCH_DATA / "python_docs_chat.json"),
-                           engines=engines, policies=[x.strip() for x in policies.split(",") if x.strip()],
-                           turns=turns, sessions=sessions, kill_at=kill_one_at, target_ttft=target_ttft,
-                           max_tokens=max_tokens, as_json=as_json)
+            result = run_pool(harness(), corpus, include, engines=engines,
+                              policies=[x.strip() for x in policies.split(",") if x.strip()], turns=turns,
+                              sessions=sessions, kill_at=kill_one_at, target_ttft=target_ttft, max_tokens=max_tokens,
+                              index=index, model=model)
+        echo_json(result) if as_json else print_pool(result)
         return
+    from ..bench.serve import run
+
     with user_errors():
         levels = int_list(clients, "--clients")
-        if max(levels) > 64 or not 1 <= requests <= 10_000 or target_ttft <= 0:
-            raise RagError("--clients: at most 64; --requests: 1 to 10000; --target-ttft: positive seconds")
-        if limits not in BENCH_LIMITS:
-            raise RagError(f"--limits: {' or '.join(BENCH_LIMITS)}, not {limits!r}")
-        if upload_at not in UPLOAD_AT or (upload_at != "during" and upload is None):
-            raise RagError(f"--upload-at: {' or '.join(UPLOAD_AT)}, with --upload FILE")
-        questions = [q for c in load_conversations(BENCH_DATA / "python_docs_chat.json") for q in c]
-        warmed: dict[str, float | None] = {}
-        document = (upload.name, read_upload(upload)) if upload is not None else None
-
-        def prepared(name: str, p: Pipeline) -> None:
-            if warm_store:
-                warmed[name] = store_passages(p, questions[:requests], target_ttft)
-
-        with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp, \
-                _systems(corpus, include, index, model, slots, Path(tmp), only, prepared, fresh, limits) as \
-                (systems, pipeline):
-            ready = {name: wait_ready(url, started) for name, url, _, started in systems}
-            systems = [(name, url, counters) for name, url, counters, _ in systems]
-            # A fresh server's first run must meet it as it starts, not after the bound is measured on it.
-            bound = None if fresh else physical_bound(pipeline, questions[0], target_ttft)
-            result = run_bench(systems, questions, clients=levels, requests=requests, target_ttft=target_ttft,
-                               max_tokens=max_tokens, bound=bound, progress=lambda line: err().print(f"[dim]{line}[/]"),
-                               store_warmed_s=warmed, upload=document, ready_s=ready if fresh else None,
-                               upload_at=upload_at, limits=limits)
+        result = run(harness(), corpus, include, clients=levels, requests=requests, target_ttft=target_ttft,
+                     max_tokens=max_tokens, slots=slots, index=index, model=model, only=only,
+                     warm_passages=warm_store, fresh=fresh, upload=upload, upload_at=upload_at, limits=limits)
     if as_json:
         echo_json(result)
         return
     _print_serve(result, requests, target_ttft)
-
-
-@contextlib.contextmanager
-def _systems(corpus: Path, include: List[str], index: Optional[Path], model: Optional[Path], slots: int, tmp: Path,
-             only: Sequence[str] = (), prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None,
-             fresh: bool = False, limits: str = "off"):
-    """Two servers over one index (or those named in ``only``): the deadline
-    scheduler on ``slots`` sequences, and one sequence with the queue
-    admission of before; each with the perf_counter instant it started.
-    ``fresh``: nothing is prepared before a server starts (it warms itself up).
-    ``limits``: see :func:`bench_service_settings`."""
-    from ..service import LoopbackServer, create_app
-
-    setups = [s for s in (("scheduler", slots, "deadline"), ("one at a time", 1, "queue")) if not only or s[0] in only]
-    if not setups:
-        raise RagError("--system: scheduler or 'one at a time'")
-    pipelines = {}
-    for name, n, admission in setups:
-        p = bench_pipeline(corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite", kv_dir=False)
-        if not fresh:
-            p.prepare()
-            prepared(name, p)
-        started = time.perf_counter()
-        server = LoopbackServer(create_app(p, bench_service_settings(limits, admission)), ready=not fresh)
-        pipelines[name] = (p, server, started)
-    try:
-        yield ([(name, server.url, _counters(p), started) for name, (p, server, started) in pipelines.items()],
-               next(iter(pipelines.values()))[0])
-    finally:
-        for p, server, _ in pipelines.values():
-            server.stop()
-            p.close()
-            p.backend.close()
-
-
-def bench_service_settings(limits: str, admission: str):
-    """A bench server's settings: ``admission``, and the caller limits
-    ``"default"`` (as ``rag serve`` starts) or ``"off"`` (none: the engine's
-    own admission alone decides)."""
-    from ..service import ServiceSettings
-
-    if limits == "default":
-        return ServiceSettings(admission=admission)
-    return ServiceSettings(admission=admission, rate_limit_per_minute=0, questions_in_flight=0, uploads_in_flight=0,
-                           upload_bytes_in_flight=0)
-
-
-def _counters(p: "Pipeline") -> Callable[[], dict | None]:
-    """The engine's step counters, where it keeps them (None elsewhere),
-    read when called: a fresh server loads its engine itself."""
-    return lambda: getattr(p.backend, "engine_stats", lambda: None)()
-
-
-def read_upload(path: Path) -> bytes:
-    """The bytes of the document ``--upload`` names (a clear error if unreadable)."""
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise RagError(f"--upload {path}: {exc.strerror or exc}") from None
 
 
 def _print_serve(result: dict, requests: int, target_ttft: float) -> None:

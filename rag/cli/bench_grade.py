@@ -1,7 +1,8 @@
 """``rag bench answers``: answer accuracy against gold key facts, ours
-beside LangChain; runs ``rag.bench.answers`` and prints its figures.
+beside LangChain; runs ``rag.bench.answers`` (``rag.bench.evidence`` with
+``--evidence-only``) and prints its figures.
 
-Does not: measure or score anything itself.
+Does not: build pipelines, or measure or score anything itself.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from rich.table import Table
 from ..errors import RagError
 from ..qa.options import DEFAULT_EVIDENCE, EVIDENCE_PLACES
 from ..settings import DEFAULT_EVIDENCE_FLOOR
-from .bench_answers import BENCH_DATA, DEFAULT_CHAT_CORPUS, bench_pipeline
-from .common import MODEL_OPTION, bench_app, counting, echo_json, err, seconds_list, settings, user_errors
+from ..bench.parts import DEFAULT_CHAT_CORPUS
+from .bench_harness import harness
+from .common import MODEL_OPTION, bench_app, echo_json, seconds_list, user_errors
 
 
 @bench_app.command("answers")
@@ -47,38 +49,30 @@ def bench_answers(
     key facts it states, the evidence by whether it states them alone:
     accuracy, median and p95 TTFT with bootstrap 95 % intervals, and a
     paired comparison."""
-    from ..bench.answers import bench_answers as run_bench
-    from ..bench.grading import load_gold
-
     with user_errors():
         if limit < 0 or (target_ttft is not None and target_ttft <= 0):
             raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
-        qs = load_gold(questions or BENCH_DATA / "python_docs_answers.jsonl")
-        qs = qs[:limit] if limit else qs
-        target = target_ttft or settings(model=model).target_ttft or 2.0
         extra = seconds_list(also_targets, "--also-targets")
         places = [p.strip() for p in evidence_variants.split(",") if p.strip() and p.strip() != "none"]
         unknown = [p for p in [evidence, *places] if p not in EVIDENCE_PLACES]
         if unknown:
             raise RagError(f"--evidence/--evidence-variants: {', '.join(unknown)}? use {', '.join(EVIDENCE_PLACES)}")
-        pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)
-        pipeline.prepare()  # calibrate, if needed, before anything is timed
         options = {"evidence": evidence, "evidence_embed": evidence_embed, "evidence_floor": evidence_floor}
+        asked = dict(questions=questions, limit=limit, target_ttft=target_ttft, options=options, index=index,
+                     model=model)
         if evidence_only:
-            from ..bench.evidence import bench_evidence
-            from ..bench.questions import json_lines
+            from ..bench.evidence import run as run_evidence
 
-            others = json_lines(unanswerable or BENCH_DATA / "python_docs_unanswerable.jsonl",
-                                lambda raw: str(raw["question"]), "a line with 'question'")
-            with counting("questions") as update:
-                result = bench_evidence(pipeline, qs, others, target_ttft=target, options=options, progress=update)
-            echo_json(result) if as_json else print_evidence(result)
-            return
-        with counting("answers") as update:
-            result = run_bench(pipeline, qs, target_ttft=target, max_tokens=max_tokens, peer=peer, also_targets=extra,
-                               evidence_places=places, free=free, options=options, progress=update,
-                               notice=lambda m: err().print(m))
-    echo_json(result) if as_json else print_answers(result)
+            result = run_evidence(harness(), corpus, include, unanswerable=unanswerable, **asked)
+        else:
+            from ..bench.answers import run
+
+            result = run(harness(), corpus, include, max_tokens=max_tokens, peer=peer, also_targets=extra,
+                         evidence_places=places, free=free, **asked)
+    if as_json:
+        echo_json(result)
+    else:
+        print_evidence(result) if evidence_only else print_answers(result)
 
 
 def print_answers(result: dict) -> None:

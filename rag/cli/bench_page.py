@@ -1,12 +1,12 @@
 """``rag bench page``: the web page's time to first token against the
 API's own, over a real server on 127.0.0.1 and Debian's Chromium.
 
-Does not: measure anything itself (``rag.bench.page`` does).
+Does not: start the server or Chromium, or measure anything itself
+(``rag.bench.page`` does).
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -14,8 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import RagError
-from .bench_answers import BENCH_DATA, DEFAULT_CHAT_CORPUS, bench_pipeline, questions_of
+from ..bench.parts import BENCH_DATA, DEFAULT_CHAT_CORPUS
+from .bench_harness import harness
 from .common import MODEL_OPTION, bench_app, echo_json, err, user_errors
 
 
@@ -32,34 +32,17 @@ def bench_page(
 ) -> None:
     """TTFT as the web page sees it (submit to the first streamed text drawn)
     against the API's own, each question asked once each way, interleaved."""
-    from ..bench.page import bench_page as run_bench, find_chromium
-    from ..service import LoopbackServer, ServiceSettings, create_app
+    from ..bench.page import run
 
     with user_errors():
-        browser = find_chromium(chromium)
-        if browser is None:
-            raise RagError("no Chromium found: apt-get install chromium, or pass --chromium PATH")
-        try:
-            import playwright  # noqa: F401
-        except ImportError:
-            raise RagError("bench page drives Chromium with Playwright: pip install playwright "
-                           "(no `playwright install`: it uses the Chromium above)") from None
-        qs = [q.question for q in questions_of(questions)]
-        with tempfile.TemporaryDirectory(prefix="rag-bench-page-") as tmp:
-            pipeline = bench_pipeline(corpus, include, index, model, conversations=Path(tmp) / "c.sqlite", kv_dir=False)
-            pipeline.prepare()
-            server = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
-            try:
-                result = run_bench(server.url, qs, chromium=browser, max_tokens=max_tokens,
-                                   progress=lambda line: err().print(f"[dim]{line}[/]"))
-            finally:
-                server.stop()
-                pipeline.close()
+        result = run(harness(), corpus, include, questions, index=index, max_tokens=max_tokens, chromium=chromium,
+                     model=model)
     if as_json:
         echo_json(result)
         return
     s = result["summary"]
-    table = Table(title=f"rag bench page ({len(qs)} questions each way, {max_tokens} answer tokens)", title_justify="left")
+    table = Table(title=f"rag bench page ({result['config']['questions']} questions each way, {max_tokens} answer "
+                        f"tokens)", title_justify="left")
     for column in ("way", "TTFT ms p50", "server's ttft_s ms p50", "above the server ms p50"):
         table.add_column(column, justify="right")
     table.add_row("page (first text drawn)", f"{s['page_ttft_ms_p50']}", f"{s['page_server_ttft_ms_p50']}",

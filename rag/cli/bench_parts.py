@@ -1,8 +1,9 @@
 """The benchmarks of single parts: ``rag bench retrieval`` (search
 quality), ``search`` (FAISS index types) and ``engine`` (the engine alone);
-each runs one of ``rag.bench`` and prints its figures.
+each parses its options, runs ``rag.bench.NAME.run`` and prints its
+figures; likewise ``formats`` and ``faults``.
 
-Does not: measure anything itself.
+Does not: build pipelines or engines, or measure anything itself.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import RagError, engine_errors
-from .bench_answers import bench_pipeline, questions_of
-from .common import MODEL_OPTION, bench_app, counting, echo_json, err, int_list, command_pipeline, settings, user_errors
+from ..errors import RagError
+from .bench_harness import harness
+from .common import MODEL_OPTION, bench_app, echo_json, int_list, user_errors
 
 
 @bench_app.command("retrieval")
@@ -30,19 +31,17 @@ def bench_retrieval(
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
     """recall@k and MRR of dense, BM25 and hybrid retrieval on the same questions."""
-    from ..bench.retrieval import bench_retrieval as run_bench
+    from ..bench.retrieval import run
 
     with user_errors():
-        wanted, fusion, qs = int_list(ks, "--k"), int_list(rrf_ks, "--rrf-k"), questions_of(questions)
-        pipeline = bench_pipeline(corpus, include, index, None)
-        with counting("searching") as update:
-            result = run_bench(pipeline, qs, wanted, rrf_ks=fusion, progress=update)
+        wanted, fusion = int_list(ks, "--k"), int_list(rrf_ks, "--rrf-k")
+        result = run(harness(), corpus, questions, wanted, rrf_ks=fusion, index=index, include=include)
     if as_json:
         echo_json(result)
         return
     summary = result["summary"]
     table = Table(
-        title=f"rag bench retrieval ({len(qs)} questions, {result['config']['chunks']} chunks; "
+        title=f"rag bench retrieval ({result['config']['questions']} questions, {result['config']['chunks']} chunks; "
               f"query embedding {summary['median_embed_ms']:.0f} ms median, not in the search columns)",
         title_justify="left",
     )
@@ -68,13 +67,10 @@ def bench_formats_cmd(
 ) -> None:
     """A generated folder of mixed documents and bad inputs: ingest rate per
     format, every bad file reported, every good file searchable."""
-    from ..bench.formats import bench_formats
+    from ..bench.formats import run
 
     with user_errors():
-        base = settings()
-        with err().status("writing and ingesting the folder"):
-            result = bench_formats(lambda index: command_pipeline(base.model_copy(update={"index": index})), files,
-                                   million_rows=million_rows)
+        result = run(harness(), files, million_rows=million_rows)
     if as_json:
         echo_json(result)
         return
@@ -117,24 +113,13 @@ def bench_engine_cmd(
     prefill and decode tok/s and cached tokens, cold and with a cached prefix;
     in process, llama.cpp's default configuration and its safe one (no extra
     buffer types) side by side where both run."""
-    from .. import paths
-    from ..bench.engine import bench_configurations, bench_engine, bench_sequences
+    from ..bench.engine import run
 
     with user_errors():
         wanted = int_list(sizes, "--sizes")
-        s = settings(model=model)
-        document = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(paths.sample_data_dir().glob("*.md")))
-        with counting("requests") as update, engine_errors():
-            if sequences is not None:
-                backend = command_pipeline(s).backend
-                result = bench_sequences(backend, int_list(sequences, "--sequences"), max_tokens=max_tokens,
-                                         progress=update)
-            elif safe_beside and not s.engine.engine_url:
-                result = bench_configurations(lambda extra: _in_process(s, extra), document, wanted, repeats=repeats,
-                                              max_tokens=max_tokens, progress=update)
-            else:
-                result = bench_engine(command_pipeline(s).backend, document, wanted, repeats=repeats,
-                                      max_tokens=max_tokens, progress=update)
+        counts = int_list(sequences, "--sequences") if sequences is not None else None
+        result = run(harness(), wanted, sequences=counts, repeats=repeats, max_tokens=max_tokens,
+                     safe_beside=safe_beside, model=model)
     if as_json:
         echo_json(result)
     elif sequences is not None:
@@ -178,8 +163,7 @@ def bench_search(
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
     """p50/p99 search latency and recall@10 against exact search, on synthetic vectors."""
-    from ..bench.search import bench_search as run_bench
-    from ..index.vectors import APPROXIMATE_FROM
+    from ..bench.search import APPROXIMATE_FROM, run
 
     with user_errors():
         sizes = int_list(vectors, "--vectors")
@@ -189,9 +173,7 @@ def bench_search(
             raise RagError(f"--types {types!r}: use flat, ivf and/or hnsw")
         if dim < 1:
             raise RagError("--dim must be at least 1")
-        with err().status("building") as status:
-            result = run_bench(sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed,
-                               progress=lambda message: status.update(message))
+        result = run(harness(), sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed)
     if as_json:
         echo_json(result)
         return
@@ -211,16 +193,6 @@ def bench_search(
     if suggested:
         console.print(f"exact search reaches {result['summary']['fast_enough_ms']:g} ms p50 at about {suggested:,} vectors; "
                       f"the store switches to IVF from {APPROXIMATE_FROM:,}")
-
-
-def _in_process(s, extra_bufts: bool | None):
-    """The in-process engine of settings ``s``, with llama.cpp's extra buffer
-    types as its self-check decides (None) or as given, and without on-disk
-    stores (a bench must not share them)."""
-    from engine.settings import open_backend
-
-    return open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=None, snapshot_ram_bytes=512 << 20,
-                        snapshot_disk_bytes=0, check_dir=s.engine_check_folder, extra_bufts=extra_bufts)
 
 
 def _print_sequences(result: dict) -> None:
@@ -245,21 +217,10 @@ def bench_faults_cmd(
     """The in-process engine under injected faults (decode, state save and
     load, snapshot and passage reads and writes, cancels, disconnects): does
     every request end, told, with no sequence or KV cell leaked?"""
-    import tempfile
+    from ..bench.faults import run
 
-    from engine.llama_cpp.backend import LlamaCppBackend
-
-    from ..bench.faults import bench_faults
-
-    with user_errors(), tempfile.TemporaryDirectory(prefix="rag-bench-faults-") as tmp:
-        s = settings(model=model)
-        # An engine of its own, failed on purpose: never the user's caches.
-        backend = LlamaCppBackend(s.model, n_ctx=1024, slots=3, splice_fresh=0, snapshot_dir=tmp)
-        try:
-            with counting("steps") as update:
-                result = bench_faults(backend, steps=steps, seed=seed, bound_s=bound_s, progress=update)
-        finally:
-            backend.close()
+    with user_errors():
+        result = run(harness(), steps=steps, seed=seed, bound_s=bound_s, model=model)
     if as_json:
         echo_json(result)
         return

@@ -3,7 +3,7 @@ saved of passage KV reuse (greedy agreement and KL for each R; answers
 right, paired against a full prefill, for exact reuse and each R); run
 ``rag.bench.splice`` and ``rag.bench.reuse`` and print their figures.
 
-Does not: measure anything itself.
+Does not: build pipelines, or measure anything itself.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import RagError
-from .bench_answers import BENCH_DATA, DEFAULT_CHAT_CORPUS, bench_pipeline, questions_of
-from .common import MODEL_OPTION, bench_app, counting, echo_json, int_list, user_errors
+from ..bench.parts import DEFAULT_CHAT_CORPUS
+from .bench_harness import harness
+from .common import MODEL_OPTION, bench_app, echo_json, int_list, user_errors
 
 
 @bench_app.command("splice")
@@ -35,18 +36,14 @@ def bench_splice(
 ) -> None:
     """Spliced passages against a full prefill of the same prompt, per R:
     greedy agreement, KL of the next-token distributions, TTFT cold and warm."""
-    from ..bench.splice import bench_splice as run_bench
+    from ..bench.splice import run
 
     with user_errors():
         values = int_list(fresh, "--fresh", least=0)
         if limit < 0 or target_ttft <= 0:
             raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
-        qs = questions_of(questions or BENCH_DATA / "python_docs_dev.jsonl")
-        qs = qs[:limit] if limit else qs
-        pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)  # leaves no stored passage behind
-        with counting("questions") as update:
-            result = run_bench(pipeline, qs, fresh=values, answer_tokens=answer_tokens, target_ttft=target_ttft,
-                               progress=update)
+        result = run(harness(), corpus, include, questions=questions, limit=limit, fresh=values,
+                     answer_tokens=answer_tokens, target_ttft=target_ttft, index=index, model=model)
     echo_json(result) if as_json else print_splice(result)
 
 
@@ -88,20 +85,14 @@ def bench_reuse(
     prefill, with exact reuse and spliced at each R, scored by its key facts
     and paired against the full prefill; then the passages a second pass
     affords with exact reuse, and whether its answers stay right."""
-    from ..bench.grading import load_gold
-    from ..bench.reuse import bench_reuse as run_bench
+    from ..bench.reuse import run
 
     with user_errors():
         values = int_list(fresh, "--fresh", least=0, empty_ok=True)
         if limit < 0 or target_ttft <= 0:
             raise RagError("--limit must be 0 (all) or more and --target-ttft positive")
-        qs = load_gold(questions or BENCH_DATA / "python_docs_answers.jsonl")
-        qs = qs[:limit] if limit else qs
-        pipeline = bench_pipeline(corpus, include, index, model, kv_dir=False)  # leaves no stored passage behind
-        pipeline.prepare()  # calibrate, if needed, before anything is timed
-        with counting("questions") as update:
-            result = run_bench(pipeline, qs, fresh=values, target_ttft=target_ttft, max_tokens=max_tokens,
-                               passes=passes, progress=update)
+        result = run(harness(), corpus, include, questions=questions, limit=limit, fresh=values,
+                     max_tokens=max_tokens, target_ttft=target_ttft, passes=passes, index=index, model=model)
     echo_json(result) if as_json else print_reuse(result)
 
 
