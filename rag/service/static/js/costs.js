@@ -138,9 +138,10 @@ function drawProfile(view) {
     { label: "fitted prefill (nothing cached)", cls: "fit" }, { label: "predicted TTFT", cls: "ttft-curve" },
     { label: "calibration point", cls: "calibration" }, { label: "answer", cls: "answer" }]));
   const mape = view.fit.mape === null ? "" : `, error ${(view.fit.mape * 100).toFixed(1)} %`;
+  // Said to a web user: what it is, not which command its server's operator would type.
+  const quick = view.quick ? "; from a quick calibration (a full one can be measured on the server)" : "";
   $("profile-note").textContent = `${view.fit.form} form${mape}; overhead ${sec(view.overhead_s)}, ` +
-    `safety ×${view.safety.toFixed(2)}${view.quick ? "; a quick calibration (rag calibrate measures a full one)" : ""}. ` +
-    "Hollow points had part of the prompt cached.";
+    `safety ×${view.safety.toFixed(2)}${quick}. Hollow points had part of the prompt cached.`;
 }
 
 let resizing = null;
