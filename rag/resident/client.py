@@ -1,8 +1,8 @@
 """The command line's side of the resident server: reach the server of
 this set-up (started in the background if none runs, see ``lifecycle``) and
 ask, search and keep conversations through it, offering the part of
-:class:`~rag.qa.pipeline.Pipeline` that ``rag ask``, ``rag chat`` and
-``rag search`` use, so they print the same thing either way. A request
+:class:`~rag.qa.pipeline.Pipeline` that ``rag ask``, ``rag chat``,
+``rag search`` and ``rag mcp`` use, so they print the same thing either way. A request
 that the server took nothing from (it was stopping, or went away before
 answering) is sent again to a fresh server, so an idle server stopping as
 a question arrives loses no question.
@@ -131,6 +131,17 @@ class ResidentClient:
         if scope is not None and scope != Scope():
             body["scope"] = scope.model_dump(mode="json")
         return [Hit(**r) for r in self._call("POST", "/v1/search", body)["results"]]
+
+    def documents(self) -> list[dict[str, object]]:
+        """The documents in the server's index, as
+        :meth:`~rag.qa.pipeline.Pipeline.documents` gives them."""
+        return self._call("GET", "/v1/documents")["documents"]
+
+    def document_text(self, doc_id: str) -> dict[str, object]:
+        """The text of the document ``doc_id`` as the server's index holds
+        it (``GET /v1/documents/{doc_id}/text``): ``id``, ``source``,
+        ``text``, ``pages`` and ``current``; a RagError when it has none."""
+        return self._call("GET", f"/v1/documents/{quote(doc_id, safe='')}/text")
 
     def conversation(self, session: str) -> Conversation:
         """A view of the stored conversation ``session``: its summary and

@@ -1,0 +1,223 @@
+"""The MCP server of rag-budget, with the official ``mcp`` SDK's
+``MCPServer``: the tools ``search``, ``ask``, ``list_documents`` and
+``read_document``, and every document as the resource
+``rag://documents/{doc_id}`` (its text as indexed), over stdio or
+streamable HTTP on a loopback address.
+
+Every argument is checked against the bounds its input schema declares
+(the SDK validates them with pydantic); a refused argument, or a RagError
+from answering, is a tool error whose text is one line, never a
+traceback: ``Error executing tool search: k: Input should be greater than
+or equal to 1``.
+
+Does not: answer, search or read by itself (``tools`` does, over the
+resident server or a pipeline: see ``connection``), nor parse the command
+line (``rag.cli.mcp`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+from typing import Annotated, Any, AsyncIterator, Iterator, Optional
+
+import anyio
+import anyio.from_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
+from mcp.types import Resource, ToolAnnotations
+from pydantic import Field, ValidationError
+
+from ..errors import DocumentNotFound, RagError
+from ..qa.options import DEFAULT_MAX_TOKENS
+from ..retrieval.scope import Scope
+from . import tools
+from .connection import Connection
+
+NAME = "rag-budget"
+DOCUMENT_URI = "rag://documents/{doc_id}"
+INSTRUCTIONS = (
+    "Local documents, searched and answered from on this machine. `search` finds passages without the model; "
+    "`ask` answers from the passages that fit a time-to-first-token budget, with numbered sources, the evidence "
+    "sentences and what it cost; `list_documents` and `read_document` (or the resource rag://documents/{id}) "
+    "read a document's text, where a source's char_start/char_end point."
+)
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+# ask keeps the turns of its session: not read-only, nothing destroyed
+ANSWERS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+
+SCOPE = Field(description='Only these documents: {"sources": [glob, ...], "types": ["pdf", ...]}, '
+                          'e.g. {"sources": ["reports/**"], "types": ["md"]}; default all.')
+
+
+def one_line(exc: ValidationError) -> str:
+    """The first problem of a refused argument, as one line:
+    ``"k: Input should be greater than or equal to 1"``."""
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
+    message = " ".join(str(first.get("msg", "invalid")).removeprefix("Value error, ").split())
+    more = len(exc.errors()) - 1
+    return f"{field}: {message}" + (f" (and {more} more)" if more else "")
+
+
+@contextlib.contextmanager
+def tool_errors() -> Iterator[None]:
+    """RagErrors (and the file system's refusals) as tool errors with their one-line message."""
+    try:
+        yield
+    except RagError as exc:
+        raise ToolError(" ".join(str(exc).split())) from None
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        raise ToolError((exc.strerror or str(exc)) + where) from None
+
+
+class RagMCPServer(MCPServer):
+    """``MCPServer`` with this server's two differences: a refused argument
+    is reported in one line (the SDK gives pydantic's whole report), and
+    every document is listed as a resource."""
+
+    def __init__(self, connection: Connection, **options: Any) -> None:
+        super().__init__(NAME, instructions=INSTRUCTIONS, lifespan=_warming(connection), **options)
+        self.connection = connection
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(f"Error executing tool {name}: {one_line(exc.__cause__)}") from exc.__cause__
+            raise
+
+    async def list_resources(self) -> list[Resource]:
+        """Every document in the index, as ``rag://documents/{id}``; none
+        (no error) while the index cannot be read, for a client lists
+        resources on its own, unasked."""
+        try:
+            docs = (await anyio.to_thread.run_sync(tools.list_documents, self.connection))["documents"]
+        except (RagError, OSError):
+            return []
+        return [Resource(uri=DOCUMENT_URI.format(doc_id=d["id"]), name=d["source"], mime_type="text/plain",
+                         description=f"{d['source']} as indexed ({d['chunks']} chunks)") for d in docs]
+
+
+def _warming(connection: Connection):
+    """A lifespan that opens the answerer in the background as the server
+    starts serving: on stdio only once the SDK holds stdout, so nothing a
+    model prints while loading can reach the client's stream."""
+    @contextlib.asynccontextmanager
+    async def lifespan(_server) -> AsyncIterator[dict]:
+        connection.warm()
+        yield {}
+
+    return lifespan
+
+
+def build(connection: Connection) -> RagMCPServer:
+    """The MCP server whose tools answer over ``connection``."""
+    server = RagMCPServer(connection, log_level="WARNING")
+
+    @server.tool(annotations=READ_ONLY)
+    def search(
+        query: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
+                                    description="What to look for.")],
+        k: Annotated[int, Field(ge=1, le=tools.MAX_SEARCH_K, description="How many chunks to return.")] = 5,
+        scope: Annotated[Optional[Scope], SCOPE] = None,
+    ) -> dict[str, Any]:
+        """The chunks of your documents that best match QUERY, best first, without asking the model: each
+        with its text, source, where it lies, score, and doc_id (for read_document)."""
+        with tool_errors():
+            return tools.search(connection, query, k, scope)
+
+    @server.tool(annotations=ANSWERS)
+    def ask(
+        question: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
+                                       description="The question to answer from your documents.")],
+        ctx: Context,
+        target_ttft: Annotated[Optional[float], Field(
+            gt=0, le=tools.MAX_TARGET_TTFT_S,
+            description="Seconds to first token to plan the prompt for (default: the set-up's, 2.0).")] = None,
+        max_tokens: Annotated[int, Field(ge=1, le=tools.MAX_ANSWER_TOKENS,
+                                         description="Most tokens in the answer.")] = DEFAULT_MAX_TOKENS,
+        scope: Annotated[Optional[Scope], SCOPE] = None,
+        session: Annotated[Optional[str], Field(
+            max_length=128, description="Continue (or start) the conversation with this id.")] = None,
+    ) -> dict[str, Any]:
+        """Answer QUESTION from your documents with the local model, choosing as many passages as fit the
+        time-to-first-token target. Returns the answer, its numbered sources (its citations [n] refer to
+        them), the evidence sentences found without the model, and what it cost: measured and predicted
+        TTFT, prompt and cached tokens, passages chosen."""
+        def progress(text: str) -> None:  # the answer so far, as progress (a no-op unless the client asked)
+            anyio.from_thread.run(ctx.report_progress, len(text), None, text[-200:])
+
+        with tool_errors():
+            return tools.ask(connection, question, target_ttft=target_ttft, max_tokens=max_tokens, scope=scope,
+                             session=session, on_text=progress)
+
+    @server.tool(annotations=READ_ONLY)
+    def list_documents() -> dict[str, Any]:
+        """Every document in the index: its id (for read_document and rag://documents/{id}), source and chunks."""
+        with tool_errors():
+            return tools.list_documents(connection)
+
+    @server.tool(annotations=READ_ONLY)
+    def read_document(
+        doc_id: Annotated[str, Field(min_length=1, max_length=tools.MAX_DOC_ID_CHARS,
+                                     description="A document id from list_documents, search or ask.")],
+        start: Annotated[int, Field(ge=0, description="First character to return.")] = 0,
+        end: Annotated[Optional[int], Field(ge=0, description="Character to stop before (default: the end).")] = None,
+    ) -> dict[str, Any]:
+        """The text of a document as the index holds it (sources' char_start/char_end are offsets into it),
+        from START to END, at most 20,000 characters a call: `more` says whether text follows `end`."""
+        with tool_errors():
+            return tools.read_document(connection, doc_id, start, end)
+
+    @server.resource(DOCUMENT_URI, name="document", mime_type="text/plain",
+                     description="A document's text as the index holds it.")
+    def document(doc_id: str) -> str:
+        try:
+            return str(tools.document_text(connection, doc_id)["text"])
+        except DocumentNotFound as exc:
+            raise ResourceNotFoundError(str(exc)) from None
+        except RagError as exc:
+            raise ResourceError(str(exc)) from None
+
+    return server
+
+
+def serve_stdio(connection: Connection) -> None:
+    """Serve MCP on this process's stdin and stdout until the client closes them."""
+    anyio.run(build(connection).run_stdio_async)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: any free port); a
+    RagError saying why when it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise RagError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    return sock
+
+
+def serve_http(connection: Connection, host: str, port: int) -> None:
+    """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until
+    interrupted, saying where on stderr once it listens."""
+    import uvicorn
+
+    server = build(connection)
+    sock = bind(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    app = server.streamable_http_app(host=host)
+    web = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    connection.warm()
+    print(f"rag mcp: streamable HTTP at http://{shown}:{sock.getsockname()[1]}/mcp", file=sys.stderr, flush=True)
+    web.run(sockets=[sock])

@@ -1,0 +1,138 @@
+"""What each MCP tool does, over the answerer of a :class:`Connection`:
+search, ask, list the documents and read one, each returning a plain dict
+(the tool's structured result) built from the same objects ``rag search``,
+``rag ask --json`` and ``GET /v1/documents`` give.
+
+The arguments arrive validated against the bounds below (the server
+declares them in each tool's input schema); what only the pipeline can
+check (an empty question, a scope no document is in, a session id) comes
+back as a RagError with its one-line message.
+
+Does not: speak MCP (``server`` does) or answer by itself (the pipeline
+does, here or in the resident server).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import DocumentNotFound, RagError
+from ..qa.answer import Answer, where
+from ..qa.options import AskOptions, valid_text
+from ..retrieval.scope import Scope
+
+if TYPE_CHECKING:
+    from .connection import Answerer, Connection
+
+MAX_SEARCH_K = 50  # chunks one search returns: more only fills an assistant's context
+MAX_QUESTION_CHARS = 20_000  # as POST /v1/ask
+MAX_ANSWER_TOKENS = 4096
+MAX_TARGET_TTFT_S = 600.0  # as POST /v1/ask
+MAX_READ_CHARS = 20_000  # characters one read_document call returns; ask for the next range for more
+MAX_DOC_ID_CHARS = 64
+
+
+def search(connection: Connection, query: str, k: int = 5, scope: Scope | None = None) -> dict:
+    """The ``k`` chunks that best match ``query`` (within ``scope``), best
+    first: ``rag search --json``'s results, each with ``where`` it lies (as
+    a reader cites it) and the ``doc_id`` of its document where known."""
+    answerer = connection.get()
+    hits = answerer.search(query, k=k, scope=scope)
+    ids = _ids_by_source(answerer)
+    return {"results": [h.to_dict() | {"where": where(h.source, h.location, h.context), "doc_id": ids.get(h.source)}
+                        for h in hits]}
+
+
+def ask(connection: Connection, question: str, *, target_ttft: float | None = None, max_tokens: int = 256,
+        scope: Scope | None = None, session: str | None = None, on_text=None) -> dict:
+    """The answer to ``question`` from the documents (within ``scope``,
+    continuing conversation ``session``), planned for ``target_ttft``
+    seconds to first token (None: the set-up's default): its text, numbered
+    sources, evidence, and what it cost. ``on_text(text so far)`` is called
+    as pieces arrive (progress for the caller)."""
+    question = valid_text(question).strip()
+    if not question:
+        raise RagError("the question is empty; ask something about your documents")
+    options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(), session=session)
+    answerer = connection.get()
+    text = ""
+    with answerer.stream(question, options) as stream:
+        for piece in stream:
+            if piece and on_text is not None:
+                text += piece
+                on_text(text)
+    return answered(stream.answer)
+
+
+def answered(answer: Answer) -> dict:
+    """An answer as the ``ask`` tool returns it: ``answer``, ``sources``
+    (numbered as its citations ``[n]`` refer to them), ``evidence`` (the
+    sentences found without the model that answer it), ``declined``,
+    ``session`` and ``turn``, and ``cost``: measured against predicted time
+    to first token, prompt and cached tokens, passages chosen of
+    candidates."""
+    t, b = answer.timings, answer.budget
+    return {
+        "answer": answer.answer,
+        "sources": [{"n": n, "where": s.where(), **s.to_dict()} for n, s in enumerate(answer.sources, start=1)],
+        "evidence": [e.to_dict() for e in answer.evidence],
+        "declined": answer.declined,
+        "session": answer.session,
+        "turn": answer.turn,
+        "cost": {
+            "ttft_s": t.ttft_s,
+            "predicted_ttft_s": b.predicted_ttft_s,
+            "target_ttft_s": b.target_ttft,
+            "prompt_tokens": t.prompt_tokens,
+            "cached_tokens": t.cached_tokens,
+            "prefill_tokens": t.prefill_tokens,
+            "passages_chosen": b.chosen,
+            "candidates": b.candidates,
+            "decode_tokens": t.decode_tokens,
+            "total_s": t.total_s,
+        },
+    }
+
+
+def list_documents(connection: Connection) -> dict:
+    """Every document in the index: ``id`` (for ``read_document`` and
+    ``rag://documents/{id}``), ``source``, ``chunks``."""
+    docs = connection.get().documents()
+    return {"documents": [{"id": d["id"], "source": d["source"], "chunks": d["chunks"]} for d in docs]}
+
+
+def read_document(connection: Connection, doc_id: str, start: int = 0, end: int | None = None) -> dict:
+    """The characters ``start`` to ``end`` of the document ``doc_id``'s text
+    as the index holds it (a source's ``char_start``/``char_end`` are
+    offsets into it), at most :data:`MAX_READ_CHARS` of them: ``text``,
+    ``start``, ``end`` (where this part stopped), ``length`` (of the whole
+    text) and ``more`` (whether text follows ``end``)."""
+    if end is not None and end < start:
+        raise RagError(f"end {end} is before start {start}")
+    whole = document_text(connection, doc_id)
+    text = str(whole["text"])
+    stop = min(len(text), start + MAX_READ_CHARS, len(text) if end is None else end)
+    start = min(start, len(text))
+    return {"id": doc_id, "source": whole["source"], "text": text[start:stop], "start": start, "end": stop,
+            "length": len(text), "more": stop < len(text), "current": whole["current"]}
+
+
+def document_text(connection: Connection, doc_id: str) -> dict:
+    """The whole text of the document ``doc_id`` (``GET
+    /v1/documents/{doc_id}/text``'s object); DocumentNotFound naming
+    ``list_documents`` when the index has no such document."""
+    answerer = connection.get()
+    if doc_id not in {d["id"] for d in answerer.documents()}:
+        raise DocumentNotFound(f"no document {doc_id!r}; list_documents gives the ids of the documents")
+    if getattr(answerer, "via", None) == "server":
+        return answerer.document_text(doc_id)
+    return answerer.document(doc_id).text(answerer.settings.max_file_bytes).to_dict()
+
+
+def _ids_by_source(answerer: Answerer) -> dict[str, str]:
+    """Document ids by source, for the sources only one document has (two
+    folders may each hold a ``notes.md``)."""
+    ids: dict[str, str | None] = {}
+    for d in answerer.documents():
+        ids[d["source"]] = None if d["source"] in ids else d["id"]
+    return {source: i for source, i in ids.items() if i is not None}
