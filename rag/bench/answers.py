@@ -294,9 +294,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.answers``: ``rag bench answers`` on its own."""
-    from ..cli.bench_grade import bench_answers as command
-
-    parts.command_alone(command, "answers")
+    parts.command_alone("answers")
 
 
 if __name__ == "__main__":

@@ -246,9 +246,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, conversations: Opti
 
 def main() -> None:
     """``python -m rag.bench.chat``: ``rag bench chat`` on its own."""
-    from ..cli.bench_answers import bench_chat as command
-
-    parts.command_alone(command, "chat")
+    parts.command_alone("chat")
 
 
 if __name__ == "__main__":

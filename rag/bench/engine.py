@@ -244,9 +244,7 @@ def in_process(s, extra_bufts: bool | None) -> Backend:
 
 def main() -> None:
     """``python -m rag.bench.engine``: ``rag bench engine`` on its own."""
-    from ..cli.bench_parts import bench_engine_cmd as command
-
-    parts.command_alone(command, "engine")
+    parts.command_alone("engine")
 
 
 if __name__ == "__main__":

@@ -209,9 +209,7 @@ def run(h: Harness, *, steps: int = 2000, seed: int = 0, bound_s: float = 120.0,
 
 def main() -> None:
     """``python -m rag.bench.faults``: ``rag bench faults`` on its own."""
-    from ..cli.bench_parts import bench_faults_cmd as command
-
-    parts.command_alone(command, "faults")
+    parts.command_alone("faults")
 
 
 if __name__ == "__main__":

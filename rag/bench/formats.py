@@ -119,9 +119,7 @@ def run(h: Harness, files: int = 200, *, million_rows: bool = True) -> dict[str,
 
 def main() -> None:
     """``python -m rag.bench.formats``: ``rag bench formats`` on its own."""
-    from ..cli.bench_parts import bench_formats_cmd as command
-
-    parts.command_alone(command, "formats")
+    parts.command_alone("formats")
 
 
 if __name__ == "__main__":

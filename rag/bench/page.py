@@ -186,9 +186,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], questions: Path, *, in
 
 def main() -> None:
     """``python -m rag.bench.page``: ``rag bench page`` on its own."""
-    from ..cli.bench_page import bench_page as command
-
-    parts.command_alone(command, "page")
+    parts.command_alone("page")
 
 
 if __name__ == "__main__":

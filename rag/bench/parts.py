@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Optional, Sequence
@@ -95,12 +96,15 @@ def bench_pipeline(h: Harness, corpus: Path, include: Sequence[str], index: Opti
     return p
 
 
-def command_alone(command: Callable[..., None], name: str) -> None:
-    """Run ``command`` (the function of ``rag bench NAME``) as a program of
-    its own, ``python -m rag.bench.NAME``: the same options, defaults and
-    output; engine options come from ``RAG_*`` variables only."""
-    import typer
+def command_alone(name: str) -> None:
+    """``python -m rag.bench.NAME``: the command of ``rag bench NAME`` run
+    on its own, with this program's arguments: the same options, defaults
+    and output. The ``rag`` program is looked up when run, not imported
+    here: the CLI depends on the benches, never the other way round."""
+    import importlib
 
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command(name=name)(command)  # a lone command runs without its name
-    app(prog_name=f"python -m rag.bench.{name}")
+    from typer.main import get_command
+
+    rag_program = get_command(importlib.import_module("rag.cli").app)
+    command = rag_program.commands["bench"].commands[name]
+    command.main(args=sys.argv[1:], prog_name=f"python -m rag.bench.{name}")

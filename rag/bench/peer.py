@@ -265,9 +265,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.peer``: ``rag bench peer`` on its own."""
-    from ..cli.bench_answers import bench_peer as command
-
-    parts.command_alone(command, "peer")
+    parts.command_alone("peer")
 
 
 if __name__ == "__main__":

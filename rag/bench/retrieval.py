@@ -112,9 +112,7 @@ def run(h: Harness, corpus: Path, questions: Path, ks: Sequence[int], *, rrf_ks:
 
 def main() -> None:
     """``python -m rag.bench.retrieval``: ``rag bench retrieval`` on its own."""
-    from ..cli.bench_parts import bench_retrieval as command
-
-    parts.command_alone(command, "retrieval")
+    parts.command_alone("retrieval")
 
 
 if __name__ == "__main__":

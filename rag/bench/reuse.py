@@ -257,9 +257,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.reuse``: ``rag bench reuse`` on its own."""
-    from ..cli.bench_splice import bench_reuse as command
-
-    parts.command_alone(command, "reuse")
+    parts.command_alone("reuse")
 
 
 if __name__ == "__main__":

@@ -185,9 +185,7 @@ def run(h: Harness, sizes: Sequence[int], dim: int, *, kinds: Sequence[str] = ("
 
 def main() -> None:
     """``python -m rag.bench.search``: ``rag bench search`` on its own."""
-    from ..cli.bench_parts import bench_search as command
-
-    parts.command_alone(command, "search")
+    parts.command_alone("search")
 
 
 if __name__ == "__main__":

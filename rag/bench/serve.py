@@ -412,9 +412,7 @@ def read_upload(path: Path) -> bytes:
 
 def main() -> None:
     """``python -m rag.bench.serve``: ``rag bench serve`` on its own."""
-    from ..cli.bench_answers import bench_serve as command
-
-    parts.command_alone(command, "serve")
+    parts.command_alone("serve")
 
 
 if __name__ == "__main__":

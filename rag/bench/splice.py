@@ -208,9 +208,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.splice``: ``rag bench splice`` on its own."""
-    from ..cli.bench_splice import bench_splice as command
-
-    parts.command_alone(command, "splice")
+    parts.command_alone("splice")
 
 
 if __name__ == "__main__":

@@ -222,9 +222,7 @@ def run(h: Harness, corpus: Path, questions: Path, targets: Sequence[float], *, 
 
 def main() -> None:
     """``python -m rag.bench.ttft``: ``rag bench ttft`` on its own."""
-    from ..cli.bench_answers import bench_ttft as command
-
-    parts.command_alone(command, "ttft")
+    parts.command_alone("ttft")
 
 
 if __name__ == "__main__":
