@@ -205,10 +205,15 @@ def test_lock_and_current_as_folders_and_an_uncreatable_data_folder_are_one_line
     from .conftest import assert_clean_error
 
     corpus = write_corpus(tmp_path / "corpus")
+    emptied = tmp_path / "emptied"
+    emptied.mkdir()
+    (emptied / ".lock").mkdir()
+    assert run("ingest", corpus, "--index", emptied).exit_code == 0  # an empty folder where the lock goes is replaced
     locked = tmp_path / "locked"
-    locked.mkdir()
-    (locked / ".lock").mkdir()
+    (locked / ".lock").mkdir(parents=True)
+    (locked / ".lock" / "kept.txt").write_text("someone's file")
     assert_clean_error(run("ingest", corpus, "--index", locked), ".lock")
+    assert (locked / ".lock" / "kept.txt").exists()  # a folder with something in it is never removed
     current = tmp_path / "current"
     assert run("ingest", corpus, "--index", current).exit_code == 0
     (current / "CURRENT").unlink()
