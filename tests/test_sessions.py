@@ -205,6 +205,8 @@ def test_a_fold_is_stored_only_once_the_layout_it_leads_to_is_cached(chat_pipeli
     fold = type(store).fold
 
     def spy(self, session, *, through, summary, **kwargs):
+        if self is not store:  # the class is patched: a fold of an earlier test's pipeline, still in the background
+            return fold(self, session, through=through, summary=summary, **kwargs)
         current = self.load(session)
         kept = p.keeper.history(replace(current, summary=summary,
                                         turns=tuple(t for t in current.turns if t.number > through)))
@@ -262,6 +264,8 @@ def test_a_turn_answered_while_a_fold_prefills_is_in_the_layout_it_stores(chat_p
     fold = type(store).fold
 
     def spy(self, session, *, through, summary, **kwargs):
+        if self is not store:  # the class is patched: a fold of an earlier test's pipeline, still in the background
+            return fold(self, session, through=through, summary=summary, **kwargs)
         current = self.load(session)
         kept = keeper.history(replace(current, summary=summary,
                                       turns=tuple(t for t in current.turns if t.number > through)))
