@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from .test_resident import LONG, RAG, ROOT, rag, servers, shell, stop_every_server
+from .test_resident import env  # noqa: F401 - the fixture: one shell, its resident server shared by the tests
 
 SAMPLE = ROOT / "data"
 
@@ -34,14 +35,6 @@ def index(tmp_path_factory, embedder) -> Path:
     pipeline.ingest([SAMPLE])
     pipeline.close()
     return root / "index"
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    """One shell's environment (a runtime folder of its own) for the tests that share its resident server."""
-    variables = shell(RAG_CONVERSATIONS=str(tmp_path_factory.mktemp("conv") / "c.sqlite"))
-    yield variables
-    stop_every_server(variables)
 
 
 def over_stdio(env: dict, index: Path, check, *extra: str) -> None:

@@ -80,8 +80,7 @@ class EngineLoop:
         # Prompt tokens a step takes, while others decode and else: at least these, more where this
         # engine's measured rate fits more in the same seconds (``_measured_budgets``).
         self._least = (min(busy_budget, ctx.n_batch), min(BACKGROUND_STEP_TOKENS, ctx.n_batch))
-        self._budgets = (self._least[0], ctx.n_batch)
-        self.busy_budget, self.idle_budget = self._budgets
+        self.busy_budget, self.idle_budget = self._least[0], ctx.n_batch
         self.background_budget = self._least[1]
         self._cv = threading.Condition()
         self._inbox: list[Request] = []
@@ -304,8 +303,7 @@ class EngineLoop:
         request held or waiting is told it (each whatever telling another
         costs), every caller of :meth:`forget_prompts` answered."""
         with self._cv:
-            self._stop, self._ended = True, why
-            inbox, self._inbox = self._inbox, []
+            self._stop, self._ended = True, why  # from now on nothing enters the inbox
             forget, self._forget = self._forget, []
         for done in forget:
             done.set()
@@ -315,9 +313,7 @@ class EngineLoop:
             except Exception as exc:  # noqa: BLE001 - it was told before its release failed
                 log.warning("releasing a request as the engine ended failed: %r", exc)
         self._active.clear()
-        for request in [*self._waiting, *inbox]:
-            request.fail(GenerationFailed(why))
-        self._waiting.clear()
+        self._fail_waiting(GenerationFailed(why))
         try:
             self._publish()
         except Exception:  # noqa: BLE001 - only what other threads read; nothing waits on it
@@ -526,8 +522,8 @@ class EngineLoop:
         ``BACKGROUND_STEP_S`` at this engine's measured rate, never fewer
         than the budgets it was made with, never more than ``n_batch``."""
         n_batch = self.ctx.n_batch
-        self._budgets = (self.stats.step_tokens(BUSY_STEP_S, self._least[0], n_batch), n_batch)
-        self.busy_budget, self.idle_budget = self._budgets
+        self.busy_budget = self.stats.step_tokens(BUSY_STEP_S, self._least[0], n_batch)
+        self.idle_budget = n_batch
         self.background_budget = self.stats.step_tokens(BACKGROUND_STEP_S, self._least[1], n_batch)
 
     def _sample(self, a: Active, index: int) -> int:

@@ -121,7 +121,8 @@ class Active:
         text = self.said + piece
         if any(stop in text for stop in stops):
             return True
-        self.said = text[-(max(map(len, stops)) - 1):] if max(map(len, stops)) > 1 else ""
+        reach = max(map(len, stops)) - 1  # what a stop may hold of the text before the next piece
+        self.said = text[-reach:] if reach else ""
         return False
 
     def work(self) -> Work:

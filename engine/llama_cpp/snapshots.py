@@ -59,7 +59,7 @@ import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -317,8 +317,10 @@ class SnapshotCache:
         read = self._reads[key] = _Read(key, entry)
         self._read_queue.append(read)
         if self._reader is None:
-            self._reader = threading.Thread(target=_read_asked, args=(weakref.ref(self),),
-                                            name="rag-kv-reader", daemon=True)
+            self._reader = threading.Thread(
+                target=_serve_jobs, name="rag-kv-reader", daemon=True,
+                args=(weakref.ref(self), SnapshotCache._next_read, SnapshotCache._read_one,
+                      lambda read: f"reading KV snapshot {read.key}"))
             self._reader.start()
         self._landed.notify_all()
         return read
@@ -423,8 +425,10 @@ class SnapshotCache:
 
     def _start_writer(self) -> None:
         if self._writer is None:
-            self._writer = threading.Thread(target=_write_pending, args=(weakref.ref(self),),
-                                            name="rag-kv-writer", daemon=True)
+            self._writer = threading.Thread(
+                target=_serve_jobs, name="rag-kv-writer", daemon=True,
+                args=(weakref.ref(self), SnapshotCache._next_write, lambda cache, job: cache._write_one(*job),
+                      lambda job: f"writing KV snapshot {job[0]}"))
             self._writer.start()
             atexit.register(_flush_at_exit, weakref.ref(self))
 
@@ -549,35 +553,22 @@ class SnapshotCache:
         self._evict_disk()
 
 
-def _write_pending(ref: "weakref.ref[SnapshotCache]") -> None:
-    """The writer thread: write pending snapshots, oldest first, for as long
-    as the cache lives (it holds the cache weakly, so a dropped cache ends it)."""
+def _serve_jobs(ref: "weakref.ref[SnapshotCache]", take: Callable, do: Callable, what: Callable[..., str]) -> None:
+    """A worker thread of the cache (its writer, its reader): ``take`` its
+    next job, oldest first, and ``do`` it, for as long as the cache lives
+    (held weakly, so a dropped cache ends it). A job that fails is logged
+    and the worker goes on: a write lost is a cache entry lost, a read that
+    fails is a miss (``_read_one`` marks its read done whatever happens)."""
     while True:
         cache = ref()
         if cache is None:
             return
-        job = cache._next_write(1.0)
+        job = take(cache, 1.0)
         if job is not None:
             try:
-                cache._write_one(*job)
-            except Exception as exc:  # noqa: BLE001 - a write that fails loses a cache entry, not the writer
-                log.warning("writing KV snapshot %s failed: %r", job[0], exc)
-        del cache
-
-
-def _read_asked(ref: "weakref.ref[SnapshotCache]") -> None:
-    """The reader thread: read the files asked for, oldest first, for as
-    long as the cache lives (held weakly, as the writer holds it)."""
-    while True:
-        cache = ref()
-        if cache is None:
-            return
-        read = cache._next_read(1.0)
-        if read is not None:
-            try:
-                cache._read_one(read)  # marks the read done whatever happens
-            except Exception as exc:  # noqa: BLE001 - a read that fails is a miss, and the reader goes on
-                log.warning("reading KV snapshot %s failed: %r", read.key, exc)
+                do(cache, job)
+            except Exception as exc:  # noqa: BLE001 - one job's failure, not the worker's
+                log.warning("%s failed: %r", what(job), exc)
         del cache
 
 
