@@ -138,45 +138,69 @@ def _error_type(response: httpx.Response) -> str | None:
 
 
 def _answer_figures(answer: dict | None) -> dict[str, object]:
-    """What a row keeps of an answer: the passages, the plan under load and
-    the engine's side of the wait."""
+    """What a row keeps of an answer: the passages, the plan under load,
+    the engine's side of the wait (its measured TTFT beside the predicted
+    one) and the prompt's tokens, cached and not."""
     if not answer:
         return {"chunks": None, "cut_for_load": None, "decode_tokens": 0}
     budget, timings = answer["budget"], answer["timings"]
     return {"chunks": budget["chosen"], "cut_for_load": budget.get("cut_for_load", 0),
             "decode_tokens": timings["decode_tokens"], "predicted_ttft_s": budget.get("predicted_ttft_s"),
             "load_wait_s": budget.get("load_wait_s"), "engine_ttft_s": timings.get("ttft_s"),
-            "queue_s": timings.get("queue_s"), "prefill_tokens": timings.get("prefill_tokens")}
+            "queue_s": timings.get("queue_s"), "prompt_tokens": timings.get("prompt_tokens"),
+            "cached_tokens": timings.get("cached_tokens"), "prefill_tokens": timings.get("prefill_tokens")}
 
 
-def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: dict) -> tuple[list[dict], float]:
-    """``requests`` requests from ``clients`` closed-loop clients; their rows and the wall time."""
+def run_clients(url: str, clients: int, next_request: Callable[[int], tuple[dict, dict] | None], *,
+                origin: float | None = None) -> tuple[list[dict], float]:
+    """``clients`` closed-loop clients against ``url``: client ``c`` sends
+    the streamed ``/v1/ask`` body of ``next_request(c)`` (called just before
+    it is sent) as soon as its previous answer is out, until that gives
+    None. Each row: :func:`ask_streamed`'s outcome, the answer's figures,
+    the tags given beside the body, and when it was sent and done (seconds
+    from ``origin``, a perf_counter instant; default: when the clients
+    start). Returns the rows and the wall time."""
     results: list[dict[str, object]] = []
     lock = threading.Lock()
-    counter = iter(range(requests))
+    started = time.perf_counter() if origin is None else origin
 
     def client(number: int) -> None:
         with httpx.Client(base_url=url, timeout=300) as http:
             while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
+                request = next_request(number)
+                if request is None:
                     return
-                outcome = ask_streamed(http, body | {"question": questions[i % len(questions)]})
+                body, tags = request
+                sent = time.perf_counter() - started
+                outcome = ask_streamed(http, body)
                 answer = outcome.pop("answer")
-                row = outcome | {"client": number} | _answer_figures(answer)
+                row = outcome | {"client": number} | tags | _answer_figures(answer) | {
+                    "sent_s": round(sent, 4), "done_s": round(sent + float(outcome["total_s"]), 4)}
                 with lock:
                     results.append(row)
                 if row["status"] == 429:
                     time.sleep(min(float(row["retry_after_s"]), RETRY_WAIT_CAP_S))
 
-    started = time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return results, time.perf_counter() - started
+
+
+def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: dict) -> tuple[list[dict], float]:
+    """``requests`` requests from ``clients`` closed-loop clients, the
+    questions in turn; their rows and the wall time."""
+    lock = threading.Lock()
+    counter = iter(range(requests))
+
+    def next_request(number: int) -> tuple[dict, dict] | None:
+        with lock:
+            i = next(counter, None)
+        return None if i is None else (body | {"question": questions[i % len(questions)]}, {})
+
+    return run_clients(url, clients, next_request)
 
 
 def bench_serve(
@@ -220,7 +244,7 @@ def bench_serve(
                 uploading.result()  # answered, and the list read again, before the first question
             results, wall = _run(url, questions, n, requests, body)
             after = counters() if counters else None
-            run = _summary(results, wall, n, name, target_ttft, before, after)
+            run = summarise_run(results, wall, n, name, target_ttft, before, after)
             if uploading is not None:
                 run |= uploading.result()
             runs.append(run)
@@ -277,9 +301,14 @@ def wait_ready(url: str, started: float, timeout_s: float = 900) -> float:
     raise TimeoutError(f"{url} was not ready after {timeout_s:g} s")
 
 
-def _summary(results: list[dict], wall: float, clients: int, name: str, target_ttft: float,
-             before: dict | None, after: dict | None) -> dict[str, object]:
-    """One run's figures."""
+def summarise_run(results: list[dict], wall: float, clients: int, name: str, target_ttft: float,
+                  before: dict | None = None, after: dict | None = None) -> dict[str, object]:
+    """One run's figures: client-side TTFT percentiles and goodput, served,
+    refused and failed counts, decode tokens per second, the engine's decode
+    batch (from its counters ``before`` and ``after``, where it has them),
+    and the budget's side: how far the service's measured TTFT was from the
+    predicted one (``pred_err``: |measured - predicted| / measured) and from
+    the target (``adherence``: measured / target), over the served answers."""
     served = [r for r in results if r["status"] == 200]
     ttfts = [float(r["ttft_s"]) for r in served]
     good = sum(1 for x in ttfts if x <= GOOD_FACTOR * target_ttft)
@@ -300,7 +329,21 @@ def _summary(results: list[dict], wall: float, clients: int, name: str, target_t
         "mean_chunks": round(sum(int(r["chunks"]) for r in served) / len(served), 2) if served else None,
         "mean_decode_batch": round(decoded / steps, 2) if steps else None,
         "wall_s": round(wall, 2),
+        **prediction_figures(served, target_ttft),
     }
+
+
+def prediction_figures(served: Sequence[dict], target_ttft: float) -> dict[str, float | None]:
+    """How the budget did on ``served`` rows that carry the service's
+    measured TTFT (``engine_ttft_s``) and its prediction: the prediction
+    error's median and 95th percentile, and the measured TTFT over the
+    target at both (None where no row carries both figures)."""
+    pairs = [(float(r["engine_ttft_s"]), float(r["predicted_ttft_s"])) for r in served
+             if r.get("engine_ttft_s") and r.get("predicted_ttft_s") is not None]
+    errors = [abs(measured - predicted) / measured for measured, predicted in pairs]
+    ratios = [measured / target_ttft for measured, _ in pairs]
+    return {"pred_err_p50": percentile(errors, 0.5), "pred_err_p95": percentile(errors, 0.95),
+            "adherence_p50": percentile(ratios, 0.5), "adherence_p95": percentile(ratios, 0.95)}
 
 
 def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[int] = (1, 4, 8), requests: int = 24,

@@ -192,7 +192,9 @@ def bench_peer(
 
 @bench_app.command("serve")
 def bench_serve(
-    clients: str = typer.Option("1,4,8", "--clients", help="Comma-separated numbers of concurrent clients."),
+    clients: Optional[str] = typer.Option(
+        None, "--clients", help="Comma-separated numbers of concurrent clients (default 1,4,8); with --engines one "
+                                "number (default 8)."),
     requests: int = typer.Option(24, "--requests", help="Requests per run (per client count and system)."),
     target_ttft: float = typer.Option(2.0, "--target-ttft", help="Every request's TTFT target in seconds."),
     max_tokens: int = typer.Option(32, "--max-tokens", help="Answer tokens per request."),
@@ -204,11 +206,11 @@ def bench_serve(
     only: List[str] = typer.Option([], "--system", help="Run only this set-up: scheduler or 'one at a time' (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
     engines: Optional[int] = typer.Option(
-        None, "--engines", help="Instead: a pool of N llama-server engines, affinity vs round robin vs least loaded."),
-    kill_one_at: Optional[int] = typer.Option(None, "--kill-one-at", help="With --engines: kill one engine before this turn."),
-    turns: int = typer.Option(10, "--turns", help="With --engines: turns of each conversation."),
-    sessions: int = typer.Option(3, "--sessions", help="With --engines: conversations, interleaved."),
-    policies: str = typer.Option("affinity,round_robin,least_loaded", "--policies", help="With --engines: routing policies."),
+        None, "--engines", help="Instead: N llama-server workers through vLLM's router, one run per router policy."),
+    kill_one_at: Optional[int] = typer.Option(
+        None, "--kill-one-at", help="With --engines: kill one worker (SIGKILL) just before the first client asks this turn."),
+    turns: int = typer.Option(10, "--turns", help="With --engines: turns of each client's conversation."),
+    policies: str = typer.Option("cache_aware,round_robin", "--policies", help="With --engines: vllm-router policies."),
     warm_store: bool = typer.Option(False, "--warm-store", help="With passage KV reuse on: answer the questions once and let each engine store their passages before the runs."),
     fresh: bool = typer.Option(False, "--fresh", help="Start each server cold (nothing prepared) and send the first run as soon as /healthz says ok."),
     upload: Optional[Path] = typer.Option(None, "--upload", help="A document to upload to each server while its first run is answered."),
@@ -219,24 +221,28 @@ def bench_serve(
     scheduler over several sequences, and one request at a time as before,
     side by side: TTFT percentiles, goodput, served and degraded shares,
     decode tok/s and the decode batch size. With --engines N: one service
-    over a pool of N llama-server engines, each routing policy in turn, over
-    interleaved conversations: cached share, TTFT, goodput, failovers."""
+    through vLLM's router over N llama-server workers, each router policy in
+    turn, concurrent clients each in a conversation: served and lost, TTFT
+    against the target, cached share, prediction error, requests per worker."""
     if engines is not None:
         from ..bench.pool import run as run_pool
 
         from .bench_pool import print_pool
 
         with user_errors():
+            counts = int_list(clients or "8", "--clients")
+            if len(counts) != 1:
+                raise RagError("--clients: one number with --engines")
             result = run_pool(harness(), corpus, include, engines=engines,
-                              policies=[x.strip() for x in policies.split(",") if x.strip()], turns=turns,
-                              sessions=sessions, kill_at=kill_one_at, target_ttft=target_ttft, max_tokens=max_tokens,
+                              policies=[x.strip() for x in policies.split(",") if x.strip()], clients=counts[0],
+                              turns=turns, kill_at=kill_one_at, target_ttft=target_ttft, max_tokens=max_tokens,
                               index=index, model=model)
         echo_json(result) if as_json else print_pool(result)
         return
     from ..bench.serve import run
 
     with user_errors():
-        levels = int_list(clients, "--clients")
+        levels = int_list(clients or "1,4,8", "--clients")
         result = run(harness(), corpus, include, clients=levels, requests=requests, target_ttft=target_ttft,
                      max_tokens=max_tokens, slots=slots, index=index, model=model, only=only,
                      warm_passages=warm_store, fresh=fresh, upload=upload, upload_at=upload_at, limits=limits)
@@ -246,17 +252,25 @@ def bench_serve(
     _print_serve(result, requests, target_ttft)
 
 
+def _share_pair(low: float | None, high: float | None) -> str:
+    """Two shares as percentages, "-" where one is missing."""
+    if low is None or high is None:
+        return "-"
+    return f"{low * 100:.0f}/{high * 100:.0f}%"
+
+
 def _print_serve(result: dict, requests: int, target_ttft: float) -> None:
     table = Table(title=f"rag bench serve ({requests} requests per run, target {target_ttft:g} s)", title_justify="left")
     for column in ("clients", "system", "p50 TTFT s", "p95 TTFT s", "p95/target", "goodput/s", "served", "degraded",
-                   "429s", "errors", "decode tok/s", "decode batch", "mean chunks"):
+                   "429s", "errors", "decode tok/s", "decode batch", "mean chunks", "pred err p50/p95"):
         table.add_column(column, justify="right")
     for r in result["summary"]["runs"]:
         p95 = r["p95_ttft_s"] or 0
         table.add_row(str(r["clients"]), r["system"], f"{r['p50_ttft_s'] or 0:.2f}", f"{p95:.2f}",
                       f"{p95 / target_ttft:.2f}", f"{r['goodput_rps']:.2f}", f"{r['served_share'] * 100:.0f}%",
                       f"{(r['degraded_share'] or 0) * 100:.0f}%", str(r["rejected_429"]), str(r["errors"]),
-                      f"{r['tok_s']:.1f}", f"{r['mean_decode_batch'] or 0:.2f}", f"{r['mean_chunks'] or 0:.1f}")
+                      f"{r['tok_s']:.1f}", f"{r['mean_decode_batch'] or 0:.2f}", f"{r['mean_chunks'] or 0:.1f}",
+                      _share_pair(r.get("pred_err_p50"), r.get("pred_err_p95")))
     console = Console(highlight=False)
     console.print(table)
     for name, seconds in result["config"]["fresh_ready_s"].items():
