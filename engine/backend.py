@@ -61,7 +61,6 @@ class Timings:
     spliced_tokens: int = 0  # of cached_tokens, those of stored passages placed into the prompt
     spliced_passages: int = 0  # the stored passages they came from (each splits the prompt's evaluation)
     splice_s: float = 0.0  # spent loading and placing them (inside ttft_s)
-    failovers: int = 0  # engines of a pool that failed this request before one answered it
     shared_prefill: bool = False  # its prompt was evaluated beside other requests' tokens: not a plain prefill
     others_cells: int = 0  # KV cells other sequences held as its prompt began: each of its tokens passed over them
 
@@ -365,29 +364,6 @@ class ExactPassages(Protocol):
     def held_prefix(self, tokens: Sequence[int], texts: Sequence[str]) -> tuple[int, int]:
         """Leading prompt tokens that will not be evaluated (cached, then
         held passages following on), and how many of ``texts`` lie inside."""
-        ...
-
-
-@runtime_checkable
-class Routing(Protocol):
-    """An optional ability: several engines behind one backend (a pool,
-    ``engine.remote.pool``), each request routed to one of them. The caller plans
-    the prompt for the engine a :meth:`route` names, then generates through
-    that route."""
-
-    def engines(self) -> Sequence[Backend]:
-        """The engines of the pool, healthy ones first, each a Backend of its own."""
-        ...
-
-    def health(self) -> list[dict[str, object]]:
-        """Each engine: its URL, whether it is in the pool (or why not), and its load."""
-        ...
-
-    def route(self, tokens: Sequence[int], *, deadline: float | None = None, estimate=None,
-              session: str | None = None):
-        """The :class:`~engine.remote.pool.Route` of a prompt starting with ``tokens``
-        due at ``deadline`` in conversation ``session``; ``estimate(engine,
-        cached, n)`` predicts an engine's seconds to first token."""
         ...
 
 

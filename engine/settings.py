@@ -17,8 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .backend import Backend
 
-POOL_STALL_TIMEOUT_S = 120.0  # an engine of a pool silent this long has failed
-
 
 def engine_urls(value: str | None) -> list[str]:
     """The engine URLs of an ``engine_url`` setting: one, or several separated by commas.
@@ -37,9 +35,10 @@ class EngineSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 
     engine_url: Optional[str] = Field(
-        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, make a pool")
-    engine_routing: Literal["affinity", "round_robin", "least_loaded"] = Field(
-        "affinity", description="how a pool of engines routes requests")
+        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, are "
+                          "served through vLLM's router, started over them")
+    engine_routing: Literal["cache_aware", "round_robin", "power_of_two", "consistent_hash", "random"] = Field(
+        "cache_aware", description="the policy of the vLLM router started over several engine URLs")
     engine_model: Optional[str] = Field(None, description="the model name on the server (default: its first)")
     engine_api_key: Optional[str] = Field(None, description="bearer key for the server")
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all (default where there is a GPU)")
@@ -65,28 +64,32 @@ def open_backend(
     notice: Callable[[str], None] | None = None,
     extra_bufts: bool | None = None,
 ) -> Backend:
-    """The backend ``settings`` describe: a remote server (or a pool), or the GGUF
+    """The backend ``settings`` describe: a remote server, or the GGUF
     ``model`` (default: the bundled one) in this process with a context of
     ``n_ctx`` (default 4,096). Raises an EngineError with a message for the
     user: ModelFileError, EngineSettingsError, InsufficientMemory or
     EngineUnreachable, or EngineCrashed (llama.cpp dies on this machine; the
     verdict of its self-check is kept in ``check_dir``; ``extra_bufts``
-    given skips it, see ``LlamaCppBackend``). Several comma-separated URLs open an
-    :class:`~engine.remote.pool.EnginePool` routed by ``engine_routing``."""
+    given skips it, see ``LlamaCppBackend``). Several comma-separated URLs
+    start vLLM's router over them, routing by ``engine_routing``, and the
+    backend talks to the router (stopped when the backend closes); without
+    ``vllm-router`` installed, EngineUnreachable says how to start it."""
     urls = engine_urls(settings.engine_url)
     if urls:
-        from .remote.backend import DEFAULT_TIMEOUT_S, RemoteBackend
+        from .remote.backend import RemoteBackend
 
-        def remote(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Backend:
-            return RemoteBackend(url, model=settings.engine_model, api_key=settings.engine_api_key, n_ctx=n_ctx,
-                                 timeout_s=timeout_s)
+        router = None
+        if len(urls) > 1:
+            from .remote.router import RouterProcess
 
-        if len(urls) == 1:
-            return remote(urls[0])
-        from .remote.pool import EnginePool
-
-        # In a pool an engine that stays silent this long is taken out, its request retried elsewhere.
-        return EnginePool(urls, lambda url: remote(url, POOL_STALL_TIMEOUT_S), policy=settings.engine_routing)
+            router = RouterProcess(urls, policy=settings.engine_routing)
+        try:
+            return RemoteBackend(router.url if router else urls[0], model=settings.engine_model,
+                                 api_key=settings.engine_api_key, n_ctx=n_ctx, owned=router)
+        except BaseException:
+            if router is not None:
+                router.stop(keep_log=True)
+            raise
     from .llama_cpp.backend import DEFAULT_N_CTX, LlamaCppBackend
 
     return LlamaCppBackend(

@@ -69,9 +69,10 @@ class Settings(BaseSettings):
     n_ctx: Optional[int] = Field(None, ge=256, description="context window in tokens (default 4,096, or the server's)")
     max_file_mb: float = Field(16.0, gt=0, description="files larger than this many MiB are not ingested")
     engine_url: Optional[str] = Field(
-        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, make a pool")
-    engine_routing: Literal["affinity", "round_robin", "least_loaded"] = Field(
-        "affinity", description="how a pool of engines routes requests")
+        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, are "
+                          "served through vLLM's router, started over them")
+    engine_routing: Literal["cache_aware", "round_robin", "power_of_two", "consistent_hash", "random"] = Field(
+        "cache_aware", description="the policy of the vLLM router started over several engine URLs")
     engine_model: Optional[str] = Field(None, description="the model name on that server (default: its first)")
     engine_api_key: Optional[str] = Field(None, description="bearer key for that server")
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all")

@@ -23,7 +23,7 @@ BUILDERS = ("rag.qa.pipeline", "rag.service", "rag.index", "rag.ingest", "rag.re
             "rag.bench.llama_server")
 # Names that build or drive what a bench measures.
 BUILDING = {"Pipeline", "LoopbackServer", "create_app", "ServiceSettings", "LlamaCppBackend", "open_backend",
-            "LlamaServer", "EnginePool", "bench_pipeline", "open_pipeline", "command_pipeline"}
+            "LlamaServer", "RouterProcess", "bench_pipeline", "open_pipeline", "command_pipeline"}
 DRIVING = {"prepare", "ingest", "ask", "search"}  # methods of a pipeline
 HARNESS = "bench_harness.py"  # the one place that hands the command's pipeline opener to rag.bench
 

@@ -14,7 +14,7 @@ TABLE = Path(__file__).resolve().parent.parent / "engine" / "README.md"
 # | `module.NAME` | value | ... or | `module.function(parameter)` | value | ... (a default argument)
 ROW = re.compile(r"^\|\s*`([\w.]+)(?:\((\w+)\))?`\s*\|\s*`?([^|`]+?)`?\s*\|")
 TIMING_MODULES = (
-    "engine.scheduler", "engine.llama_cpp.backend", "engine.llama_cpp.loop", "engine.remote.pool",
+    "engine.scheduler", "engine.llama_cpp.backend", "engine.llama_cpp.loop",
     "prompt_budget.cost", "rag.qa.planner", "rag.qa.dispatch", "rag.qa.arrivals", "rag.service.admission",
 )
 # Not tuned: the context window (the model's and the memory's), codes and markers, a memory bound.

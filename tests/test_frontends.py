@@ -1,7 +1,8 @@
 """Several front-ends over one index folder and one conversation store:
 only one writes the index at a time (a lock across processes), the others
 answer from each new generation once it is published, and two real
-``rag serve`` processes over a pool of real llama-server engines and a real
+``rag serve`` processes, each through vLLM's router over the same real
+llama-server engines, and a real
 PostgreSQL serve one conversation alternately without losing or duplicating
 a turn."""
 
@@ -108,8 +109,8 @@ class FrontEnd:
 def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_turn(
         tmp_path_factory, embedder, postgres_url, tmp_path):
     from engine.models import default_model_path
-    from engine.remote.pool import EnginePool
     from engine.remote.backend import RemoteBackend
+    from engine.remote.router import RouterProcess
     from rag.conversations import open_store
     from tests.llama_server import LlamaServer
 
@@ -118,13 +119,16 @@ def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_t
     urls = ",".join(e.url for e in engines)
     index, cache = tmp_path / "index", tmp_path / "cache"
     # The index and each engine's profile, made once here; the front-ends find both.
-    pool = EnginePool(urls.split(","), RemoteBackend, health_interval_s=0)
-    setup = Pipeline(index, embedder=embedder, backend=pool, profile_dir=cache / "profiles",
+    # Each front-end starts vLLM's router over the engines (RAG_ENGINE_URL holds both); the
+    # profile measured here through a router of its own is keyed by the workers, so they find it.
+    router = RouterProcess(urls.split(","))
+    remote = RemoteBackend(router.url, owned=router)
+    setup = Pipeline(index, embedder=embedder, backend=remote, profile_dir=cache / "profiles",
                      conversations=tmp_path / "setup.sqlite")
     setup.ingest([write_corpus(tmp_path / "corpus")])
     setup.calibrate(quick=True)
     setup.close()
-    pool.close()
+    remote.close()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {
         "PYTHONPATH": str(ROOT), "RAG_INDEX": str(index), "RAG_CACHE_DIR": str(cache), "RAG_ENGINE_URL": urls,
         "RAG_CONVERSATIONS": postgres_url, "RAG_SERVE_RATE_LIMIT_PER_MINUTE": "0"}

@@ -1,10 +1,9 @@
 """Engines in other processes, reached over HTTP.
 
-``backend.RemoteBackend`` is one OpenAI-compatible server (llama-server,
-vLLM); ``pool.EnginePool`` puts several such servers behind one Backend
-(load, health checks, failover) and hands out a ``pool.Route`` per prompt;
-``routing`` decides which engine serves a prompt (pure: affinity, round
-robin, least loaded; ``routing.POLICIES``).
+``backend.RemoteBackend`` is the client of one OpenAI-compatible address: a
+server (llama-server, vLLM) or a router in front of several (vLLM's
+``vllm-router``), which routes, retries and takes dead workers out;
+``router.RouterProcess`` starts that router over several URLs.
 
 Importing this package imports nothing: each module is imported by name.
 """

@@ -17,7 +17,16 @@ counted is exactly what the server evaluates. The server's cache is its own:
 :meth:`RemoteBackend.cached_prefix` predicts it from the prompts this client
 sent last (one per server slot), which is what llama-server keeps.
 
-Does not: start or stop the server, or keep session state on it (``session``
+Behind vLLM's router (``router``) the address is several workers, and each
+response's figures are those of the worker that answered; no response says
+which one (vllm-router 0.1.17 adds no header naming it, and llama-server's
+body names the model, not the worker), so what the budget learns is the
+pool's as a whole. The prompts remembered are then one per slot of every
+worker the router lists (``/list_workers``), since ``cache_aware`` sends a
+prompt back to the worker that holds its prefix.
+
+Does not: start or stop the server (a router this backend was given is
+stopped with it), route, retry, or keep session state on it (``session``
 and ``pin`` are accepted and answered by the server's prefix cache alone).
 """
 
@@ -36,6 +45,11 @@ from ..errors import ContextOverflow, EngineUnreachable
 from ..tokens import common_prefix
 
 DEFAULT_TIMEOUT_S = 600.0
+# vllm-router sends requests other than completions (/tokenize, /apply-template) to a worker
+# without its retry: one that meets a dead worker answers 502 until the router's health check
+# takes it out (--health-check-interval-secs 2 x --health-failure-threshold 1, see router.py).
+GATEWAY_ERRORS = (502, 503)
+GATEWAY_RETRY_S = 8.0
 
 
 class RemoteBackend:
@@ -51,7 +65,11 @@ class RemoteBackend:
         repeat_penalty: float = 1.1,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
+        owned=None,
     ) -> None:
+        # A process serving base_url that this backend stops at close (a router it was started for).
+        self._owned = owned
+        self.workers: list[str] = []  # behind a router, its workers (set below)
         # The root of the server: "http://host:8080" and ".../v1" both work.
         root = base_url.rstrip("/")
         self.base_url = root[: -len("/v1")] if root.endswith("/v1") else root
@@ -72,23 +90,34 @@ class RemoteBackend:
                 f"{self.base_url} does not say its context size; give it as Pipeline(n_ctx=...) or RemoteBackend(n_ctx=...)"
             )
         slots = int(self._props.get("total_slots") or 1)
-        # The prompts this client sent last, one per server slot: what the
-        # server's prefix cache holds, as far as this client can know.
-        self._recent: deque[list[int]] = deque(maxlen=max(slots, 1))
+        # Behind a router: its workers (vllm-router's /list_workers; a plain server has none).
+        self.workers = [str(u) for u in (self._optional_get("/list_workers") or {}).get("urls") or []]
+        # The prompts this client sent last, one per slot of each worker: what
+        # the prefix caches hold, as far as this client can know.
+        self._recent: deque[list[int]] = deque(maxlen=max(slots, 1) * max(len(self.workers), 1))
         self._lock = threading.Lock()
 
     # -- talking to the server ---------------------------------------------
 
     def _request(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise EngineUnreachable(f"{self.base_url}{path}: the engine server did not answer ({exc})") from None
-        if response.status_code >= 400:
-            raise EngineUnreachable(
-                f"{self.base_url}{path}: the engine server answered {response.status_code}: {response.text[:300]}"
-            )
-        return response
+        """The answer to an idempotent request (a template, tokens): behind a
+        router, one that met a dead worker (502/503) is asked again for up
+        to :data:`GATEWAY_RETRY_S`, until the router has taken it out."""
+        waited, pause = 0.0, 0.1
+        while True:
+            try:
+                response = self._http.request(method, path, json=body)
+            except httpx.HTTPError as exc:
+                raise EngineUnreachable(f"{self.base_url}{path}: the engine server did not answer ({exc})") from None
+            if response.status_code in GATEWAY_ERRORS and self.workers and waited < GATEWAY_RETRY_S:
+                time.sleep(pause)
+                waited, pause = waited + pause, min(pause * 2, 1.0)
+                continue
+            if response.status_code >= 400:
+                raise EngineUnreachable(
+                    f"{self.base_url}{path}: the engine server answered {response.status_code}: {response.text[:300]}"
+                )
+            return response
 
     def _post(self, path: str, body: dict) -> dict:
         response = self._request("POST", path, body)
@@ -297,7 +326,8 @@ class RemoteBackend:
         settings = self._props.get("default_generation_settings") or {}
         return {
             "engine": f"remote:{self.kind}",
-            "url": self.base_url,
+            # Behind a router its workers, not its address: a router started for one process has a port of its own.
+            "url": ",".join(sorted(self.workers)) if self.workers else self.base_url,
             "model": self.model,
             "model_path": self._props.get("model_path"),
             "build": self._props.get("build_info"),
@@ -306,9 +336,13 @@ class RemoteBackend:
         }
 
     def describe(self) -> dict[str, object]:
-        """Engine facts for ``rag doctor``, as far as the server tells them."""
+        """Engine facts for ``rag doctor``, as far as the server tells them
+        (behind a router: the router, its workers, and the facts of the one
+        that answered ``/props``)."""
+        router = {"router": "vllm-router", "workers": list(self.workers)} if self.workers else {}
         return {
             "engine": f"remote ({self.kind})",
+            **router,
             "url": self.base_url,
             "model": self.model,
             "build": self._props.get("build_info") or "unknown",
@@ -323,5 +357,8 @@ class RemoteBackend:
         }
 
     def close(self) -> None:
-        """Close the HTTP connection pool."""
+        """Close the HTTP connection pool, and stop the router this backend started."""
         self._http.close()
+        if self._owned is not None:
+            self._owned.stop()
+            self._owned = None

@@ -49,7 +49,9 @@ bench_app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=T
 app.add_typer(bench_app, name="bench")
 
 INDEX_OPTION = typer.Option(
-    None, "--index", help="Index directory (default: $RAG_INDEX, else ~/.local/share/rag-budget/index)."
+    None, "--index",
+    help="Index directory, or a postgresql:// URL for an index several front-ends share "
+         "(default: $RAG_INDEX, else ~/.local/share/rag-budget/index).",
 )
 RETRIEVAL_OPTION = typer.Option(
     None, "--retrieval",
@@ -74,10 +76,12 @@ def _engine_options(
     engine_url: Optional[str] = typer.Option(
         None, "--engine-url",
         help="Answer with an OpenAI-compatible server (llama-server, vLLM) at this URL instead of in-process llama.cpp "
-             "($RAG_ENGINE_URL); several URLs, comma-separated, make a pool."),
+             "($RAG_ENGINE_URL); several URLs, comma-separated, start vLLM's router over them "
+             "(pip install 'rag-budget[router]')."),
     engine_routing: Optional[str] = typer.Option(
         None, "--engine-routing",
-        help="How a pool of engines routes: affinity, round_robin or least_loaded (default: $RAG_ENGINE_ROUTING, else affinity)."),
+        help="The policy of the vLLM router started over several engine URLs: cache_aware, round_robin, "
+             "power_of_two, consistent_hash or random (default: $RAG_ENGINE_ROUTING, else cache_aware)."),
     engine_model: Optional[str] = typer.Option(
         None, "--engine-model", help="The model name on that server (default: $RAG_ENGINE_MODEL, else its first)."),
     gpu_layers: Optional[int] = typer.Option(

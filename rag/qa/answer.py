@@ -188,7 +188,6 @@ class Answer:
     session: str | None = None  # the conversation it belongs to
     turn: int | None = None  # its number in that conversation
     turns_shown: int = 0  # earlier turns replayed in its prompt
-    engine: dict[str, object] | None = None  # with a pool of engines: which answered, and why (Route.report)
     ungrounded: tuple[str, ...] = ()  # citations removed: passages or files its prompt did not show
     evidence: tuple[Evidence, ...] = ()  # the sentences of its passages that best answer it, found without the model
     declined: bool = False  # no passage seemed to answer: said so without asking the model
@@ -203,7 +202,6 @@ class Answer:
             "session": self.session,
             "turn": self.turn,
             "turns_shown": self.turns_shown,
-            "engine": self.engine,
             "ungrounded_citations": list(self.ungrounded),
             "evidence": [e.to_dict() for e in self.evidence],
             "declined": self.declined,

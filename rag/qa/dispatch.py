@@ -1,7 +1,6 @@
-"""From a question's candidates to a request running on an engine: the
-prompt is planned for the engine that will answer it (a pool's route, or the
-one engine), with that engine's cost model and the load it will meet, then
-submitted. Plans are made and submitted one at a time, so each sees the
+"""From a question's candidates to a request running on the engine: the
+prompt is planned with the engine's cost model and the load it will meet,
+then submitted. Plans are made and submitted one at a time, so each sees the
 load of those before it and a burst is not all planned for an idle engine;
 questions still being retrieved count as work ahead, and one that arrived a
 moment earlier but is planned later does not go ahead of those planned
@@ -17,7 +16,6 @@ import time
 from typing import Callable, Sequence
 
 from engine.backend import Backend, Generation
-from engine.remote.pool import Route
 
 from ..conversations import Conversation, ConversationKeeper, kv_key
 from ..index.store import Hit
@@ -26,7 +24,7 @@ from .options import AskOptions
 from .passages import splicing, takes_passages
 from .arrivals import Arrival, Arrivals
 from .evidence import Ranked
-from .planner import ShownForms, PlannedPrompt, PromptPlanner, load_plan, routing_prefix
+from .planner import ShownForms, PlannedPrompt, PromptPlanner, load_plan
 
 
 # Deadlines this close are a question of which retrieval finished first, not of urgency.
@@ -57,44 +55,39 @@ class Dispatcher:
 
     def plan(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
              conversation: Conversation | None, deadline: float | None = None,
-             ranked: Ranked | None = None) -> tuple[PlannedPrompt, Route]:
-        """The prompt, planned for the engine that will answer it (its
-        prompt served in the order of ``deadline``, by default ``target``
-        seconds after ``received``), with the evidence ``ranked`` quoted
-        where ``options`` say, and the route to that engine."""
+             ranked: Ranked | None = None) -> PlannedPrompt:
+        """The prompt, planned for the engine (its prompt served in the order
+        of ``deadline``, by default ``target`` seconds after ``received``),
+        with the evidence ``ranked`` quoted where ``options`` say."""
         deadline = deadline if deadline is not None else deadline_of(received, target)
         history = self.keeper.history(conversation)
-        route = self.desk.route(lambda: routing_prefix(self._backend(), question, history), deadline,
-                                kv_key(conversation.session) if conversation is not None else None)
-        cost = self.desk.keeper(route.engine).model
+        engine = self._backend()
+        cost = self.desk.main.model
         behind = max(self._arrivals.unplanned - 1, 0)  # other questions on their way, less this one
         now = time.perf_counter()
         coming = self._arrivals.expected(deadline - now, now) if deadline is not None else 0.0
-        return PromptPlanner(route.engine, self._forms).plan(
+        return PromptPlanner(engine, self._forms).plan(
             question, hits, options, target_ttft=target, cost=cost, elapsed=lambda: time.perf_counter() - received,
-            history=history, load=load_plan(route.engine, cost, deadline, behind, coming), ranked=ranked,
-        ), route
+            history=history, load=load_plan(engine, cost, deadline, behind, coming), ranked=ranked,
+        )
 
     def submit(self, question: str, hits: list[Hit], options: AskOptions, target: float | None, received: float,
                conversation: Conversation | None, ranked: Ranked | None = None, arrival: Arrival | None = None,
-               stop: Sequence[str] = ()) -> tuple[PlannedPrompt, Route, Generation]:
+               stop: Sequence[str] = ()) -> tuple[PlannedPrompt, Generation]:
         """Plan the prompt and submit it, before the next question is planned;
         ``arrival`` (the question's, from :meth:`arrived`) stops counting as
         on its way as it is submitted; the engine ends the answer at any of
         ``stop``."""
         with self._planning:
             deadline = self._in_plan_order(deadline_of(received, target))
-            prompt, route = self.plan(question, hits, options, target, received, conversation, deadline, ranked)
-            generation = self._generate(route, prompt, options, deadline, options.session, stop)
+            prompt = self.plan(question, hits, options, target, received, conversation, deadline, ranked)
+            generation = self._generate(self._backend(), prompt, options, deadline, options.session, stop)
             if arrival is not None:
                 # Before the lock is free. The in-process engine puts the request in its load as
                 # generate returns, so the next plan counts this question once (in the load), not
-                # twice. A pool's generate_on is lazy: its engine counts the request only when the
-                # generation is first read (the pipeline reads it after yielding the evidence), so
-                # until then the next plan counts it nowhere, as it did before this moved under the
-                # lock. A lone RemoteBackend reports no load, and plans for it count no load at all.
+                # twice. A RemoteBackend reports no load, and plans for it count no load at all.
                 arrival.planned()
-            return prompt, route, generation
+            return prompt, generation
 
     def _in_plan_order(self, deadline: float | None) -> float | None:
         """The deadline a prompt is served by: its own, or the latest one
@@ -111,14 +104,14 @@ class Dispatcher:
         return deadline
 
     @staticmethod
-    def _generate(route: Route, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
+    def _generate(backend: Backend, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
                   session: str | None, stop: Sequence[str] = ()) -> Generation:
-        """Submit ``prompt`` through ``route``; an engine that keeps passages
+        """Submit ``prompt`` to ``backend``; an engine that keeps passages
         splices those it holds and is asked to keep the rest for next time."""
-        engine = splicing(route.engine)
-        generation = route.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
-                                    session=kv_key(session) if session is not None else None, stop=tuple(stop),
-                                    **({"passages": tuple(prompt.passages)} if takes_passages(route.engine) else {}))
+        engine = splicing(backend)
+        generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
+                                      session=kv_key(session) if session is not None else None, stop=tuple(stop),
+                                      **({"passages": tuple(prompt.passages)} if takes_passages(backend) else {}))
         if engine is not None and prompt.to_keep:
             engine.keep_passages(tuple(prompt.to_keep))
         return generation

@@ -96,7 +96,7 @@ class Pipeline:
         # Ingest gives way to this pipeline's questions (an upload beside a served question).
         self.library = DocumentLibrary(self.index_dir, lambda: GivingWay(self.embedder, self.keeper.answering),
                                        self.parts.index_changed)
-        # One cost model per engine: one, or each of a pool's (see EngineDesk).
+        # The engine's cost model (see EngineDesk).
         self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
         self.passages = PassageKeeper(lambda: self.backend, self.index)
@@ -167,7 +167,7 @@ class Pipeline:
 
     @property
     def costs(self) -> CostKeeper:
-        """The cost keeper of the engine (a pool's first healthy one)."""
+        """The cost keeper of the engine (behind a router: of the router's address)."""
         return self.desk.main
 
     @property
@@ -180,11 +180,10 @@ class Pipeline:
         return self.parts.index()
 
     def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
-        """Measure prefill on this backend (each engine of a pool), fit the
-        cost model, save the profile and use it from now on; the profile
-        (a pool's first engine's)."""
+        """Measure prefill on this backend, fit the cost model, save the
+        profile and use it from now on; the profile."""
         with engine_errors():
-            return self.desk.calibrate(quick=quick, progress=progress)[0]
+            return self.desk.calibrate(quick=quick, progress=progress)
 
     def prepare(self, *, need_index: bool = True) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
@@ -337,7 +336,7 @@ class Pipeline:
             hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
             hits, ranked = self.evidence(question, hits, options).leading(hits)
             return self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
-                                        received, None, ranked=ranked)[0]
+                                        received, None, ranked=ranked)
 
     def evidence(self, question: str, hits: Sequence[Hit], options: AskOptions | None = None) -> Ranked:
         """The sentences of ``hits`` ranked by how well they answer
@@ -372,8 +371,8 @@ class Pipeline:
                 # Where the prompt's own text begins the answer stops: the engine decodes nothing after it.
                 stops = STOP_SEQUENCES if options.stop else ()
                 # Submitted: counted in the engine's load from now, and no longer as on its way.
-                prompt, route, generation = self.dispatcher.submit(question, hits, options, target, received,
-                                                                   conversation, ranked, arrival, stops)
+                prompt, generation = self.dispatcher.submit(question, hits, options, target, received,
+                                                            conversation, ranked, arrival, stops)
                 cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
                 early.evidence = prompt.evidence
                 yield ""  # the evidence is known: a reader may show it before the first token
@@ -394,7 +393,7 @@ class Pipeline:
                         pieces.append(rest)
                         yield rest
                 timings = generation.timings_since(received)
-                self.desk.keeper(route.answered_by).observe(timings, prompt.planned_at_s)
+                self.costs.observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()
             sources = tuple(Source(h.chunk_id, h.source, h.score, h.page, h.location, h.context,
                                    document_id(h.root, h.source), h.char_start, h.char_end) for h in prompt.hits)
@@ -404,7 +403,7 @@ class Pipeline:
                 number = self.keeper.remember(session, question, prompt.user, prompt.lead + text,
                                               [s.to_dict() for s in sources], timings)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
-                      session=session, turn=number, turns_shown=prompt.turns_shown, engine=route.report(),
+                      session=session, turn=number, turns_shown=prompt.turns_shown,
                       ungrounded=tuple(guard.removed), evidence=prompt.evidence)
 
     def _declined(self, question: str, hits: Sequence[Hit], ranked: Ranked, options: AskOptions,

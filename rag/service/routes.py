@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from engine.backend import Routing
 
 from ..errors import DocumentNotFound, IndexNotFound, RagError, engine_errors
 from ..ingest.run import IngestCancelled
@@ -35,7 +34,7 @@ router = APIRouter()  # behind the API keys
 async def healthz(state: ServiceState = Depends(service)) -> dict:
     """Liveness and readiness: "warming" (503) until the service has warmed
     up, "ok" once it answers, "error" (503, with why) if it could not warm
-    up; with its queue depth (and, over a pool of engines, each engine's health)."""
+    up; with its queue depth (and, behind a router, the router's workers)."""
     warmup = state.warmup
     found: dict[str, object] = {"status": warmup.status, "queue_depth": state.answering.queue.depth}
     if warmup.error is not None:
@@ -43,8 +42,8 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
     if warmup.seconds is not None:
         found["warm_up_s"] = round(warmup.seconds, 3)
     backend = state.pipeline.parts.loaded_backend
-    if isinstance(backend, Routing) and warmup.status == "ok":
-        found["engines"] = backend.health()
+    if getattr(backend, "workers", None) and warmup.status == "ok":
+        found["engines"] = {"router": "vllm-router", "workers": list(backend.workers)}
     return found if warmup.status == "ok" else JSONResponse(found, status_code=503)
 
 

@@ -1,0 +1,179 @@
+"""vLLM's router (``vllm-router``) in front of several engine servers.
+
+Several engines are one address to this project: a router made for the job
+routes each request (``cache_aware`` sends a prompt to the worker whose
+prefix cache holds most of it), retries a request that could not be sent,
+takes a dead worker out and takes workers added at run time. The budget is
+planned on top, for the router's address, from the figures each response
+carries (see ``backend``).
+
+:class:`RouterProcess` starts ``vllm-router`` (the package on the index:
+``pip install 'rag-budget[router]'``) over worker URLs on a loopback port,
+and stops it; :func:`router_command` is the command line a person runs to
+start it themselves, which the refusal without the package shows.
+
+Does not: route, retry or check health itself (the router does), or patch
+the router: it runs unchanged, with the flags below.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+
+from ..errors import EngineUnreachable
+
+# vllm-router's own policy names (``vllm-router --help``); the first is the default.
+POLICIES = ("cache_aware", "round_robin", "power_of_two", "consistent_hash", "random")
+DEFAULT_POLICY = POLICIES[0]
+
+# Flags passed to the router beside its policy, each with why. Measured with
+# vllm-router 0.1.17 over llama-server workers: with the defaults (a circuit
+# opened after 10 failures, health checked every 60 s), the two questions sent
+# after a worker was killed were both retried on that dead worker and failed;
+# with a circuit opened at the first failed send, the router's retry went to
+# the other worker and no question that was not in flight on it was lost.
+ROUTER_FLAGS = (
+    "--cb-failure-threshold", "1",  # a worker that refused a connection is out at once
+    "--health-check-interval-secs", "2",  # and it is found back (or a dead one found) within seconds:
+    "--health-failure-threshold", "1",  # requests it does not retry (/tokenize) meet a dead worker 2 s at most
+    "--log-level", "warning",
+)
+START_TIMEOUT_S = 60.0  # the router waits for its workers' /health before it answers its own
+
+
+def router_binary() -> str | None:
+    """The ``vllm-router`` launcher: beside this Python (a virtual
+    environment's scripts), else on PATH; None when it is not installed."""
+    beside = Path(sys.executable).with_name("vllm-router")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("vllm-router")
+
+
+def router_command(urls: Sequence[str], policy: str = DEFAULT_POLICY, port: int | str = 8090,
+                   host: str = "127.0.0.1", binary: str = "vllm-router", metrics_port: int | None = None) -> list[str]:
+    """The command that starts vLLM's router on ``host:port`` over ``urls``
+    routing by ``policy``, with this project's flags (:data:`ROUTER_FLAGS`),
+    its Prometheus metrics on ``host:metrics_port`` (default: its own, 29000)."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown router policy {policy!r}: one of {', '.join(POLICIES)}")
+    # Each router serves metrics on a port of its own: a second one on the default port fails to start.
+    metrics = ["--prometheus-host", host, "--prometheus-port", str(metrics_port)] if metrics_port else []
+    return [binary, "--host", host, "--port", str(port), "--policy", policy, "--worker-urls", *urls, *ROUTER_FLAGS,
+            *metrics]
+
+
+def how_to_start(urls: Sequence[str], policy: str = DEFAULT_POLICY) -> str:
+    """What to run where ``vllm-router`` is not installed: install it, or
+    start it by hand and give its one address."""
+    command = shlex.join(router_command(urls, policy))
+    return (f"several engine URLs are served through vLLM's router, which is not installed: "
+            f"pip install 'rag-budget[router]' (or pip install vllm-router), or start it yourself "
+            f"({command}) and give its address: --engine-url http://127.0.0.1:8090")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RouterProcess:
+    """``vllm-router`` on ``127.0.0.1`` over ``urls``, routing by ``policy``,
+    started now and answering at :attr:`url` (a RagError saying why, with
+    the end of its log, when it does not start); :meth:`stop` ends it."""
+
+    def __init__(self, urls: Sequence[str], *, policy: str = DEFAULT_POLICY, port: int | None = None,
+                 log: Path | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
+        binary = router_binary()
+        if binary is None:
+            raise EngineUnreachable(how_to_start(urls, policy))
+        self.urls, self.policy = list(urls), policy
+        self.port = port or _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        metrics_port = _free_port()
+        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # the router's own Prometheus figures
+        self.command = router_command(self.urls, policy, self.port, binary=binary, metrics_port=metrics_port)
+        self._own_log = log is None
+        if log is None:
+            fd, name = tempfile.mkstemp(prefix=f"vllm-router-{self.port}-", suffix=".log")
+            os.close(fd)
+            log = Path(name)
+        self.log_path = log
+        self._log = open(self.log_path, "ab")
+        # Its own session: a Ctrl-C in the terminal reaches rag, which stops the router in order.
+        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop(keep_log=True)
+            raise
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise EngineUnreachable(f"vllm-router over {', '.join(self.urls)} ended at start "
+                                        f"(exit {self.process.returncode}): {self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise EngineUnreachable(f"vllm-router over {', '.join(self.urls)} did not answer within "
+                                        f"{timeout_s:.0f} s (are the workers up?): {self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self, lines: int = 3) -> str:
+        """The last ``lines`` lines of the router's log, on one line."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        return " | ".join(tail) or "(empty log)"
+
+    def workers(self) -> list[str]:
+        """The worker URLs the router routes to now."""
+        return list(httpx.get(f"{self.url}/list_workers", timeout=5.0).json().get("urls") or [])
+
+    def add_worker(self, url: str) -> None:
+        """Have the router route to ``url`` too (its ``/add_worker``)."""
+        response = httpx.post(f"{self.url}/add_worker", params={"url": url}, timeout=30.0)
+        if response.status_code >= 400:
+            raise EngineUnreachable(f"vllm-router did not add {url}: {response.status_code} {response.text[:200]}")
+
+    def stop(self, keep_log: bool = False) -> None:
+        """Stop the router (SIGTERM, then SIGKILL after 10 s); its temporary
+        log goes unless ``keep_log`` or it had failed."""
+        failed = self.process.poll() not in (None, 0, -signal.SIGTERM)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        if self._own_log and not (keep_log or failed):
+            self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "RouterProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
