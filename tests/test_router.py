@@ -165,3 +165,50 @@ def test_a_worker_added_to_the_router_takes_requests(workers, tmp_path_factory):
             backend.close()
     finally:
         added.stop()
+
+
+def test_over_http_a_worker_killed_mid_answer_ends_the_stream_with_an_error_and_nothing_else_is_lost(
+        tmp_path_factory, embedder, corpus, tmp_path):
+    import json
+
+    from rag.service import LoopbackServer, ServiceSettings, create_app
+
+    doomed, other = _worker(tmp_path_factory, "http-doomed"), _worker(tmp_path_factory, "http-other")
+    server = None
+    try:
+        backend = _open(f"{doomed.url},{other.url}")
+        pipeline = Pipeline(tmp_path / "index", embedder=embedder, backend=backend,
+                            profile_dir=tmp_path / "profiles", conversations=tmp_path / "c.sqlite")
+        pipeline.ingest([corpus])
+        server = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
+        health = httpx.get(f"{server.url}/healthz", timeout=30).json()
+        assert sorted(health["engines"]["workers"]) == sorted([doomed.url, other.url])
+        events: list[dict] = []
+        killed = None
+        body = {"question": "What limits decode speed?", "max_tokens": 300, "target_ttft_s": 60, "stream": True}
+        with httpx.stream("POST", f"{server.url}/v1/ask", json=body, timeout=120) as response:
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(json.loads(line[6:]))
+                if killed is None and "delta" in events[-1]:
+                    killed = next((w for w in (doomed, other) if decoding(w)), None)
+                    if killed is not None:
+                        killed.kill()
+        # The stream ended (no hang): with the answer, or with one error event naming the engine.
+        assert killed is not None, "the answer was over before a worker could be killed"
+        last = events[-1]
+        assert "answer" in last or last["error"]["type"] == "engine_unavailable", last
+        # Questions after it: every one answered, by the worker left.
+        for question in ("What is prefill?", "How long does bread bake?", "What is decode?"):
+            r = httpx.post(f"{server.url}/v1/ask", timeout=120,
+                           json={"question": question, "max_tokens": 4, "target_ttft_s": 60})
+            assert r.status_code == 200, r.text
+            assert r.json()["answer"] is not None
+        pipeline.close()
+    finally:
+        if server is not None:
+            server.stop()
+        doomed.stop()
+        other.stop()
