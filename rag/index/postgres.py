@@ -1,0 +1,666 @@
+"""The index in PostgreSQL with pgvector: one index that several front-ends
+share, selected by ``--index postgresql://...`` (or ``RAG_INDEX``).
+
+It presents the folder store's interface (:class:`PostgresIndex` reads as
+``store.Index`` does, :class:`PostgresWriter` writes as ``store.IndexWriter``
+does), so retrieval, ingest and the service work on either unchanged.
+
+Tables, in the schema ``rag_index`` (a database may hold conversations too):
+
+    meta      key/value: format, format_version, store_format, embedder,
+              dim, chunker (JSON), generation, chunks, lengths, vector_search
+    files     as in SQLite: root, source, path, sha256, size, n_chunks
+    chunks    as in SQLite, plus embedding vector(dim) and length (BM25 terms)
+    postings  term, chunk, tf, length: BM25, scored in SQL at query time
+
+BM25 is ``lexical.LexicalIndex``'s Lucene formula over the same terms
+(``lexical.tokenize``); the corpus size and total length live in ``meta``,
+written by each commit, and a term's document frequency is counted from its
+postings when a query comes. Vectors are searched by inner product on unit
+vectors (``<#>``), exactly below ``APPROXIMATE_FROM`` chunks and through an
+HNSW index from there (`rag bench search --store` chose both).
+
+One ingest is one transaction: a crash or an exception anywhere leaves the
+previous state, which readers keep seeing by MVCC until the commit. Writers
+are serialised by a transaction-level advisory lock; a writer that cannot
+take it within ``WRITE_WAIT_S`` gets IndexBusy, as with the folder store.
+Each commit bumps ``meta.generation``: readers compare it (as the folder
+store's ``CURRENT``) and reopen at their next question.
+
+Needs psycopg 3 and pgvector (``pip install 'rag-budget[postgres]'``) and the
+pgvector extension on the server. Nothing is pickled.
+
+Does not: create the database or its role, keep older generations to fall
+back to (the database's own durability and backups stand in for that),
+check file checksums (there are no files), or move an index between stores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import Counter, OrderedDict
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError
+from .lexical import B, K1, tokenize
+from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
+from .store import FileRecord, Hit, NewChunk, _location, embedded_text, lexical_text, location_json
+
+S = "rag_index"  # the schema every table lives in
+STORE_FORMAT = 1  # of these tables (the chunk format is the manifest's FORMAT_VERSION)
+LOCK_CLASS = 0x72616749  # "ragI": the first key of the writers' advisory lock (conversations use "rag\0")
+WRITE_LOCK = 0
+WRITE_WAIT_S = 5.0  # a writer waits this long for another to finish, then IndexBusy
+# Exact search up to here, HNSW from here (and back below half of it): see the README, "Search that scales".
+APPROXIMATE_FROM = 50_000
+HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
+HNSW_EF_SEARCH = 100  # candidates an HNSW search keeps; pgvector's default 40 lost recall (README)
+HNSW_INDEX = "chunks_embedding_hnsw"
+INSTALL = "pip install 'rag-budget[postgres]'"
+
+_SCHEMA = f"""
+CREATE SCHEMA IF NOT EXISTS {S};
+CREATE TABLE {S}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE {S}.files (
+    id BIGSERIAL PRIMARY KEY,
+    root TEXT NOT NULL,           -- absolute path that was ingested
+    source TEXT NOT NULL,         -- path relative to root, '/'-separated
+    path TEXT NOT NULL,           -- absolute path of the file when read
+    sha256 TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    n_chunks INTEGER NOT NULL,
+    UNIQUE (root, source)
+);
+CREATE TABLE {S}.chunks (
+    id BIGSERIAL PRIMARY KEY,               -- never reused: a reader's ids stay valid or vanish
+    chunk_id TEXT NOT NULL UNIQUE,
+    file_id BIGINT NOT NULL REFERENCES {S}.files(id) ON DELETE CASCADE,
+    source TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    char_start INTEGER NOT NULL,
+    char_end INTEGER NOT NULL,
+    page INTEGER,
+    n_tokens INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    context TEXT NOT NULL DEFAULT '',
+    location TEXT,                          -- JSON, as in SQLite; NULL for none
+    embedding vector(%(dim)s) NOT NULL,     -- unit vector of embedded_text(context, text)
+    length INTEGER NOT NULL                 -- BM25 terms of lexical_text(context, text)
+);
+CREATE INDEX chunks_file ON {S}.chunks (file_id);
+CREATE TABLE {S}.postings (
+    term TEXT NOT NULL,
+    chunk BIGINT NOT NULL REFERENCES {S}.chunks(id) ON DELETE CASCADE,
+    tf INTEGER NOT NULL,
+    length INTEGER NOT NULL,                -- the chunk's, here so scoring reads no chunk row
+    PRIMARY KEY (term, chunk)
+);
+CREATE INDEX postings_chunk ON {S}.postings (chunk);
+"""
+
+_LEXICAL = f"""
+WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(times)s::int[]) AS q(term, times)),
+hits AS (SELECT p.term, p.chunk, p.tf, p.length FROM {S}.postings p JOIN q USING (term)),
+df AS (SELECT term, count(*)::float8 AS df FROM hits GROUP BY term)
+SELECT h.chunk, sum(q.times * ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5))
+                    * h.tf / (h.tf + %(k1)s * ((1 - %(b)s) + %(b)s * h.length / %(avg)s))) AS score
+FROM hits h JOIN q USING (term) JOIN df USING (term)
+{{where}}
+GROUP BY h.chunk ORDER BY score DESC, h.chunk LIMIT %(k)s
+"""
+
+
+def _modules():
+    """psycopg and pgvector's registration, or a RagError saying how to install them."""
+    try:
+        import psycopg
+        from pgvector.psycopg import register_vector
+    except ImportError:
+        raise RagError(f"the index is a PostgreSQL database, but psycopg or pgvector is not installed: {INSTALL}") \
+            from None
+    return psycopg, register_vector
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages (see ``rag.conversations.postgres``)."""
+    from ..conversations.postgres import redacted as hide
+
+    return hide(url)
+
+
+def _one_line(url: str, exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300].replace(url, redacted(url))
+
+
+def _unreachable(url: str, exc: BaseException) -> RagError:
+    return RagError(f"{redacted(url)}: the index database cannot be reached ({_one_line(url, exc)}); check that "
+                    "the server is running and --index/RAG_INDEX names it")
+
+
+def _failed(url: str, exc: BaseException) -> RagError:
+    return RagError(f"{redacted(url)}: the index database refused a query ({_one_line(url, exc)})")
+
+
+def connect(url: str, *, autocommit: bool = True):
+    """A psycopg connection to ``url``; RagError (one line, password left out)
+    when psycopg is missing or the server cannot be reached."""
+    psycopg, _ = _modules()
+    try:
+        return psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise _unreachable(url, exc) from None
+
+
+def _no_pgvector(url: str, why: str) -> RagError:
+    return RagError(f"{redacted(url)}: {why}; the index needs pgvector: install it on the server "
+                    "(e.g. apt-get install postgresql-NN-pgvector) and run CREATE EXTENSION vector in that database")
+
+
+def _use_vectors(db, url: str) -> None:
+    """Let ``db`` send and read pgvector's type; RagError if the database lacks the extension."""
+    _, register_vector = _modules()
+    if db.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
+        raise _no_pgvector(url, "the extension vector is not created in this database")
+    register_vector(db)
+
+
+def _has_index(db) -> bool:
+    return db.execute(f"SELECT to_regclass('{S}.meta') IS NOT NULL").fetchone()[0]
+
+
+def _meta(db) -> dict[str, str]:
+    return dict(db.execute(f"SELECT key, value FROM {S}.meta").fetchall())
+
+
+def _manifest(meta: dict[str, str], url: str) -> Manifest:
+    """The manifest ``meta`` describes; IndexMismatch when it is not an index of this store's format."""
+    try:
+        if meta.get("format") != FORMAT_NAME or int(meta.get("store_format", -1)) != STORE_FORMAT:
+            raise ValueError(f"store format {meta.get('store_format')!r}, this rag-budget reads {STORE_FORMAT}")
+        return Manifest(embedder=meta["embedder"], dim=int(meta["dim"]),
+                        chunker={str(k): int(v) for k, v in json.loads(meta["chunker"]).items()},
+                        format_version=int(meta["format_version"]), chunks=int(meta.get("chunks", 0)))
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise IndexMismatch(f"{redacted(url)}: the {S} tables are not an index this rag-budget reads ({exc}); "
+                            f"rebuild it with `rag ingest --rebuild PATH --index URL`") from None
+
+
+def generation_name(number: int) -> str:
+    """A generation's name, shaped as the folder store's (``gen-000007``)."""
+    return f"gen-{number:06d}"
+
+
+def describe(meta: dict[str, str]) -> str:
+    """What ``rag doctor`` says of the vector search."""
+    return meta.get("vector_search") or "exact: sequential inner product"
+
+
+# -- what the location functions ask without an index open --------------------
+
+_probes: dict[str, object] = {}
+_probe_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _probe(url: str):
+    """A connection to ``url`` kept for quick questions (is there an index,
+    which generation is live), asked at every question: one per URL, in
+    turn, reconnected when lost."""
+    psycopg, _ = _modules()
+    with _probe_lock:
+        db = _probes.get(url)
+        if db is None or db.closed or db.broken:
+            db = _probes[url] = connect(url)
+        try:
+            yield db
+        except psycopg.OperationalError as exc:
+            db.close()
+            raise _unreachable(url, exc) from None
+        except psycopg.Error as exc:
+            raise _failed(url, exc) from None
+
+
+def exists(url: str) -> bool:
+    """Whether the database at ``url`` holds a committed index."""
+    with _probe(url) as db:
+        return _has_index(db) and db.execute(f"SELECT 1 FROM {S}.meta WHERE key = 'generation'").fetchone() is not None
+
+
+def live_name(url: str) -> str | None:
+    """The name of the generation last committed to ``url`` (None: no index)."""
+    with _probe(url) as db:
+        if not _has_index(db):
+            return None
+        row = db.execute(f"SELECT value FROM {S}.meta WHERE key = 'generation'").fetchone()
+        return generation_name(int(row[0])) if row else None
+
+
+def live_manifest(url: str) -> Manifest:
+    """The manifest of the index at ``url``; IndexNotFound if there is none."""
+    with _probe(url) as db:
+        if not _has_index(db):
+            raise IndexNotFound(f"no index in {redacted(url)}; build one with `rag ingest PATH --index URL`")
+        return _manifest(_meta(db), url)
+
+
+# -- reading --------------------------------------------------------------------
+
+
+class PostgresIndex:
+    """A read-only view of the index in a PostgreSQL database, as
+    ``store.Index``; ``name`` is the generation it was opened at."""
+
+    def __init__(self, url: str, db, manifest: Manifest, meta: dict[str, str]) -> None:
+        self.url = url
+        self.directory = redacted(url)  # what messages name, as the folder store's folder
+        self.manifest = manifest
+        self.name = generation_name(int(meta["generation"]))
+        self._meta = meta
+        self._db = db
+        self._lock = threading.Lock()  # one connection: queries in turn (SQLite's is shared so too)
+        self._count = int(meta.get("chunks", 0))
+        self._avg = (int(meta.get("lengths", 0)) / self._count) if self._count else 1.0
+        self._approximate = meta.get("vector_search", "").startswith("approximate")
+        self._scopes: OrderedDict[object, np.ndarray] = OrderedDict()
+        self.notes: list[str] = []
+        self.on_note: Callable[[str], None] = lambda note: None
+
+    @classmethod
+    def open(cls, url: str, *, embedder: str, dim: int) -> "PostgresIndex":
+        """The index in the database at ``url``. IndexNotFound if it holds
+        none, IndexMismatch if it was written by another format version or
+        embedding model, RagError if it cannot be reached or lacks pgvector."""
+        psycopg, _ = _modules()
+        db = connect(url)
+        try:
+            if not _has_index(db):
+                raise IndexNotFound(f"no index in {redacted(url)}; build one with `rag ingest PATH --index URL`")
+            meta = _meta(db)
+            if "generation" not in meta:
+                raise IndexNotFound(f"no index in {redacted(url)}; build one with `rag ingest PATH --index URL`")
+            manifest = _manifest(meta, url)
+            check_manifest(manifest, redacted(url), embedder=embedder, dim=dim)
+            _use_vectors(db, url)
+            db.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
+        except psycopg.Error as exc:
+            db.close()
+            raise _failed(url, exc) from None
+        except BaseException:
+            db.close()
+            raise
+        return cls(url, db, manifest, meta)
+
+    @contextlib.contextmanager
+    def _access(self):
+        """The connection, in turn, reconnected once if it was lost."""
+        psycopg, _ = _modules()
+        with self._lock:
+            if self._db.closed or self._db.broken:
+                self._db = connect(self.url)
+                _use_vectors(self._db, self.url)
+                self._db.execute(f"SET hnsw.ef_search = {HNSW_EF_SEARCH}")
+            try:
+                yield self._db
+            except psycopg.OperationalError as exc:
+                raise _unreachable(self.url, exc) from None
+            except psycopg.Error as exc:
+                raise _failed(self.url, exc) from None
+
+    def close(self) -> None:
+        """Release the database connection."""
+        self._db.close()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def live_name(self) -> str | None:
+        """The generation committed last (this one's ``name`` until another commit)."""
+        with self._access() as db:
+            row = db.execute(f"SELECT value FROM {S}.meta WHERE key = 'generation'").fetchone()
+        return generation_name(int(row[0])) if row else None
+
+    def lexical(self) -> "PostgresIndex":
+        """Nothing to load: BM25 is scored in the database (the folder store loads its arrays here)."""
+        return self
+
+    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[Hit]:
+        """The ``k`` chunks nearest the unit vector ``query`` by inner
+        product (cosine), best first, among the chunk ids ``allowed`` (None: all)."""
+        found = self.search_ids(query, k, allowed)
+        return self.hits([i for i, _ in found], query, known=dict(found))
+
+    def search_ids(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """``(chunk id, cosine)`` of the ``k`` nearest vectors, best first,
+        among the chunk ids ``allowed`` (None: all). Through HNSW when the
+        index has one and no scope is given; a scope is searched exactly
+        (an HNSW scan filtered afterwards could return fewer than ``k``)."""
+        if k <= 0 or len(self) == 0 or (allowed is not None and len(allowed) == 0):
+            return []
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        where, params = "", [q]
+        if allowed is not None:
+            where, params = " WHERE id = ANY(%s::bigint[])", [q, np.asarray(allowed, dtype=np.int64).tolist()]
+        sql = f"SELECT id, -(embedding <#> %s) FROM {S}.chunks{where} ORDER BY embedding <#> %s LIMIT %s"
+        with self._access() as db:
+            if allowed is not None and self._approximate:
+                with db.transaction():
+                    db.execute("SET LOCAL enable_indexscan = off")  # the HNSW scan is an index scan
+                    rows = db.execute(sql, (*params, q, k), binary=True).fetchall()
+            else:
+                rows = db.execute(sql, (*params, q, k), binary=True).fetchall()
+        return [(int(i), float(s)) for i, s in rows]
+
+    def lexical_search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """``(chunk id, BM25 score)`` of up to ``k`` chunks sharing terms
+        with ``query``, best first, among the chunk ids ``allowed`` (None:
+        all; the statistics stay the whole index's): the scores of
+        ``LexicalIndex.search`` over the same chunks."""
+        counted = Counter(tokenize(query))
+        if k <= 0 or not counted or len(self) == 0:
+            return []
+        params = {"terms": list(counted), "times": list(counted.values()), "n": float(self._count),
+                  "avg": float(self._avg or 1.0), "k1": K1, "b": B, "k": k}
+        where = ""
+        if allowed is not None:
+            where, params["allowed"] = "WHERE h.chunk = ANY(%(allowed)s::bigint[])", \
+                np.asarray(allowed, dtype=np.int64).tolist()
+        with self._access() as db:
+            rows = db.execute(_LEXICAL.format(where=where), params).fetchall()
+        return [(int(i), float(s)) for i, s in rows if s > 0]
+
+    def chunk_ids_of(self, sources: Callable[[str], bool], key: object) -> np.ndarray:
+        """The ids of the chunks of every file whose source ``sources``
+        accepts, sorted; remembered under ``key`` (the last 64 scopes)."""
+        found = self._scopes.get(key)
+        if found is None:
+            with self._access() as db:
+                files = [i for i, source in db.execute(f"SELECT id, source FROM {S}.files") if sources(source)]
+                ids = [r[0] for r in db.execute(f"SELECT id FROM {S}.chunks WHERE file_id = ANY(%s::bigint[])",
+                                                (files,))]
+            found = np.sort(np.asarray(ids, dtype=np.int64))
+            self._scopes[key] = found
+            while len(self._scopes) > 64:
+                self._scopes.popitem(last=False)
+        else:
+            self._scopes.move_to_end(key)
+        return found
+
+    def hits(self, ids: Sequence[int], query: np.ndarray, known: dict[int, float] | None = None) -> list[Hit]:
+        """The chunks ``ids`` in that order (those still indexed), each
+        scored by its cosine similarity to ``query`` (taken from ``known`` where given)."""
+        if not len(ids):
+            return []
+        known = known or {}
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        with self._access() as db:
+            rows = {r[0]: r for r in db.execute(
+                "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
+                f"c.context, f.root, -(c.embedding <#> %s) FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id "
+                "WHERE c.id = ANY(%s::bigint[])", (q, [int(i) for i in ids]), binary=True)}
+        result = []
+        for i in ids:
+            r = rows.get(int(i))
+            if r is None:
+                continue
+            score = known.get(int(i))
+            result.append(Hit(chunk_id=r[1], source=r[2], score=float(r[11]) if score is None else score, text=r[3],
+                              page=r[4], char_start=r[5], char_end=r[6], position=r[7], location=_location(r[8]),
+                              context=r[9], root=r[10]))
+        return result
+
+    def text_before(self, hit: Hit) -> str:
+        """The text of ``hit``'s document just before it (see ``store.Index.text_before``)."""
+        with self._access() as db:
+            row = db.execute(
+                f"SELECT p.text, p.char_start FROM {S}.chunks c JOIN {S}.chunks p ON p.file_id = c.file_id "
+                "AND p.position = c.position - 1 WHERE c.chunk_id = %s", (hit.chunk_id,)).fetchone()
+        if row is None or row[1] >= hit.char_start:
+            return ""
+        return row[0][: hit.char_start - row[1]]
+
+    def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
+        """The ingested files, keyed by ``(root, source)``, optionally only those ingested from ``root``."""
+        with self._access() as db:
+            return _files(db, root)
+
+    def passages(self) -> list[tuple[str, str, int | None]]:
+        """Every chunk as a prompt shows it: ``(source, text, page)``, in id order."""
+        with self._access() as db:
+            return [tuple(r) for r in db.execute(f"SELECT source, text, page FROM {S}.chunks ORDER BY id")]
+
+    def chunks(self) -> list[tuple[int, str, str, np.ndarray, str]]:
+        """Every chunk as ``(chunk id, source, text, unit vector, context)``, in id order."""
+        with self._access() as db:
+            rows = db.execute(f"SELECT id, source, text, embedding, context FROM {S}.chunks ORDER BY id",
+                              binary=True).fetchall()
+        return [(r[0], r[1], r[2], r[3].to_numpy().astype(np.float32), r[4]) for r in rows]
+
+    def stats(self) -> dict[str, object]:
+        """Counts and sizes for ``rag doctor``."""
+        with self._access() as db:
+            n_files, n_chunks, n_tokens = db.execute(
+                f"SELECT (SELECT COUNT(*) FROM {S}.files), COUNT(*), COALESCE(SUM(n_tokens), 0) FROM {S}.chunks"
+            ).fetchone()
+            size = db.execute(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'", (S,)
+            ).fetchone()[0]
+        return {
+            "path": self.directory, "store": "postgresql", "generation": self.name, "files": n_files,
+            "chunks": n_chunks, "tokens": int(n_tokens), "vectors": n_chunks, "vector_search": describe(self._meta),
+            "lexical": True, "bytes": int(size), "embedder": self.manifest.embedder, "dim": self.manifest.dim,
+            "chunker": self.manifest.chunker, "format_version": self.manifest.format_version,
+        }
+
+
+# -- writing --------------------------------------------------------------------
+
+
+class PostgresWriter:
+    """Changes to the index in one transaction until :meth:`commit`, as
+    ``store.IndexWriter``; use :func:`open_writer`."""
+
+    def __init__(self, url: str, db, manifest: Manifest, *, approximate_from: int | None = None) -> None:
+        self.url = url
+        self.manifest = manifest
+        self._db = db
+        self.approximate_from = APPROXIMATE_FROM if approximate_from is None else approximate_from
+        self.notes: list[str] = []
+        self.committed = False
+
+    def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
+        """The files as this transaction sees them, as ``Index.files``."""
+        return _files(self._db, root)
+
+    def remove_file(self, file_id: int) -> None:
+        """Remove a file and all of its chunks, vectors and postings."""
+        self._db.execute(f"DELETE FROM {S}.chunks WHERE file_id = %s", (file_id,))
+        self._db.execute(f"DELETE FROM {S}.files WHERE id = %s", (file_id,))
+
+    def vectors_by_text(self, file_id: int) -> dict[str, np.ndarray]:
+        """The stored vector of each chunk of a file, by what it was embedded as."""
+        rows = self._db.execute(f"SELECT context, text, embedding FROM {S}.chunks WHERE file_id = %s", (file_id,),
+                                binary=True).fetchall()
+        return {embedded_text(c, t): v.to_numpy().astype(np.float32) for c, t, v in rows}
+
+    def add_file(self, *, root: str, source: str, path: str, sha256: str, size: int,
+                 chunks: Sequence[NewChunk], vectors: np.ndarray) -> None:
+        """Add a file with its chunks and their unit vectors (one row each)."""
+        if len(chunks) != len(vectors):
+            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        db = self._db
+        file_id = db.execute(
+            f"INSERT INTO {S}.files (root, source, path, sha256, size, n_chunks) VALUES (%s, %s, %s, %s, %s, %s) "
+            "RETURNING id", (root, source, path, sha256, size, len(chunks))).fetchone()[0]
+        if not chunks:
+            return
+        ids = [r[0] for r in db.execute(f"SELECT nextval('{S}.chunks_id_seq') FROM generate_series(1, %s)",
+                                        (len(chunks),))]
+        terms = [Counter(tokenize(c.lexical)) for c in chunks]
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        with db.cursor().copy(
+                f"COPY {S}.chunks (id, chunk_id, file_id, source, position, char_start, char_end, page, n_tokens, "
+                "text, context, location, embedding, length) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "text", "int8", "text", "int4", "int4", "int4", "int4", "int4", "text", "text",
+                            "text", "vector", "int4"])
+            for i, c, v, t in zip(ids, chunks, vectors, terms):
+                copy.write_row((i, c.chunk_id, file_id, source, c.position, c.char_start, c.char_end, c.page,
+                                c.n_tokens, c.text, c.context, location_json(c.location), v, sum(t.values())))
+        with db.cursor().copy(f"COPY {S}.postings (term, chunk, tf, length) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["text", "int8", "int4", "int4"])
+            for i, t in zip(ids, terms):
+                length = sum(t.values())
+                for term, tf in t.items():
+                    copy.write_row((term, i, tf, length))
+
+    def commit(self) -> None:
+        """Make this transaction's changes the live index at once, under
+        the next generation number, with the BM25 statistics and the vector
+        search that suit its size."""
+        db = self._db
+        n, lengths = db.execute(f"SELECT COUNT(*), COALESCE(SUM(length), 0) FROM {S}.chunks").fetchone()
+        row = db.execute(f"SELECT value FROM {S}.meta WHERE key = 'generation'").fetchone()
+        generation = (int(row[0]) if row else 0) + 1
+        search = fit_vector_search(db, n, approximate_from=self.approximate_from)
+        _put_meta(db, {"generation": str(generation), "chunks": str(n), "lengths": str(int(lengths)),
+                       "vector_search": search})
+        db.commit()
+        self.committed = True
+
+
+def fit_vector_search(db, n: int, *, approximate_from: int = APPROXIMATE_FROM) -> str:
+    """Give the chunks the vector search their number ``n`` suits: exact
+    below ``approximate_from``, an HNSW index from there, dropped again
+    below half of it (no flapping around the threshold); what it is, for ``meta``."""
+    has = db.execute(f"SELECT to_regclass('{S}.{HNSW_INDEX}') IS NOT NULL").fetchone()[0]
+    if not has and n >= approximate_from:
+        # The graph is built far faster when it fits in memory (pgvector's notice otherwise).
+        db.execute("SET LOCAL maintenance_work_mem = '1GB'")
+        db.execute(f"CREATE INDEX {HNSW_INDEX} ON {S}.chunks USING hnsw (embedding vector_ip_ops) "
+                   f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
+        has = True
+    elif has and n < approximate_from // 2:
+        db.execute(f"DROP INDEX {S}.{HNSW_INDEX}")
+        has = False
+    if has:
+        return (f"approximate: HNSW (m={HNSW_M}, ef_construction={HNSW_EF_CONSTRUCTION}, "
+                f"ef_search={HNSW_EF_SEARCH}) from {approximate_from:,} vectors")
+    return f"exact: sequential inner product (approximate HNSW from {approximate_from:,} vectors)"
+
+
+def _put_meta(db, values: dict[str, str]) -> None:
+    for key, value in values.items():
+        db.execute(f"INSERT INTO {S}.meta (key, value) VALUES (%s, %s) "
+                   "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+def _take_write_lock(db, url: str, wait_s: float) -> None:
+    """Hold the writers' advisory lock until this transaction ends; IndexBusy
+    after ``wait_s`` seconds of another writer holding it."""
+    deadline = time.monotonic() + wait_s
+    while not db.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", (LOCK_CLASS, WRITE_LOCK)).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            raise IndexBusy(f"{redacted(url)}: another front-end is writing this index; wait for it to finish")
+        time.sleep(0.05)
+
+
+def _create_extension(db, url: str) -> None:
+    """The vector extension, created in the database when it is missing
+    and the server has it; a RagError saying what to do otherwise."""
+    psycopg, _ = _modules()
+    if db.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is not None:
+        return
+    if db.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone() is None:
+        raise _no_pgvector(url, "pgvector is not installed on this PostgreSQL server")
+    try:
+        with db.transaction():  # a savepoint: a refusal leaves the writer's transaction usable for the message
+            db.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except psycopg.Error as exc:
+        raise _no_pgvector(url, f"CREATE EXTENSION vector was refused ({_one_line(url, exc)})") from None
+
+
+@contextlib.contextmanager
+def open_writer(url: str, manifest: Manifest, *, fresh: bool = False, wait_s: float | None = None,
+                approximate_from: int | None = None) -> Iterator[PostgresWriter]:
+    """Stage changes to the index at ``url`` in one transaction (the tables
+    created on first use; ``fresh``: replaced by empty ones, in the same
+    transaction). The caller calls ``commit()``; anything else (an
+    exception, a crash, a return without commit) rolls back, and readers
+    never see a part of it. Raises IndexBusy if another writer holds the
+    index past ``wait_s`` seconds, IndexMismatch if it was built with other
+    settings than ``manifest``, RagError if the database cannot be reached
+    or lacks pgvector. ``wait_s`` and ``approximate_from`` default to
+    ``WRITE_WAIT_S`` and ``APPROXIMATE_FROM``."""
+    psycopg, _ = _modules()
+    db = connect(url, autocommit=False)
+    writer: PostgresWriter | None = None
+    try:
+        try:
+            _take_write_lock(db, url, WRITE_WAIT_S if wait_s is None else wait_s)
+            _create_extension(db, url)
+            _, register_vector = _modules()
+            register_vector(db)
+            if _has_index(db) and not fresh:
+                meta = _meta(db)
+                check_manifest(_manifest(meta, url), redacted(url), embedder=manifest.embedder, dim=manifest.dim,
+                               chunker=manifest.chunker)
+            else:
+                db.execute(f"DROP SCHEMA IF EXISTS {S} CASCADE")
+                db.execute(_SCHEMA % {"dim": int(manifest.dim)})
+                _put_meta(db, {"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION),
+                               "store_format": str(STORE_FORMAT), "embedder": manifest.embedder,
+                               "dim": str(manifest.dim), "chunker": json.dumps(manifest.chunker, sort_keys=True)})
+        except psycopg.OperationalError as exc:
+            raise _unreachable(url, exc) from None
+        except psycopg.Error as exc:
+            raise _failed(url, exc) from None
+        writer = PostgresWriter(url, db, manifest, approximate_from=approximate_from)
+        try:
+            yield writer
+        except psycopg.OperationalError as exc:
+            raise _unreachable(url, exc) from None
+        except psycopg.Error as exc:
+            raise _failed(url, exc) from None
+    finally:
+        if writer is None or not writer.committed:
+            with contextlib.suppress(Exception):
+                db.rollback()
+        with contextlib.suppress(Exception):
+            db.close()
+
+
+def _files(db, root: str | None) -> dict[tuple[str, str], FileRecord]:
+    query = f"SELECT id, root, source, sha256, n_chunks FROM {S}.files"
+    rows = db.execute(query + " WHERE root = %s", (root,)) if root is not None else db.execute(query)
+    return {(r[1], r[2]): FileRecord(*r) for r in rows}
+
+
+def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:
+    """Fill the index at ``url`` (replaced) from an open index ``source`` (a
+    folder store's ``Index``): its files, chunks and vectors as they are, no
+    embedding again; the BM25 postings are made from the texts. For the
+    benches. The number of chunks copied."""
+    rows = source._db.execute(
+        "SELECT c.id, c.chunk_id, c.position, c.char_start, c.char_end, c.page, c.n_tokens, c.text, c.context, "
+        "c.location, f.root, f.source, f.path, f.sha256, f.size FROM chunks c JOIN files f ON f.id = c.file_id "
+        "ORDER BY f.id, c.position").fetchall()
+    by_file: dict[tuple, list] = {}
+    for r in rows:
+        by_file.setdefault((r[10], r[11], r[12], r[13], r[14]), []).append(r)
+    with open_writer(url, source.manifest, fresh=True, approximate_from=approximate_from) as writer:
+        for (root, src, path, sha, size), items in by_file.items():
+            chunks = [NewChunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], context=r[8], location=_location(r[9]))
+                      for r in items]
+            vectors = np.vstack([source._vectors.reconstruct(int(r[0])) for r in items])
+            writer.add_file(root=root, source=src, path=path, sha256=sha, size=size, chunks=chunks, vectors=vectors)
+        writer.commit()
+    return len(rows)
+
+
+__all__ = ["PostgresIndex", "PostgresWriter", "open_writer", "exists", "live_name", "live_manifest", "copy_index",
+           "fit_vector_search", "lexical_text"]
