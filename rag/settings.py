@@ -22,6 +22,7 @@ from engine.settings import EngineSettings
 from . import paths
 from .conversations.store import is_database_url
 from .errors import RagError
+from .index.location import index_location
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 DEFAULT_TARGET_TTFT = 2.0
@@ -54,7 +55,8 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RAG_", extra="ignore", protected_namespaces=(), frozen=True)
 
-    index: Optional[Path] = Field(None, description="index folder (default: the per-user index, else the sample corpus)")
+    index: Optional[Union[str, Path]] = Field(
+        None, description="index folder, or a postgresql:// URL (default: the per-user index, else the sample corpus)")
     model: Optional[Path] = Field(None, description="GGUF model file (default: the bundled SmolLM2-135M-Instruct)")
     retrieval: RetrievalMode = Field("hybrid", description="hybrid (dense + BM25), dense or bm25")
     target_ttft: Optional[float] = Field(
@@ -108,10 +110,16 @@ class Settings(BaseSettings):
             raise ValueError("must be a finite number of seconds")
         return value
 
-    @field_validator("index", "model", "data_dir", "cache_dir", "runtime_dir")
+    @field_validator("model", "data_dir", "cache_dir", "runtime_dir")
     @classmethod
     def _expand(cls, value):
         return value.expanduser() if value is not None else None
+
+    @field_validator("index")
+    @classmethod
+    def _index(cls, value):
+        # A database URL stays as written (a Path would fold its "//").
+        return index_location(value) if value is not None else None
 
     @field_validator("conversations")
     @classmethod
@@ -162,8 +170,9 @@ class Settings(BaseSettings):
         return self.cache_dir or paths.cache_dir()
 
     @property
-    def index_folder(self) -> Path:
-        """The index to use: ``RAG_INDEX``/``--index``, else the per-user one."""
+    def index_folder(self) -> Path | str:
+        """The index to use: ``RAG_INDEX``/``--index`` (a folder, or a
+        ``postgresql://`` URL), else the per-user folder."""
         return self.index or self.data_folder / "index"
 
     @property

@@ -53,7 +53,7 @@ def calibrate(
 def serve(
     host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default: $RAG_SERVE_HOST, else 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, "--port", help="Port (default: $RAG_SERVE_PORT, else 8000)."),
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
     watch: List[Path] = typer.Option(
         [], "--watch", help="Keep this folder indexed while serving (repeatable; default: $RAG_SERVE_WATCH)."),
@@ -82,7 +82,7 @@ DOCTOR_ENGINE_KEYS = ("engine", "url", "build", "gpu_offload_supported", "device
 
 @app.command()
 def doctor(
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:

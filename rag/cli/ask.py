@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 @app.command()
 def search(
     query: str = typer.Argument(..., help="What to look for."),
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     k: int = typer.Option(5, "-k", help="How many chunks to return."),
     retrieval: Optional[str] = RETRIEVAL_OPTION,
     source: List[str] = SOURCE_OPTION,
@@ -80,7 +80,7 @@ def search(
 @app.command()
 def ask(
     question: str = typer.Argument(..., help="The question to answer from your documents."),
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     target_ttft: Optional[str] = TARGET_OPTION,
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in the answer."),
     session: Optional[str] = typer.Option(
@@ -217,7 +217,7 @@ CHAT_COMMANDS = "/sources /stats /reset /quit"
 @app.command()
 def chat(
     session: Optional[str] = typer.Option(None, "--session", help="Conversation id to continue (default: a new one)."),
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     target_ttft: Optional[str] = TARGET_OPTION,
     max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in each answer."),
     model: Optional[Path] = MODEL_OPTION,

@@ -13,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import engine_errors
+from ..index.location import shown
 from .common import INDEX_OPTION, IngestBar, app, counting, echo_json, err, command_pipeline, settings, user_errors
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 @app.command()
 def ingest(
     paths: List[Path] = typer.Argument(..., help="Files or folders to index."),
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     include: List[str] = typer.Option([], "--include", help="Only files matching this glob (repeatable), e.g. '*.md'."),
     exclude: List[str] = typer.Option([], "--exclude", help="Skip files matching this glob (repeatable)."),
     chunk_tokens: Optional[int] = typer.Option(None, help="Chunk size in embedding-model tokens (default: 200, or the index's)."),
@@ -68,12 +69,12 @@ def ingest(
     err().print("stopped watching; the index holds the last change published")
 
 
-def print_report(report: IngestReport, index_dir: Path, as_json: bool, stored: dict | None = None) -> None:
+def print_report(report: IngestReport, index_dir: Path | str, as_json: bool, stored: dict | None = None) -> None:
     """The report of one ingest (and of the passage KV it stored): JSON on
     stdout, or counts and one line per file that was not indexed (or
     indexed in part) on stderr."""
     if as_json:
-        echo_json({"index": str(index_dir), **report.to_dict(), **({"passage_kv": stored} if stored else {})})
+        echo_json({"index": shown(index_dir), **report.to_dict(), **({"passage_kv": stored} if stored else {})})
         return
     c = report.counts()
     rate = report.chunks_added / report.seconds if report.seconds else 0.0
@@ -82,7 +83,7 @@ def print_report(report: IngestReport, index_dir: Path, as_json: bool, stored: d
     console.print(
         f"added {c['added']}, updated {c['updated']}, removed {c['removed']}, skipped {c['skipped']}, "
         f"failed {c['failed']}: {report.chunks_added} chunks in {report.seconds:.1f} s ({rate:.1f} chunks/s"
-        f"{f', {reused} unchanged chunks not embedded again' if reused else ''}) into {index_dir}",
+        f"{f', {reused} unchanged chunks not embedded again' if reused else ''}) into {shown(index_dir)}",
         soft_wrap=True,
     )
     for source, problem in report.failed:

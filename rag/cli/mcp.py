@@ -22,7 +22,7 @@ DEFAULT_MCP_PORT = 8765
 
 @app.command()
 def mcp(
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
     target_ttft: Optional[str] = TARGET_OPTION,
     retrieval: Optional[str] = RETRIEVAL_OPTION,

@@ -25,7 +25,7 @@ app.add_typer(server_app, name="server")
 
 @server_app.command()
 def status(
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print every server's status as JSON."),
 ) -> None:
@@ -74,7 +74,7 @@ def _duration(seconds: float) -> str:
 
 
 @server_app.command()
-def start(index: Optional[Path] = INDEX_OPTION, model: Optional[Path] = MODEL_OPTION) -> None:
+def start(index: Optional[str] = INDEX_OPTION, model: Optional[Path] = MODEL_OPTION) -> None:
     """Start the server these options reach, in the background, unless it runs."""
     from ..resident.client import ResidentClient
 
@@ -87,7 +87,7 @@ def start(index: Optional[Path] = INDEX_OPTION, model: Optional[Path] = MODEL_OP
 
 @server_app.command()
 def stop(
-    index: Optional[Path] = INDEX_OPTION,
+    index: Optional[str] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
     every: bool = typer.Option(False, "--all", help="Stop every resident server of this user."),
 ) -> None:

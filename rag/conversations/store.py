@@ -116,8 +116,13 @@ def index_key(index_dir: str | os.PathLike[str]) -> str:
     folder's absolute path, known before the index is first built (a
     server may start with none) and kept across rebuilds in place.
 
-    ``index_key("idx")`` -> ``"/home/me/idx"`` when run in /home/me.
+    ``index_key("idx")`` -> ``"/home/me/idx"`` when run in /home/me; a
+    database index is its URL without the password.
     """
+    if is_database_url(index_dir):
+        from .postgres import redacted
+
+        return redacted(str(index_dir))
     return str(Path(index_dir).resolve())
 
 

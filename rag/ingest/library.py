@@ -22,8 +22,9 @@ except ImportError:  # not on Windows: uploads are then serialised by the servic
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import DocumentNotFound, RagError
-from ..index.generations import index_exists, open_lock_file
-from ..index.store import live_manifest, open_writer
+from ..index.generations import open_lock_file
+from ..index.location import IndexLocation, folder_of, index_exists, index_location, live_manifest, open_index, \
+    open_writer
 from .chunking import Chunker, ChunkerSettings
 from .content import DocumentFile, file_in
 from .embed import Embedder
@@ -91,12 +92,16 @@ def safe_file_name(name: str) -> str:
 
 
 class DocumentLibrary:
-    """The documents in the index at ``index_dir``, embedded by
-    ``embedder()``; ``changed()`` is called after every published change.
+    """The documents in the index at ``index_dir`` (a folder, or a
+    PostgreSQL URL), embedded by ``embedder()``; ``changed()`` is called
+    after every published change. Uploads are kept in ``uploads_dir``
+    (default: beside the index folder; a database index needs one given).
     :meth:`stop_ingests` stops every ingest it runs (a server told to exit)."""
 
-    def __init__(self, index_dir: Path, embedder: Callable[[], Embedder], changed: Callable[[], None]) -> None:
-        self.index_dir = Path(index_dir)
+    def __init__(self, index_dir: IndexLocation, embedder: Callable[[], Embedder], changed: Callable[[], None],
+                 *, uploads_dir: Path | None = None) -> None:
+        self.index_dir = index_location(index_dir)
+        self._uploads_dir = uploads_dir
         self._embedder = embedder
         self._changed = changed
         self.stopping = threading.Event()  # set by stop_ingests: every ingest stops, new ones at once
@@ -127,8 +132,14 @@ class DocumentLibrary:
 
     @property
     def uploads_dir(self) -> Path:
-        """Where uploaded documents are kept: beside the index folder."""
-        return self.index_dir.parent / f"{self.index_dir.name}-uploads"
+        """Where uploaded documents are kept: beside the index folder (or
+        where the pipeline says, for a database index)."""
+        folder = folder_of(self.index_dir)
+        if self._uploads_dir is not None or folder is None:
+            if self._uploads_dir is None:
+                raise RagError("a database index keeps no uploads folder of its own; give DocumentLibrary one")
+            return self._uploads_dir
+        return folder.parent / f"{folder.name}-uploads"
 
     def chunker(self, chunk_tokens: int | None = None, overlap_tokens: int | None = None, *,
                 fresh: bool = False) -> Chunker:
@@ -181,7 +192,7 @@ class DocumentLibrary:
         Ctrl-C; see :func:`rag.ingest.watch.watch`. The index's own folders
         are not watched."""
         watch(paths, lambda: self.ingest(paths, **options), on_report,
-              ignore=[self.index_dir.resolve(), self.uploads_dir.resolve()], stop=stop)
+              ignore=[p.resolve() for p in (folder_of(self.index_dir), self.uploads_dir) if p is not None], stop=stop)
 
     def documents(self, files: dict) -> list[dict[str, object]]:
         """The files of an open index (``Index.files()``) as documents:
@@ -275,10 +286,8 @@ class DocumentLibrary:
         """The sources the index holds from the uploads folder (None: no index)."""
         if not index_exists(self.index_dir):
             return None
-        from ..index.store import Index
-
         manifest = live_manifest(self.index_dir)
-        index = Index.open(self.index_dir, embedder=manifest.embedder, dim=manifest.dim)
+        index = open_index(self.index_dir, embedder=manifest.embedder, dim=manifest.dim)
         try:
             root = safe_name(str(self.uploads_dir.resolve()))
             return {source for _, source in index.files(root)}

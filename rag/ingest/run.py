@@ -18,14 +18,14 @@ import stat
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
 
 from ..errors import DocumentError, RagError
 from ..index.manifest import Manifest
-from ..index.store import FileRecord, IndexWriter, NewChunk, open_writer, embedded_text
+from ..index.location import IndexLocation, index_exists, open_writer
+from ..index.store import FileRecord, IndexWriter, NewChunk, embedded_text
 from .chunking import Chunker, OverChunkLimit, TextChunk
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES, FoundFiles, SourceFile, find_files, safe_name
@@ -143,7 +143,7 @@ class _Pending:
 
 
 def ingest(
-    index_dir: Path,
+    index_dir: IndexLocation,
     paths: Sequence[str | os.PathLike[str]],
     *,
     embedder: Embedder,
@@ -156,7 +156,8 @@ def ingest(
     follow_links: bool = True,
     cancel: threading.Event | None = None,
 ) -> IngestReport:
-    """Bring the index in ``index_dir`` up to date with the files under
+    """Bring the index in ``index_dir`` (a folder, or a PostgreSQL URL: see
+    ``rag.index.location``) up to date with the files under
     ``paths``, and say what changed.
 
     What one file may cost is bounded: its text by
@@ -209,7 +210,7 @@ def ingest(
         _check(cancel)
         changed = report.added or report.updated or report.removed
         # A damaged index (notes) is repaired by publishing the intact state anew.
-        if changed or rebuild or writer.notes or not (Path(index_dir) / "CURRENT").exists():
+        if changed or rebuild or writer.notes or not index_exists(index_dir):
             writer.commit()
     report.seconds = time.perf_counter() - started
     return report

@@ -9,7 +9,7 @@ import importlib.metadata as md
 import platform
 
 from ..errors import RagError
-from ..index.generations import index_exists, verify
+from ..index.location import index_exists, shown, verify
 
 DISTRIBUTIONS = ("rag-budget", "llama-cpp-python", "sentence-transformers", "faiss-cpu", "torch",
                  "langchain-text-splitters", "pypdf", "typer", "rich")
@@ -32,7 +32,7 @@ def doctor_report(pipeline) -> dict[str, object]:
         index = pipeline.index()
         report["index"] = index.stats() | {"sample": pipeline.use_sample, "notes": list(index.notes)}
     except RagError as exc:
-        report["index"] = {"path": str(pipeline.index_dir), "error": str(exc)}
+        report["index"] = {"path": shown(pipeline.index_dir), "error": str(exc)}
     if index_exists(pipeline.index_dir):
         checked = verify(pipeline.index_dir)
         report["index"]["integrity"] = checked["generations"]

@@ -19,7 +19,7 @@ from prompt_budget import HistoryPolicy
 from .. import paths
 from ..conversations import Conversations, open_store
 from ..errors import IndexNotFound, engine_errors
-from ..index.generations import current_name, index_exists
+from ..index.location import IndexLocation, index_exists, index_location, live_name, open_index, shown
 from ..index.store import Index
 from ..ingest.embed import Embedder, SentenceTransformerEmbedder
 from ..ingest.library import DocumentLibrary
@@ -32,13 +32,14 @@ KV_DISK_BYTES = 2 << 30
 
 
 class Parts:
-    """What a pipeline over ``index_dir`` is made of, under ``settings``;
-    parts given to the constructor are used as they are."""
+    """What a pipeline over ``index_dir`` (a folder, or a PostgreSQL URL:
+    see ``rag.index.location``) is made of, under ``settings``; parts given
+    to the constructor are used as they are."""
 
     def __init__(
         self,
         settings: Settings,
-        index_dir: Path,
+        index_dir: IndexLocation,
         *,
         use_sample: bool = False,
         embedder: Embedder | None = None,
@@ -49,12 +50,12 @@ class Parts:
         kv_ram_bytes: int = KV_RAM_BYTES,
         notice: Callable[[str], None] = lambda message: None,
     ) -> None:
-        self.settings, self.index_dir, self.use_sample = settings, Path(index_dir), use_sample
+        self.settings, self.index_dir, self.use_sample = settings, index_location(index_dir), use_sample
         self._embedder, self._backend, self._store, self._history = embedder, backend, conversations, history
         self.kv_dir, self.kv_ram_bytes = kv_dir, kv_ram_bytes
         self.notice = notice
         self._index: Index | None = None
-        self._published: str | None = None  # what CURRENT named when the index was opened
+        self._published: str | None = None  # the live generation when the index was opened (CURRENT, or the database's)
         self._queries: QueryCache | None = None
         self._lock = threading.RLock()
 
@@ -113,21 +114,22 @@ class Parts:
         """The live index, opened once per generation; the sample corpus's
         when the pipeline answers from it (indexed on first use). A
         generation published by another process (another front-end's
-        ingest) is opened at the next question: ``CURRENT`` is read each time."""
+        ingest) is opened at the next question: ``CURRENT`` (or a database
+        index's generation number) is read each time."""
         with self._lock:
-            if self._index is not None and not self.use_sample and current_name(self.index_dir) != self._published:
+            if self._index is not None and not self.use_sample and live_name(self.index_dir) != self._published:
                 self._index = None  # not closed: a query already running finishes on it
             if self._index is None:
                 directory = self._sample_index() if self.use_sample else self.index_dir
                 if not index_exists(directory):
                     raise IndexNotFound(
-                        f"no index at {directory}; build one with `rag ingest PATH --index {directory}`"
+                        f"no index at {shown(directory)}; build one with `rag ingest PATH --index {shown(directory)}`"
                     )
-                published = current_name(directory)  # read first: a later publish is then seen as new
-                index = Index.open(directory, embedder=self.embedder.name, dim=self.embedder.dim)
+                published = live_name(directory)  # read first: a later publish is then seen as new
+                index = open_index(directory, embedder=self.embedder.name, dim=self.embedder.dim)
                 for note in index.notes:
-                    self.notice(f"index {directory}: {note}")
-                index.on_note = lambda note: self.notice(f"index {directory}: {note}")
+                    self.notice(f"index {shown(directory)}: {note}")
+                index.on_note = lambda note: self.notice(f"index {shown(directory)}: {note}")
                 self._index, self._published = index, published
             return self._index
 

@@ -28,7 +28,7 @@ from ..conversations import Conversation, ConversationKeeper, Conversations
 from ..conversations.keeper import HistoryMode
 from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
-from ..index.generations import index_exists
+from ..index.location import IndexLocation, folder_of, index_exists, index_location
 from ..index.store import Hit, Index
 from ..ingest.embed import Embedder, GivingWay
 from ..ingest.content import DocumentFile
@@ -77,7 +77,7 @@ class Pipeline:
 
     def __init__(
         self,
-        index_dir: Path,
+        index_dir: IndexLocation,
         *,
         settings: Settings | None = None,
         use_sample: bool = False,
@@ -88,14 +88,14 @@ class Pipeline:
         **parts,
     ) -> None:
         self.settings = settings or Settings.load()
-        self.index_dir = Path(index_dir)
+        self.index_dir = index_location(index_dir)  # a folder, or a PostgreSQL URL (rag.index.location)
         # Where the pipeline says what it does on its own, or what it found wrong.
         self.notice = notice or (lambda message: None)
         self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
         # Ingest gives way to this pipeline's questions (an upload beside a served question).
         self.library = DocumentLibrary(self.index_dir, lambda: GivingWay(self.embedder, self.keeper.answering),
-                                       self.parts.index_changed)
+                                       self.parts.index_changed, uploads_dir=self._uploads_dir())
         # The engine's cost model (see EngineDesk).
         self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
@@ -114,8 +114,9 @@ class Pipeline:
         prepare: bool = False,
         **options,
     ) -> "Pipeline":
-        """A pipeline over ``index_dir`` (default: the settings' index,
-        ``$RAG_INDEX``, else the per-user index) answering with the GGUF
+        """A pipeline over ``index_dir`` (a folder or a ``postgresql://``
+        URL; default: the settings' index, ``$RAG_INDEX``, else the per-user
+        index) answering with the GGUF
         ``model`` (default: the settings', else the bundled
         SmolLM2-135M-Instruct).
 
@@ -129,7 +130,7 @@ class Pipeline:
         if model is not None:
             settings = settings.model_copy(update={"model": Path(model).expanduser()})
         if index_dir is not None:
-            pipeline = cls(Path(index_dir).expanduser(), settings=settings, **options)
+            pipeline = cls(index_location(index_dir), settings=settings, **options)
         else:
             default = settings.index_folder
             pipeline = cls(default, settings=settings, use_sample=settings.index is None and not index_exists(default),
@@ -137,6 +138,19 @@ class Pipeline:
         if prepare:
             pipeline.prepare(need_index=False)
         return pipeline
+
+    def _uploads_dir(self) -> Path | None:
+        """Where this front-end keeps uploads to a database index (under its
+        data folder, one folder per database); None for a folder index,
+        whose uploads lie beside it."""
+        if folder_of(self.index_dir) is not None:
+            return None
+        import hashlib
+
+        from ..index.location import shown
+
+        tag = hashlib.sha256(shown(self.index_dir).encode("utf-8")).hexdigest()[:12]
+        return self.settings.data_folder / f"index-{tag}-uploads"
 
     # -- the parts -------------------------------------------------------------
 

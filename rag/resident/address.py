@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import RagError
-from ..index.generations import index_exists
+from ..index.location import folder_of, index_exists
 from ..settings import Settings
 
 PROTOCOL = 1  # bumped whenever what a client and a server say to each other changes
@@ -58,7 +58,7 @@ def server_settings(settings: Settings) -> Settings:
     shell: every folder absolute and explicit, the model file absolute, and
     the values each request carries at their defaults."""
     resolved = {
-        "index": settings.index.resolve() if settings.index else None,
+        "index": _resolved_index(settings.index),
         "model": _model(settings.model),
         "data_dir": settings.data_folder.resolve(),
         "cache_dir": settings.cache_folder.resolve(),
@@ -66,6 +66,12 @@ def server_settings(settings: Settings) -> Settings:
         "runtime_dir": settings.runtime_folder.resolve(),
     }
     return settings.model_copy(update=resolved | PER_REQUEST)
+
+
+def _resolved_index(index):
+    """An index folder made absolute; a database URL (or None) as it is."""
+    folder = folder_of(index) if index is not None else None
+    return folder.resolve() if folder is not None else index
 
 
 def settings_key(settings: Settings) -> str:

@@ -40,7 +40,7 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI, Request
 
 from ..errors import RagError
-from ..index.generations import current_name
+from ..index.location import live_name, shown
 from ..qa.pipeline import Pipeline
 from ..service import ServiceSettings, create_app
 from ..settings import Settings
@@ -100,12 +100,12 @@ class Tracked:
 
     def __init__(self, app, life: Life, pipeline: Pipeline) -> None:
         self.app, self.life, self.pipeline = app, life, pipeline
-        self.seen_generation = None if pipeline.use_sample else current_name(pipeline.index_dir)
+        self.seen_generation = None if pipeline.use_sample else live_name(pipeline.index_dir)
 
     def _follow_index(self) -> None:
         if self.pipeline.use_sample:
             return
-        live = current_name(self.pipeline.index_dir)
+        live = live_name(self.pipeline.index_dir)
         if live != self.seen_generation:
             self.seen_generation = live
             self.pipeline.parts.index_changed()
@@ -149,7 +149,7 @@ async def status(request: Request) -> dict:
         "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),
         "log": str(life.address.log), "started_at": life.started_at, "uptime_s": time.time() - life.started_at,
         "requests": life.requests, "in_flight": life.in_flight, "idle_s": life.idle_for(),
-        "idle_timeout_s": life.idle_timeout_s, "stopping": life.stopping, "index": str(pipeline.index_dir),
+        "idle_timeout_s": life.idle_timeout_s, "stopping": life.stopping, "index": shown(pipeline.index_dir),
         "sample": pipeline.use_sample,
         "model": str(pipeline.settings.model) if pipeline.settings.model else None,
         "engine": backend.name if backend is not None else None, "notes": list(life.notes),

@@ -19,7 +19,7 @@ from typing import Awaitable, Callable, Iterator
 
 from fastapi.responses import Response
 
-from ..index.generations import index_exists
+from ..index.location import index_exists
 from ..qa.pipeline import Pipeline
 from .errors import error
 
