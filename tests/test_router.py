@@ -207,8 +207,43 @@ def test_over_http_a_worker_killed_mid_answer_ends_the_stream_with_an_error_and_
             assert r.status_code == 200, r.text
             assert r.json()["answer"] is not None
         pipeline.close()
+        backend.close()
     finally:
         if server is not None:
             server.stop()
         doomed.stop()
         other.stop()
+
+
+HOLD_A_ROUTER = """
+import sys, time
+from engine.remote.router import RouterProcess
+router = RouterProcess(sys.argv[1:])
+print(router.process.pid, flush=True)
+if router.process.poll() is None:
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "SIGKILL"])
+def test_a_router_started_for_a_process_ends_with_it_even_one_killed(workers, end):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = HOLD_A_ROUTER if end == "SIGKILL" else HOLD_A_ROUTER.replace("time.sleep(600)", "pass")
+    holder = subprocess.Popen([sys.executable, "-c", script, *(w.url for w in workers)], stdout=subprocess.PIPE,
+                              text=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    router_pid = int(holder.stdout.readline())
+    if end == "SIGKILL":
+        holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=60)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and Path(f"/proc/{router_pid}").exists() and \
+            Path(f"/proc/{router_pid}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.1)
+    alive = Path(f"/proc/{router_pid}").exists() and Path(f"/proc/{router_pid}/stat").read_text().split()[2] != "Z"
+    assert not alive, f"the router (pid {router_pid}) outlived the process that started it ({end})"

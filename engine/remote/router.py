@@ -18,7 +18,10 @@ the router: it runs unchanged, with the flags below.
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
+import queue
 import shlex
 import shutil
 import signal
@@ -26,7 +29,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -84,6 +89,59 @@ def how_to_start(urls: Sequence[str], policy: str = DEFAULT_POLICY) -> str:
             f"({command}) and give its address: --engine-url http://127.0.0.1:8090")
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when the thread that started it ends
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec: one plain libc call
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class _Spawner:
+    """Starts child processes from one thread that lives as long as this
+    process, each told to end when that thread ends (``PR_SET_PDEATHSIG``
+    is tied to the starting thread, not the process): a router started for
+    a rag process ends with it, even one killed with SIGKILL."""
+
+    def __init__(self) -> None:
+        self._asks: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, command: list[str], **kwargs) -> subprocess.Popen:
+        """``subprocess.Popen(command, **kwargs)``, started from the spawner's thread."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="rag-router-spawner", daemon=True)
+                self._thread.start()
+        answer: queue.Queue = queue.Queue(maxsize=1)
+        self._asks.put((command, kwargs, answer))
+        started = answer.get()
+        if isinstance(started, BaseException):
+            raise started
+        return started
+
+    def _serve(self) -> None:
+        while True:
+            command, kwargs, answer = self._asks.get()
+            try:
+                answer.put(subprocess.Popen(command, preexec_fn=_die_with_parent, **kwargs))
+            except BaseException as exc:  # handed to the caller, who raises it
+                answer.put(exc)
+
+
+_SPAWNER = _Spawner()
+_RUNNING: "weakref.WeakSet[RouterProcess]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running() -> None:
+    """Routers still running when Python exits are stopped in order."""
+    for router in list(_RUNNING):
+        router.stop()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,9 +171,11 @@ class RouterProcess:
             log = Path(name)
         self.log_path = log
         self._log = open(self.log_path, "ab")
-        # Its own session: a Ctrl-C in the terminal reaches rag, which stops the router in order.
-        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        # Its own session: a Ctrl-C in the terminal reaches rag, which stops the router in order
+        # (at close, or at exit); a rag process killed outright takes it along (_Spawner).
+        self.process = _SPAWNER.popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+        _RUNNING.add(self)
         try:
             self._wait_ready(timeout_s)
         except BaseException:
@@ -160,6 +220,7 @@ class RouterProcess:
     def stop(self, keep_log: bool = False) -> None:
         """Stop the router (SIGTERM, then SIGKILL after 10 s); its temporary
         log goes unless ``keep_log`` or it had failed."""
+        _RUNNING.discard(self)
         failed = self.process.poll() not in (None, 0, -signal.SIGTERM)
         if self.process.poll() is None:
             self.process.terminate()
