@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -165,6 +166,89 @@ def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_t
             assert busy.status_code == 409 and busy.headers["retry-after"]
         finally:
             release(holder)
+    finally:
+        for front in fronts:
+            front.stop()
+        for engine in engines:
+            engine.stop()
+
+
+def _upload_until_taken(url: str, name: str, data: bytes) -> httpx.Response:
+    """Upload ``name`` as the page does: a 409 (another front-end is writing) is tried again after Retry-After."""
+    for _ in range(30):
+        r = httpx.post(f"{url}/v1/documents", files={"file": (name, data)}, timeout=300)
+        if r.status_code != 409:
+            return r
+        time.sleep(float(r.headers.get("retry-after", "1")))
+    return r
+
+
+@pytest.mark.model
+def test_two_front_ends_ingest_into_one_postgres_index_while_both_answer_through_the_router(
+        tmp_path_factory, embedder, pgvector_url, tmp_path):
+    import psycopg
+
+    from engine.models import default_model_path
+    from engine.remote.backend import RemoteBackend
+    from engine.remote.router import RouterProcess
+    from tests.llama_server import LlamaServer
+
+    engines = [LlamaServer(default_model_path(), n_ctx=4096, slots=2, threads=1,
+                           log=tmp_path_factory.mktemp(f"pg-fe-{n}") / "log") for n in "ab"]
+    urls = ",".join(e.url for e in engines)
+    cache = tmp_path / "cache"
+    router = RouterProcess(urls.split(","))
+    remote = RemoteBackend(router.url, owned=router)
+    setup = Pipeline(pgvector_url, embedder=embedder, backend=remote, profile_dir=cache / "profiles",
+                     conversations=tmp_path / "setup.sqlite")
+    setup.ingest([write_corpus(tmp_path / "corpus")])
+    setup.calibrate(quick=True)
+    setup.close()
+    remote.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {
+        "PYTHONPATH": str(ROOT), "RAG_INDEX": pgvector_url, "RAG_CACHE_DIR": str(cache), "RAG_ENGINE_URL": urls,
+        "RAG_SERVE_RATE_LIMIT_PER_MINUTE": "0"}
+    fronts = [FrontEnd(env | {"RAG_DATA_DIR": str(tmp_path / f"data-{n}")}, tmp_path / f"serve-{n}.log") for n in "ab"]
+    animals = ["llamas", "alpacas", "vicunas", "guanacos", "camels", "yaks"]
+    uploads = {f"{animal}-{n}.md": f"Woolly {animal} of front-end {n} graze in the high Andes at dawn.\n".encode()
+               for n in (0, 1) for animal in animals}
+    try:
+        for front in fronts:
+            front.wait_ready()
+
+        def upload(n: int) -> list[int]:
+            return [_upload_until_taken(fronts[n].url, name, data).status_code
+                    for name, data in uploads.items() if name.endswith(f"-{n}.md")]
+
+        def ask(n: int) -> list[str]:
+            return [fronts[n].ask(q, f"s{n}")["answer"] for q in ("What is prefill?", "What is decode?", "Why?")]
+
+        with ThreadPoolExecutor(4) as pool:  # both ingest while both answer
+            uploaded = [pool.submit(upload, n) for n in (0, 1)]
+            answered = [pool.submit(ask, n) for n in (0, 1)]
+            statuses = [code for f in uploaded for code in f.result()]
+            answers = [a for f in answered for a in f.result()]
+        assert statuses == [200] * len(uploads)
+        assert len(answers) == 6 and all(a is not None for a in answers)
+        # Both front-ends list every document, the other's uploads included.
+        listed = [{d["source"] for d in httpx.get(f"{f.url}/v1/documents", timeout=60).json()["documents"]}
+                  for f in fronts]
+        assert listed[0] == listed[1] and set(uploads) <= listed[0]
+        # In the database: each upload once, its chunks once each, and the counts agree.
+        with psycopg.connect(pgvector_url) as db:
+            files = db.execute("SELECT source, count(*) FROM rag_index.files GROUP BY source").fetchall()
+            assert all(count == 1 for _, count in files) and set(uploads) <= {s for s, _ in files}
+            doubled = db.execute("SELECT file_id, position FROM rag_index.chunks GROUP BY file_id, position "
+                                 "HAVING count(*) > 1").fetchall()
+            assert doubled == []
+            expected, stored = db.execute("SELECT (SELECT sum(n_chunks) FROM rag_index.files), "
+                                          "(SELECT count(*) FROM rag_index.chunks)").fetchone()
+            assert expected == stored
+        # And each answers from the other's upload.
+        r = httpx.post(f"{fronts[1].url}/v1/ask", timeout=300, json={
+            "question": "Where do the yaks of front-end 0 graze?", "max_tokens": 8, "target_ttft_s": 60,
+            "scope": {"sources": ["yaks-0.md"]}})
+        assert r.status_code == 200 and [s["source"] for s in r.json()["sources"]] == ["yaks-0.md"]
     finally:
         for front in fronts:
             front.stop()
