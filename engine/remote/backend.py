@@ -8,7 +8,8 @@ chat form of ``/tokenize`` (vLLM); token counts through the server's
 llama-server's ``timings`` (``prompt_n``, ``prompt_ms``, ``cache_n``,
 ``predicted_n``, ``predicted_ms``) or, failing that, OpenAI-style
 ``usage.prompt_tokens_details.cached_tokens`` (vLLM with
-``--enable-prompt-tokens-details``). Where a server reports no prefill time,
+``--enable-prompt-tokens-details``) and vLLM's per-request ``metrics``
+(``--enable-per-request-metrics``). Where a server reports no prefill time,
 the time to the first streamed token stands in for it, so the budgeter still
 learns from every answer.
 
@@ -50,6 +51,43 @@ DEFAULT_TIMEOUT_S = 600.0
 # takes it out (--health-check-interval-secs 2 x --health-failure-threshold 1, see router.py).
 GATEWAY_ERRORS = (502, 503)
 GATEWAY_RETRY_S = 8.0
+
+
+def response_timings(n: int, reported: dict, usage: dict, metrics: dict, ttft: float, total: float,
+                     pieces: int) -> Timings:
+    """The timings of an answer to an ``n``-token prompt from the figures its
+    response carried: llama-server's ``timings`` first; else OpenAI ``usage``
+    (cached tokens: vLLM with ``--enable-prompt-tokens-details``) with
+    vLLM's per-request ``metrics`` (``--enable-per-request-metrics``: queue,
+    first-token and generation times, ms); else the client's own clock,
+    ``ttft`` and ``total`` seconds, standing in for them."""
+    if "prompt_n" in reported:
+        prefill = min(int(reported["prompt_n"]), n)
+        cached = int(reported.get("cache_n", n - prefill))
+        if cached + prefill != n:  # counts that disagree: what it evaluated wins
+            cached = n - prefill
+        return Timings(
+            prompt_tokens=n, cached_tokens=cached, prefill_tokens=prefill, ttft_s=ttft,
+            prefill_s=float(reported.get("prompt_ms", 0.0)) / 1000.0,
+            decode_tokens=int(reported.get("predicted_n", pieces)),
+            decode_s=float(reported.get("predicted_ms", 0.0)) / 1000.0, total_s=total,
+        )
+    details = usage.get("prompt_tokens_details") or {}
+    cached = min(int(details.get("cached_tokens") or 0), n)
+    decoded = int(usage.get("completion_tokens") or pieces)
+    if metrics.get("time_to_first_token_ms") is not None:
+        # vLLM's own clock: the first token's time from scheduling (the prefill), the queue before it.
+        return Timings(
+            prompt_tokens=n, cached_tokens=cached, prefill_tokens=n - cached, ttft_s=ttft,
+            prefill_s=float(metrics["time_to_first_token_ms"]) / 1000.0, decode_tokens=decoded,
+            decode_s=float(metrics.get("generation_time_ms") or 0.0) / 1000.0, total_s=total,
+            queue_s=float(metrics.get("queue_time_ms") or 0.0) / 1000.0,
+        )
+    # No engine counters: the first token's wait is the prefill, the rest decode.
+    return Timings(
+        prompt_tokens=n, cached_tokens=cached, prefill_tokens=n - cached, ttft_s=ttft,
+        prefill_s=ttft, decode_tokens=decoded, decode_s=max(total - ttft, 0.0), total_s=total,
+    )
 
 
 class RemoteBackend:
@@ -239,6 +277,7 @@ class RemoteBackend:
         pieces = 0
         reported: dict = {}
         usage: dict = {}
+        metrics: dict = {}
         try:
             body = self._body(tokens, max_tokens, temperature, stop)
             with self._http.stream("POST", "/v1/completions", json=body) as response:
@@ -262,6 +301,7 @@ class RemoteBackend:
                         raise EngineUnreachable(f"{self.base_url}: the engine server failed: {event['error']}")
                     reported = event.get("timings") or reported
                     usage = event.get("usage") or usage
+                    metrics = event.get("metrics") or metrics  # vLLM's --enable-per-request-metrics
                     for choice in event.get("choices") or []:
                         text = choice.get("text") or ""
                         if text:
@@ -274,32 +314,8 @@ class RemoteBackend:
         total = time.perf_counter() - started
         with self._lock:
             self._recent.append(tokens)
-        return self._timings(tokens, reported, usage, ttft if ttft is not None else total, total, pieces)
-
-    def _timings(self, tokens: list[int], reported: dict, usage: dict, ttft: float, total: float,
-                 pieces: int) -> Timings:
-        """Timings from the server's figures: llama-server's ``timings`` first,
-        then OpenAI ``usage``, then the client's clock."""
-        n = len(tokens)
-        if "prompt_n" in reported:
-            prefill = min(int(reported["prompt_n"]), n)
-            cached = int(reported.get("cache_n", n - prefill))
-            if cached + prefill != n:  # counts that disagree: what it evaluated wins
-                cached = n - prefill
-            return Timings(
-                prompt_tokens=n, cached_tokens=cached, prefill_tokens=prefill, ttft_s=ttft,
-                prefill_s=float(reported.get("prompt_ms", 0.0)) / 1000.0,
-                decode_tokens=int(reported.get("predicted_n", pieces)),
-                decode_s=float(reported.get("predicted_ms", 0.0)) / 1000.0, total_s=total,
-            )
-        details = usage.get("prompt_tokens_details") or {}
-        cached = min(int(details.get("cached_tokens") or 0), n)
-        decoded = int(usage.get("completion_tokens") or pieces)
-        # No engine counters: the first token's wait is the prefill, the rest decode.
-        return Timings(
-            prompt_tokens=n, cached_tokens=cached, prefill_tokens=n - cached, ttft_s=ttft,
-            prefill_s=ttft, decode_tokens=decoded, decode_s=max(total - ttft, 0.0), total_s=total,
-        )
+        return response_timings(len(tokens), reported, usage, metrics, ttft if ttft is not None else total, total,
+                                pieces)
 
     def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
         """Have the server evaluate ``tokens`` (one answer token, discarded),
