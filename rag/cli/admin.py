@@ -74,7 +74,7 @@ def serve(
         run_service(command_pipeline(settings(index=index, model=model)), service_settings)
 
 
-DOCTOR_ENGINE_KEYS = ("engine", "url", "build", "gpu_offload_supported", "device", "gpus", "n_gpu_layers",
+DOCTOR_ENGINE_KEYS = ("engine", "url", "router", "workers", "build", "gpu_offload_supported", "device", "gpus", "n_gpu_layers",
                       "offloaded_layers", "flash_attn", "kv_type", "kv_cache_bytes", "model_path", "model_bytes",
                       "n_ctx", "n_threads", "n_batch", "built_cpu_features", "extra_buffer_types",
                       "extra_buffer_types_why")
@@ -106,6 +106,8 @@ def doctor(
         value = engine[key]
         if key in ("model_bytes", "kv_cache_bytes") and isinstance(value, int):
             value = f"{value / 1e6:.1f} MB"
+        elif key == "workers":
+            value = ", ".join(value)
         elif key == "gpus":
             value = "; ".join(f"{g['name']}, {g['free_bytes'] / 2**30:.1f} of {g['total_bytes'] / 2**30:.1f} GiB free"
                               for g in value) or "none found (no nvidia-smi)"
