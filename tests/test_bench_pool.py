@@ -29,9 +29,10 @@ def test_bench_serve_through_the_router_with_one_worker_killed(run, corpus, tmp_
     assert set(summary["cached_share"]) == {"cache_aware", "round_robin"}
     for run_ in summary["runs"]:
         mine = [r for r in bench["rows"] if r["policy"] == run_["policy"]]
-        assert len(mine) == run_["questions"] == 4  # 2 clients x 2 turns, each once
+        assert len(mine) == run_["requests"] and run_["questions"] == 4  # 2 clients x 2 turns
         assert {(r["client"], r["turn"]) for r in mine} == {(0, 1), (0, 2), (1, 1), (1, 2)}
-        assert run_["router"] == "vllm-router" and run_["served"] + run_["lost"] + run_["rejected_429"] == 4
+        assert run_["router"] == "vllm-router" and run_["answered"] + run_["lost"] + run_["given_up"] == 4
+        assert run_["served"] + run_["lost"] + run_["rejected_429"] == len(mine)  # each ask told one way
         assert run_["cached_share"] is None or 0 <= run_["cached_share"] <= 1
         assert len(run_["workers"]) == 2 and sum(run_["requests_per_worker"].values()) >= run_["served"]
         kill = run_["kill"]

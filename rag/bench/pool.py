@@ -7,12 +7,15 @@ Each client holds a conversation of its own (a session: every prompt
 begins with the one before, so where a turn is routed decides what is
 cached) and asks its turns as streamed ``/v1/ask`` requests, one after
 another (closed loop, :func:`rag.bench.serve.run_clients`); client ``c``
-asks the bundled conversation ``c`` modulo their number. TTFT is measured
-by the client, beside the service's own figure and its prediction.
+asks the bundled conversation ``c`` modulo their number. A turn refused
+with a 429 is asked again after its Retry-After (at most 5 asks), so a
+conversation goes on from its answers. TTFT is measured by the client,
+beside the service's own figure and its prediction.
 
-Per policy: the router (name, version, policy), questions served, lost (no
-final answer; 429s are counted apart) and told by an error; client-side
-TTFT percentiles against the target; the cached share of prompt tokens,
+Per policy: the router (name, version, policy); asks served and refused,
+as ``rag bench serve`` counts requests; questions answered, lost (no final
+answer) and told by an error; client-side TTFT percentiles against the
+target; the cached share of prompt tokens,
 from each answer's cost figures; the budget's prediction error and
 adherence (as ``rag bench serve`` reports them for one engine); and per
 worker, from the worker itself, the requests it started (its log) and
@@ -57,6 +60,7 @@ from .stats import percentile
 DEFAULT_POLICIES = ("cache_aware", "round_robin")
 ENGINE_SLOT_CTX = 4096
 MIN_SLOTS = 2  # a conversation's fold, in the background, needs a slot beside the questions
+MAX_ASKS = 5  # a turn refused (429) this many times is given up and the conversation goes on
 # A line llama-server logs (at its default verbosity) each time a slot takes a request.
 STARTED = re.compile(r"launch_slot_: .*processing task")
 COUNTERS = {"prompt_tokens": "llamacpp:prompt_tokens_total", "cached_tokens": "llamacpp:prompt_tokens_cached_total",
@@ -130,35 +134,38 @@ def worker_reading(worker: Worker) -> dict[str, float]:
 
 class Conversations:
     """The clients' work: client ``c`` asks ``turns`` turns of conversation
-    ``c`` modulo their number in its own session, and just before the first
-    client asks turn ``kill_at`` (if given), ``kill()`` is called once and
-    the instant noted (``killed_at``, a perf_counter instant)."""
+    ``c`` modulo their number in its own session. A turn refused with a 429
+    is asked again (after its Retry-After), at most :data:`MAX_ASKS` times
+    in all, as a person would ask again: a conversation goes on from its
+    answers. Just before the first client first asks turn ``kill_at`` (if
+    given), ``kill()`` is called, once, and what it returns kept
+    (``kill``)."""
 
     def __init__(self, conversations: Sequence[Sequence[str]], turns: int, body: dict, session_prefix: str,
                  kill_at: int | None, kill: Callable[[], dict]) -> None:
         self.conversations, self.turns, self.body = conversations, turns, body
         self.session_prefix, self.kill_at, self._kill = session_prefix, kill_at, kill
-        self._asked: dict[int, int] = {}
         self._lock = threading.Lock()
-        self.killed_at: float | None = None
         self.kill: dict | None = None
 
-    def next_request(self, client: int) -> tuple[dict, dict] | None:
-        """The body and tags of ``client``'s next turn (None when it has
-        asked them all), killing a worker first where that turn is due."""
-        turn = self._asked.get(client, 0) + 1
+    def next_request(self, client: int, last: dict | None) -> tuple[dict, dict] | None:
+        """The body and tags of ``client``'s next question after ``last``
+        (its previous row; None: none yet), or None when it has asked all
+        its turns; a worker is killed first where that turn is due."""
+        turn, attempt = 1, 1
+        if last is not None:
+            again = last["status"] == 429 and last["attempt"] < MAX_ASKS
+            turn, attempt = (last["turn"], last["attempt"] + 1) if again else (last["turn"] + 1, 1)
         if turn > self.turns:
             return None
-        self._asked[client] = turn
         if turn == self.kill_at:
             with self._lock:
                 if self.kill is None:
                     self.kill = self._kill()
-                    self.killed_at = time.perf_counter()
         conversation = client % len(self.conversations)
         body = self.body | {"question": self.conversations[conversation][turn - 1],
                             "session": f"{self.session_prefix}-{client}"}
-        return body, {"conversation": conversation, "turn": turn}
+        return body, {"conversation": conversation, "turn": turn, "attempt": attempt}
 
 
 def bench_router(
@@ -203,6 +210,7 @@ def bench_router(
         "summary": {
             "router": f"vllm-router {version}",
             "served_share": {p: by[p]["served_share"] for p in by},
+            "answered_share": {p: by[p]["answered_share"] for p in by},
             "lost": {p: by[p]["lost"] for p in by},
             "p95_ttft_s": {p: by[p]["p95_ttft_s"] for p in by},
             "p95_over_target": {p: by[p]["p95_over_target"] for p in by},
@@ -246,7 +254,8 @@ def _one_policy(start_workers, start_router, serve, conversations, policy: str, 
     rows = [r | {"policy": policy} for r in rows]
     summary = policy_summary(rows, wall, clients, target_ttft, workers, before, after, kill)
     if progress:
-        progress(f"{policy}: {summary['served']} of {summary['questions']} served, {summary['lost']} lost")
+        progress(f"{policy}: {summary['answered']} of {summary['questions']} questions answered "
+                 f"({summary['rejected_429']} asks refused), {summary['lost']} lost")
     return rows, {"policy": policy} | summary
 
 
@@ -263,9 +272,10 @@ def _ask(url: str, workers: list[Worker], conversations, policy: str, clients: i
         victim = max(workers, key=lambda w: started[w.url])  # the first of those tied
         reading = worker_reading(victim)
         after[victim.url] = reading
+        at = time.perf_counter()  # before it dies: what ends from here on ended with it
         victim.kill()
         return {"worker": victim.url, "chosen_by": "most requests started since the run began (its log)",
-                "requests_started": started,
+                "requests_started": started, "at_s": round(at - origin, 4),
                 "in_flight_on_it": int(reading.get("processing", 0) + reading.get("deferred", 0))}
 
     body = {"max_tokens": max_tokens, "target_ttft_s": target_ttft, "stream": True}
@@ -275,9 +285,7 @@ def _ask(url: str, workers: list[Worker], conversations, policy: str, clients: i
     rows, wall = run_clients(url, clients, work.next_request, origin=origin)
     for w in workers:
         after.setdefault(w.url, worker_reading(w))
-    killed = None
-    if work.kill is not None:
-        killed = work.kill | {"before_turn": kill_at, "at_s": round(work.killed_at - origin, 4)}
+    killed = work.kill | {"before_turn": kill_at} if work.kill is not None else None
     return sorted(rows, key=lambda r: r["sent_s"]), wall, killed, before, after
 
 
@@ -345,12 +353,34 @@ def worker_figures(workers: list[Worker], before: dict, after: dict) -> list[dic
     return figures
 
 
+def question_figures(rows: Sequence[dict]) -> dict[str, object]:
+    """Per question (a client's turn, however often it was asked): how many
+    there were, answered (at the first ask, or at all), lost, given up
+    after :data:`MAX_ASKS` refusals, and the wait from its first ask to its
+    answer's first text (the person's wait, refusals included)."""
+    asks: dict[tuple[int, int], list[dict]] = {}
+    for r in rows:
+        asks.setdefault((r["client"], r["turn"]), []).append(r)
+    answered = {key: next(r for r in mine if r["status"] == 200) for key, mine in asks.items()
+                if any(r["status"] == 200 for r in mine)}
+    waits = [a["sent_s"] + float(a["ttft_s"]) - min(r["sent_s"] for r in asks[key]) for key, a in answered.items()]
+    return {
+        "questions": len(asks), "answered": len(answered),
+        "answered_share": round(len(answered) / len(asks), 3) if asks else 0.0,
+        "answered_first_ask": sum(1 for a in answered.values() if a["attempt"] == 1),
+        "given_up": sum(1 for mine in asks.values() if all(r["status"] == 429 for r in mine)),
+        "p95_wait_to_first_text_s": percentile(waits, 0.95),
+    }
+
+
 def policy_summary(rows: list[dict], wall: float, clients: int, target_ttft: float, workers: list[Worker],
                    before: dict, after: dict, kill: dict | None) -> dict[str, object]:
-    """One policy's figures: ``rag bench serve``'s run summary (client-side
-    TTFT, goodput, prediction error, adherence), questions lost and told,
-    the share within 1.2 x target, the cached shares (answers' and
-    workers'), per-worker figures and the kill's."""
+    """One policy's figures. Over requests (each ask), as ``rag bench
+    serve`` counts them: served and refused, client-side TTFT against the
+    target, goodput, the budget's prediction error and adherence. Over
+    questions (:func:`question_figures`): answered, lost (no final answer)
+    and told by an error, given up. The cached shares (answers' and
+    workers'), per-worker figures, and the kill's."""
     served = [r for r in rows if r["status"] == 200]
     base = summarise_run(rows, wall, clients, "router", target_ttft)
     per_worker = worker_figures(workers, before, after)
@@ -359,9 +389,10 @@ def policy_summary(rows: list[dict], wall: float, clients: int, target_ttft: flo
     lost = [r for r in rows if is_lost(r)]
     p95 = base["p95_ttft_s"]
     return {
-        "questions": len(rows), "served": base["served"], "served_share": base["served_share"],
+        "requests": len(rows), "served": base["served"], "served_share": base["served_share"],
+        "rejected_429": base["rejected_429"], **question_figures(rows),
         "lost": len(lost), "errors": sum(1 for r in lost if is_told(r)),
-        "lost_silently": sum(1 for r in lost if not is_told(r)), "rejected_429": base["rejected_429"],
+        "lost_silently": sum(1 for r in lost if not is_told(r)),
         "p50_ttft_s": base["p50_ttft_s"], "p95_ttft_s": p95,
         "p95_over_target": round(p95 / target_ttft, 3) if p95 is not None else None,
         "within_1_2_target_share": round(sum(1 for r in served if float(r["ttft_s"]) <= GOOD_FACTOR * target_ttft)

@@ -151,23 +151,26 @@ def _answer_figures(answer: dict | None) -> dict[str, object]:
             "cached_tokens": timings.get("cached_tokens"), "prefill_tokens": timings.get("prefill_tokens")}
 
 
-def run_clients(url: str, clients: int, next_request: Callable[[int], tuple[dict, dict] | None], *,
+def run_clients(url: str, clients: int, next_request: Callable[[int, dict | None], tuple[dict, dict] | None], *,
                 origin: float | None = None) -> tuple[list[dict], float]:
     """``clients`` closed-loop clients against ``url``: client ``c`` sends
-    the streamed ``/v1/ask`` body of ``next_request(c)`` (called just before
-    it is sent) as soon as its previous answer is out, until that gives
-    None. Each row: :func:`ask_streamed`'s outcome, the answer's figures,
-    the tags given beside the body, and when it was sent and done (seconds
-    from ``origin``, a perf_counter instant; default: when the clients
-    start). Returns the rows and the wall time."""
+    the streamed ``/v1/ask`` body of ``next_request(c, its last row or
+    None)`` (called just before it is sent) as soon as its previous answer
+    is out (after a 429, once its Retry-After, at most
+    :data:`RETRY_WAIT_CAP_S`, has passed), until that gives None. Each
+    row: :func:`ask_streamed`'s outcome, the answer's figures, the tags
+    given beside the body, and when it was sent and done (seconds from
+    ``origin``, a perf_counter instant; default: when the clients start).
+    Returns the rows and the wall time."""
     results: list[dict[str, object]] = []
     lock = threading.Lock()
     started = time.perf_counter() if origin is None else origin
 
     def client(number: int) -> None:
+        row = None
         with httpx.Client(base_url=url, timeout=300) as http:
             while True:
-                request = next_request(number)
+                request = next_request(number, row)
                 if request is None:
                     return
                 body, tags = request
@@ -195,7 +198,7 @@ def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: 
     lock = threading.Lock()
     counter = iter(range(requests))
 
-    def next_request(number: int) -> tuple[dict, dict] | None:
+    def next_request(number: int, last: dict | None) -> tuple[dict, dict] | None:
         with lock:
             i = next(counter, None)
         return None if i is None else (body | {"question": questions[i % len(questions)]}, {})

@@ -27,14 +27,14 @@ def _title(result: dict) -> str:
 def print_pool(result: dict) -> None:
     """The bench through the router as a table, one row per policy."""
     table = Table(title=_title(result), title_justify="left")
-    columns = ("policy", "served", "lost", "errors", "429s", "p50 TTFT s", "p95 TTFT s", "p95/target",
+    columns = ("policy", "answered", "served asks", "429s", "lost", "errors", "p50 TTFT s", "p95 TTFT s", "p95/target",
                "within 1.2x", "cached share", "cached (workers)", "pred err p50/p95", "adherence p95", "per worker")
     for column in columns:
         table.add_column(column, justify="left" if column in ("policy", "per worker") else "right")
     for r in result["summary"]["runs"]:
         within = r["within_1_2_target_share"]
-        table.add_row(r["policy"], f"{r['served']}/{r['questions']}", str(r["lost"]), str(r["errors"]),
-                      str(r["rejected_429"]), _num(r["p50_ttft_s"]), _num(r["p95_ttft_s"]), _num(r["p95_over_target"]),
+        table.add_row(r["policy"], f"{r['answered']}/{r['questions']}", f"{r['served_share'] * 100:.0f}%",
+                      str(r["rejected_429"]), str(r["lost"]), str(r["errors"]), _num(r["p50_ttft_s"]), _num(r["p95_ttft_s"]), _num(r["p95_over_target"]),
                       "-" if within is None else f"{within * 100:.0f}%", _num(r["cached_share"], 3),
                       _num(r["cached_share_workers"], 3),
                       "-" if r["pred_err_p50"] is None else f"{r['pred_err_p50'] * 100:.0f}/{r['pred_err_p95'] * 100:.0f}%",
