@@ -3,6 +3,9 @@
 Every mode answers the same questions from the same index in one run; the
 query vectors are computed once (the query cache), so the latency columns
 compare the searches themselves, and the embedding time is reported apart.
+With ``store`` (a ``postgresql://`` URL of a database with pgvector), the
+folder index is copied into the PostgreSQL index store there (its vectors as
+they are: nothing embedded again) and every system runs on both, side by side.
 
 :func:`run` is the whole of ``rag bench retrieval``: the corpus indexed,
 then every question searched.
@@ -40,10 +43,12 @@ def bench_retrieval(
     *,
     rrf_ks: Sequence[int] = (RRF_K,),
     progress: Callable[[int, int], None] | None = None,
+    index=None,
 ) -> dict[str, object]:
     """recall@k for each k and MRR of every system over ``questions``; the
-    summary's top level is the pipeline's default retrieval."""
-    index = pipeline.index()
+    summary's top level is the pipeline's default retrieval. ``index``: an
+    open index to search instead of the pipeline's (another store of the same chunks)."""
+    index = index if index is not None else pipeline.index()
     cache = pipeline.parts.query_cache
     embed_s = []
     for q in questions:  # cold: each question embedded once, timed
@@ -101,13 +106,34 @@ def bench_retrieval(
 
 
 def run(h: Harness, corpus: Path, questions: Path, ks: Sequence[int], *, rrf_ks: Sequence[int] = (RRF_K,),
-        index: Optional[Path] = None, include: Sequence[str] = ()) -> dict[str, object]:
+        index: Optional[Path] = None, include: Sequence[str] = (), store: Optional[str] = None) -> dict[str, object]:
     """``rag bench retrieval``: ``corpus`` indexed, then every question of
-    ``questions`` searched by each system (:func:`bench_retrieval`)."""
+    ``questions`` searched by each system (:func:`bench_retrieval`); with
+    ``store``, on the PostgreSQL copy of the index too, its figures under
+    ``summary["pgvector"]`` (FAISS's stay where they were)."""
     qs = parts.questions_of(questions)
     pipeline = parts.bench_pipeline(h, corpus, include, index, None)
     with h.counting("searching") as update:
-        return bench_retrieval(pipeline, qs, ks, rrf_ks=rrf_ks, progress=update)
+        result = bench_retrieval(pipeline, qs, ks, rrf_ks=rrf_ks, progress=update)
+    if store is not None:
+        from ..index.postgres import PostgresIndex, copy_index, redacted
+
+        folder = pipeline.index()
+        with h.status("copying the index into PostgreSQL"):
+            copy_index(folder, store)
+        other = PostgresIndex.open(store, embedder=folder.manifest.embedder, dim=folder.manifest.dim)
+        try:
+            with h.counting("searching PostgreSQL") as update:
+                copied = bench_retrieval(pipeline, qs, ks, rrf_ks=rrf_ks, progress=update, index=other)
+            vector_search = other.stats()["vector_search"]
+        finally:
+            other.close()
+        result["config"]["store"] = redacted(store)
+        result["summary"]["pgvector"] = {key: copied["summary"][key] for key in
+                                         [f"recall@{k}" for k in ks] + ["mrr", "default", "systems"]}
+        result["summary"]["pgvector"]["vector_search"] = vector_search
+        result["rows"] += [{**row, "store": "pgvector"} for row in copied["rows"]]
+    return result
 
 
 def main() -> None:

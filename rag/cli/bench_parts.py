@@ -28,6 +28,9 @@ def bench_retrieval(
     rrf_ks: str = typer.Option("5,20,60", "--rrf-k", help="Comma-separated RRF constants of the hybrid rows."),
     index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
     include: List[str] = typer.Option([], "--include", help="Only corpus files matching this glob (repeatable)."),
+    store: Optional[str] = typer.Option(
+        None, "--store", help="Also run every system on a copy of the index in this postgresql:// database (with "
+                              "pgvector; its index is replaced), side by side."),
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
     """recall@k and MRR of dense, BM25 and hybrid retrieval on the same questions."""
@@ -35,25 +38,32 @@ def bench_retrieval(
 
     with user_errors():
         wanted, fusion = int_list(ks, "--k"), int_list(rrf_ks, "--rrf-k")
-        result = run(harness(), corpus, questions, wanted, rrf_ks=fusion, index=index, include=include)
+        if store is not None and not store.startswith(("postgresql://", "postgres://")):
+            raise RagError(f"--store {store!r}: give a postgresql:// URL")
+        result = run(harness(), corpus, questions, wanted, rrf_ks=fusion, index=index, include=include, store=store)
     if as_json:
         echo_json(result)
         return
     summary = result["summary"]
-    table = Table(
-        title=f"rag bench retrieval ({result['config']['questions']} questions, {result['config']['chunks']} chunks; "
-              f"query embedding {summary['median_embed_ms']:.0f} ms median, not in the search columns)",
-        title_justify="left",
-    )
-    table.add_column("system")
-    metric_keys = [f"recall@{k}" for k in wanted] + ["mrr"]
-    for c in metric_keys + ["search ms p50", "search ms p95"]:
-        table.add_column(c, justify="right")
-    for row in summary["systems"]:
-        table.add_row(row["name"], *[f"{row[k]:.3f}" for k in metric_keys],
-                      f"{row['median_search_ms']:.1f}", f"{row['p95_search_ms']:.1f}")
     console = Console(highlight=False)
-    console.print(table)
+    stores = [("FAISS + BM25 arrays, ", summary)] if "pgvector" not in summary else \
+        [("FAISS + BM25 arrays, ", summary), (f"PostgreSQL + pgvector, {summary['pgvector']['vector_search']}; ",
+                                              summary["pgvector"])]
+    for label, figures in stores:
+        table = Table(
+            title=f"rag bench retrieval ({label if len(stores) > 1 else ''}{result['config']['questions']} questions, "
+                  f"{result['config']['chunks']} chunks; query embedding {summary['median_embed_ms']:.0f} ms median, "
+                  "not in the search columns)",
+            title_justify="left",
+        )
+        table.add_column("system")
+        metric_keys = [f"recall@{k}" for k in wanted] + ["mrr"]
+        for c in metric_keys + ["search ms p50", "search ms p95"]:
+            table.add_column(c, justify="right")
+        for row in figures["systems"]:
+            table.add_row(row["name"], *[f"{row[k]:.3f}" for k in metric_keys],
+                          f"{row['median_search_ms']:.1f}", f"{row['p95_search_ms']:.1f}")
+        console.print(table)
     # On its own line so a narrow terminal that wraps the table cannot hide it.
     console.print(f"default retrieval: {summary['default']}", soft_wrap=True)
 
@@ -160,9 +170,12 @@ def bench_search(
     types: str = typer.Option("flat,ivf,hnsw", "--types", help="Index types to measure: flat, ivf, hnsw."),
     hnsw_max: int = typer.Option(200_000, "--hnsw-max", help="Largest size to build HNSW for (slow to build on few cores)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the synthetic vectors."),
+    store: Optional[str] = typer.Option(
+        None, "--store", help="Also measure the PostgreSQL index store in this postgresql:// database (with "
+                              "pgvector; its index is replaced): exact and HNSW."),
     as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
 ) -> None:
-    """p50/p99 search latency and recall@10 against exact search, on synthetic vectors."""
+    """p50/p95/p99 search latency and recall@10 against exact search, on synthetic vectors."""
     from ..bench.search import APPROXIMATE_FROM, run
 
     with user_errors():
@@ -173,20 +186,22 @@ def bench_search(
             raise RagError(f"--types {types!r}: use flat, ivf and/or hnsw")
         if dim < 1:
             raise RagError("--dim must be at least 1")
-        result = run(harness(), sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed)
+        if store is not None and not store.startswith(("postgresql://", "postgres://")):
+            raise RagError(f"--store {store!r}: give a postgresql:// URL")
+        result = run(harness(), sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed, store=store)
     if as_json:
         echo_json(result)
         return
     table = Table(title=f"rag bench search (dim {dim}, {result['config']['queries']} queries one at a time, "
                         f"{result['config']['threads']} threads)", title_justify="left")
-    for c in ["vectors", "index", "params", "build s", "p50 ms", "p99 ms", "recall@10", "MB"]:
+    for c in ["vectors", "index", "params", "build s", "p50 ms", "p95 ms", "p99 ms", "recall@10", "MB"]:
         table.add_column(c, justify="left" if c in ("index", "params") else "right")
     for r in result["rows"]:
         if "skipped" in r:
-            table.add_row(f"{r['vectors']:,}", r["index"], r["params"], "-", "-", "-", "-", "-")
+            table.add_row(f"{r['vectors']:,}", r["index"], r["params"], "-", "-", "-", "-", "-", "-")
             continue
         table.add_row(f"{r['vectors']:,}", r["index"], r["params"], f"{r['build_s']:.1f}", f"{r['p50_ms']:.2f}",
-                      f"{r['p99_ms']:.2f}", f"{r['recall@10']:.3f}", f"{r['bytes'] / 1e6:.0f}")
+                      f"{r['p95_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['recall@10']:.3f}", f"{r['bytes'] / 1e6:.0f}")
     console = Console(highlight=False)
     console.print(table)
     suggested = result["summary"]["suggested_approximate_from"]
