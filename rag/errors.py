@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from typing import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 
 class RagError(Exception):
@@ -108,3 +109,15 @@ def engine_errors() -> Iterator[None]:
         yield
     except EngineError as exc:
         raise from_engine(exc) from None
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages.
+
+    ``redacted("postgresql://rag:secret@db/x") -> "postgresql://rag@db/x"``
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}@{host}" if parts.username else host))

@@ -34,7 +34,7 @@ def test_every_imported_package_is_a_declared_dependency():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     declared = {_normal(re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0]) for d in project["dependencies"]}
     optional = {_normal(re.split(r"[<>=!~\[; ]", d, maxsplit=1)[0])
-                for extra in ("bench", "ocr", "postgres") for d in project["optional-dependencies"][extra]}
+                for extra in ("bench", "ocr", "postgres", "router") for d in project["optional-dependencies"][extra]}
     providers = md.packages_distributions()
     missing = {}
     for name in sorted(_imported_top_levels()):

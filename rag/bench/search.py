@@ -188,7 +188,7 @@ def bench_search(
 def _shown(store: str | None) -> str | None:
     if store is None:
         return None
-    from ..index.postgres import redacted
+    from ..errors import redacted
 
     return redacted(store)
 

@@ -21,27 +21,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from typing import Iterator
-from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import RagError
+from ..errors import RagError, redacted
 from .store import (SCHEMA_VERSION, Conversations, check_session_id, lock_slot, readable, schema, schema_mismatch,
                     upgrade)
 
 LOCK_CLASS = 0x72616700  # "rag\0": the first key of every advisory lock this store takes
 SCHEMA_LOCK = 0  # the second key of the lock held while the schema is created or checked
 IDLE_LOCK_CONNECTIONS = 4  # connections kept for turn locks between turns
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password, for messages.
-
-    ``redacted("postgresql://rag:secret@db/x") -> "postgresql://rag@db/x"``
-    """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}@{host}" if parts.username else host))
 
 
 class _Translated:

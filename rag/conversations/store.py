@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ContextManager, Iterator
 
-from ..errors import RagError
+from ..errors import RagError, redacted
 
 SCHEMA_VERSION = 2  # 2: sessions.index_id, the index a session belongs to
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
@@ -120,8 +120,6 @@ def index_key(index_dir: str | os.PathLike[str]) -> str:
     database index is its URL without the password.
     """
     if is_database_url(index_dir):
-        from .postgres import redacted
-
         return redacted(str(index_dir))
     return str(Path(index_dir).resolve())
 

@@ -46,7 +46,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError
+from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
 from .store import FileRecord, Hit, NewChunk, _location, embedded_text, lexical_text, location_json
@@ -132,13 +132,6 @@ def _modules():
         raise RagError(f"the index is a PostgreSQL database, but psycopg or pgvector is not installed: {INSTALL}") \
             from None
     return psycopg, register_vector
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password, for messages (see ``rag.conversations.postgres``)."""
-    from ..conversations.postgres import redacted as hide
-
-    return hide(url)
 
 
 def _one_line(url: str, exc: BaseException) -> str:
