@@ -46,7 +46,7 @@ def test_the_key_is_the_set_up_and_not_what_each_request_carries(tmp_path, monke
         assert settings_key(Settings.load(index=tmp_path / "index", **same)) == key, same
     for other in (dict(index=tmp_path / "other"), dict(model=tmp_path / "m.gguf"), dict(kv_type="q8_0"),
                   dict(engine_url="http://127.0.0.1:9"), dict(n_ctx=2048), dict(gpu_layers=0), dict(slots=2),
-                  dict(conversations=tmp_path / "c.sqlite")):
+                  dict(conversations=tmp_path / "c.sqlite"), dict(conversations="postgresql://rag@db/rag")):
         assert settings_key(Settings.load(**({"index": tmp_path / "index"} | other))) != key, other
     monkeypatch.chdir(tmp_path)
     assert settings_key(Settings.load(index=Path("index"))) == key  # a relative path from another folder

@@ -62,10 +62,15 @@ def server_settings(settings: Settings) -> Settings:
         "model": _model(settings.model),
         "data_dir": settings.data_folder.resolve(),
         "cache_dir": settings.cache_folder.resolve(),
-        "conversations": settings.conversations_path.resolve(),
+        "conversations": _resolved_conversations(settings.conversations_path),
         "runtime_dir": settings.runtime_folder.resolve(),
     }
     return settings.model_copy(update=resolved | PER_REQUEST)
+
+
+def _resolved_conversations(store):
+    """A conversation file made absolute; a database URL as it is."""
+    return store if isinstance(store, str) else Path(store).resolve()
 
 
 def _resolved_index(index):
