@@ -37,3 +37,14 @@ def test_the_rate_limiter_keeps_a_bounded_number_of_callers():
     for _ in range(int(limiter.burst)):
         limiter.take("addr:1.2.3.4")
     assert limiter.take("addr:1.2.3.4") > 0  # its own burst is spent: it waits
+
+
+def test_a_server_with_free_slots_makes_no_newcomer_wait():
+    queue = EngineQueue(service_s=1.0)
+    for _ in range(4):
+        queue.enter()
+    assert queue.expected_wait() == 4.0  # one at a time: behind all four
+    assert queue.expected_wait(parallel=8) == 0.0  # eight slots, four busy: a free one
+    assert queue.expected_wait(parallel=4) == 0.25  # all four busy: the first to finish, of four
+    assert queue.expected_wait(parallel=2) == 1.5  # three ahead of it, two at a time
+    assert queue.expected_wait(parallel=0) == 4.0  # nonsense is one at a time

@@ -74,6 +74,7 @@ def test_several_engine_urls_start_the_router_and_the_budget_learns_through_it(w
     assert isinstance(router, RouterProcess) and router.process.poll() is None
     assert sorted(backend.workers) == sorted(w.url for w in workers)
     assert backend.describe()["router"] == "vllm-router"
+    assert backend.parallel == 2 * 2  # two slots on each of two workers
     # Keyed by the workers, not the router's own port: another process's router finds the same profile.
     assert backend.profile_key()["url"] == ",".join(sorted(w.url for w in workers))
     pipeline = Pipeline(tmp_path / "index", embedder=embedder, backend=backend, profile_dir=tmp_path / "profiles",

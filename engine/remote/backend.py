@@ -186,6 +186,13 @@ class RemoteBackend:
                 return int(entry["max_model_len"])  # vLLM
         return 0
 
+    @property
+    def parallel(self) -> int:
+        """Requests the address serves at once: the server's slots (llama-server's
+        ``total_slots``), times the workers behind a router (all alike: the
+        router's workers serve the same model); 1 where the server does not say."""
+        return int(self._props.get("total_slots") or 1) * max(len(self.workers), 1)
+
     # -- the Backend protocol ----------------------------------------------
 
     @property

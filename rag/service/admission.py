@@ -50,10 +50,18 @@ class EngineQueue:
         self.depth = 0
         self._service_s = service_s  # a moving average of time on the engine per request
 
-    def expected_wait(self) -> float:
-        """Seconds a request arriving now is expected to wait for the engine."""
+    def expected_wait(self, parallel: int = 1) -> float:
+        """Seconds a request arriving now is expected to wait for the engine
+        when it serves ``parallel`` requests at once (a server's slots, over
+        every worker behind a router): none while one is free, else those
+        ahead of it shared among them.
+
+        ``EngineQueue(service_s=1.0)`` with 4 in it: ``expected_wait() == 4.0``,
+        ``expected_wait(parallel=8) == 0.0``, ``expected_wait(parallel=2) == 1.5``
+        """
+        parallel = max(int(parallel), 1)
         with self._lock:
-            return self.depth * self._service_s
+            return max(self.depth - parallel + 1, 0) * self._service_s / parallel
 
     @property
     def service_s(self) -> float:

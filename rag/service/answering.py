@@ -188,7 +188,9 @@ class Answering:
             # The engine's scheduler knows the load: the plan takes fewer passages, or refuses.
             stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
         else:
-            decision = admit(self.queue.expected_wait(), options.target(self.pipeline.settings.target_ttft),
+            # A server serves as many at once as its slots (over every worker behind a router).
+            parallel = getattr(self.pipeline.backend, "parallel", 1)
+            decision = admit(self.queue.expected_wait(parallel), options.target(self.pipeline.settings.target_ttft),
                              load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
             if not decision.admit:
                 self.metrics.requests.labels(endpoint, "rejected").inc()
