@@ -48,3 +48,17 @@ def test_a_server_with_free_slots_makes_no_newcomer_wait():
     assert queue.expected_wait(parallel=4) == 0.25  # all four busy: the first to finish, of four
     assert queue.expected_wait(parallel=2) == 1.5  # three ahead of it, two at a time
     assert queue.expected_wait(parallel=0) == 4.0  # nonsense is one at a time
+
+
+def test_the_wait_each_request_ahead_adds_is_learned_from_answers():
+    queue = EngineQueue(service_s=1.0)
+    for _ in range(4):
+        queue.enter()
+    assert queue.expected_wait(parallel=8) == 0.0  # the prior: a free slot, no wait
+    queue.learn_wait(ahead=4, waited_s=2.0)  # but an answer behind four waited 2 s beyond its idle prediction
+    assert queue.expected_wait(parallel=8) == 4 * 0.5
+    queue.learn_wait(ahead=0, waited_s=9.0)  # alone: its miss is the prediction's, not the queue's
+    assert queue.expected_wait() == 4 * 0.5
+    for _ in range(30):  # the waits stop: the estimate follows them down
+        queue.learn_wait(ahead=2, waited_s=-0.1)
+    assert queue.expected_wait() < 0.01

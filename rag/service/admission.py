@@ -49,19 +49,39 @@ class EngineQueue:
         self._lock = threading.Lock()
         self.depth = 0
         self._service_s = service_s  # a moving average of time on the engine per request
+        # Learned from answers: seconds of first-token wait each request ahead of one added (None: none yet).
+        self._wait_per_ahead: float | None = None
 
     def expected_wait(self, parallel: int = 1) -> float:
-        """Seconds a request arriving now is expected to wait for the engine
-        when it serves ``parallel`` requests at once (a server's slots, over
-        every worker behind a router): none while one is free, else those
-        ahead of it shared among them.
+        """Seconds a request arriving now is expected to wait for its first
+        token beyond what its prompt costs an idle engine: once answers have
+        taught it (:meth:`learn_wait`), the learned wait per request ahead
+        times those ahead; before, as an engine serving ``parallel`` at once
+        (a server's slots, over every worker behind a router) would: none
+        while one is free, else those ahead of it shared among them.
 
-        ``EngineQueue(service_s=1.0)`` with 4 in it: ``expected_wait() == 4.0``,
-        ``expected_wait(parallel=8) == 0.0``, ``expected_wait(parallel=2) == 1.5``
+        ``EngineQueue(service_s=1.0)`` with 4 in it, nothing learned:
+        ``expected_wait() == 4.0``, ``expected_wait(parallel=8) == 0.0``,
+        ``expected_wait(parallel=2) == 1.5``
         """
         parallel = max(int(parallel), 1)
         with self._lock:
+            if self._wait_per_ahead is not None:
+                return self.depth * self._wait_per_ahead
             return max(self.depth - parallel + 1, 0) * self._service_s / parallel
+
+    def learn_wait(self, ahead: int, waited_s: float) -> None:
+        """An answer admitted with ``ahead`` requests in the queue waited
+        ``waited_s`` seconds for its first token beyond its idle-engine
+        prediction: what each request ahead costs a newcomer on this engine,
+        as measured (slots that share one CPU slow each other; a GPU's
+        batch barely does), not as assumed."""
+        if ahead < 1:
+            return  # nothing ahead: its miss is the prediction's, not the queue's
+        waited_s = max(waited_s, 0.0)
+        with self._lock:
+            per = waited_s / ahead
+            self._wait_per_ahead = per if self._wait_per_ahead is None else 0.8 * self._wait_per_ahead + 0.2 * per
 
     @property
     def service_s(self) -> float:

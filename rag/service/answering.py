@@ -184,6 +184,7 @@ class Answering:
             raise RagError(f"max_tokens {max_tokens} is over this server's limit of {limit}")
         options = AskOptions.of(target_ttft=target_ttft, session=session, max_tokens=max_tokens,
                                 scope=scope or Scope(), **more)
+        planned_wait: float | None = None  # the queue's wait planned for (its path only)
         if self.settings.admission == "deadline" and isinstance(self.pipeline.backend, LoadAware):
             # The engine's scheduler knows the load: the plan takes fewer passages, or refuses.
             stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
@@ -197,6 +198,8 @@ class Answering:
                 raise Rejected(decision.retry_after_s)
             least = {"max_k": 1, "min_k": 1} if decision.least_context else {}
             stream = self.pipeline.stream(question, options, expected_wait_s=decision.expected_wait_s, **least)
+            planned_wait = decision.expected_wait_s
+        ahead = self.queue.depth
         self.queue.enter()
         self.metrics.queue_depth.set(self.queue.depth)
 
@@ -204,6 +207,10 @@ class Answering:
             engine_s = answer.timings.total_s - answer.timings.queue_s if answer is not None else None
             self.queue.leave(engine_s)
             self.metrics.queue_depth.set(self.queue.depth)
+            if answer is not None and planned_wait is not None and not answer.declined:
+                # How long it waited beyond its idle prediction, with `ahead` before it: the queue learns.
+                idle = answer.budget.predicted_ttft_s - planned_wait
+                self.queue.learn_wait(ahead, max(answer.timings.ttft_s - idle, 0.0))
             if answer is not None:
                 self.metrics.observe(answer)
                 self.metrics.requests.labels(endpoint, "ok").inc()
