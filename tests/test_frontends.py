@@ -106,22 +106,14 @@ class FrontEnd:
         self._log.close()
 
 
-@pytest.mark.model
-def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_turn(
-        tmp_path_factory, embedder, postgres_url, tmp_path):
-    from engine.models import default_model_path
+def index_and_profile_through_a_router(urls: str, index, embedder, cache: Path, tmp_path: Path) -> None:
+    """The sample corpus indexed into ``index`` and a quick profile measured
+    under ``cache`` through vLLM's router over ``urls``. Each front-end then
+    starts a router of its own over them (``RAG_ENGINE_URL`` holds both); the
+    profile is keyed by the workers, so they find it."""
     from engine.remote.backend import RemoteBackend
     from engine.remote.router import RouterProcess
-    from rag.conversations import open_store
-    from tests.llama_server import LlamaServer
 
-    engines = [LlamaServer(default_model_path(), n_ctx=4096, slots=2, log=tmp_path_factory.mktemp(f"fe-{n}") / "log")
-               for n in "ab"]
-    urls = ",".join(e.url for e in engines)
-    index, cache = tmp_path / "index", tmp_path / "cache"
-    # The index and each engine's profile, made once here; the front-ends find both.
-    # Each front-end starts vLLM's router over the engines (RAG_ENGINE_URL holds both); the
-    # profile measured here through a router of its own is keyed by the workers, so they find it.
     router = RouterProcess(urls.split(","))
     remote = RemoteBackend(router.url, owned=router)
     setup = Pipeline(index, embedder=embedder, backend=remote, profile_dir=cache / "profiles",
@@ -130,6 +122,21 @@ def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_t
     setup.calibrate(quick=True)
     setup.close()
     remote.close()
+
+
+@pytest.mark.model
+def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_turn(
+        tmp_path_factory, embedder, postgres_url, tmp_path):
+    from engine.models import default_model_path
+    from rag.conversations import open_store
+    from tests.llama_server import LlamaServer
+
+    engines = [LlamaServer(default_model_path(), n_ctx=4096, slots=2, log=tmp_path_factory.mktemp(f"fe-{n}") / "log")
+               for n in "ab"]
+    urls = ",".join(e.url for e in engines)
+    index, cache = tmp_path / "index", tmp_path / "cache"
+    # The index and each engine's profile, made once here; the front-ends find both.
+    index_and_profile_through_a_router(urls, index, embedder, cache, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {
         "PYTHONPATH": str(ROOT), "RAG_INDEX": str(index), "RAG_CACHE_DIR": str(cache), "RAG_ENGINE_URL": urls,
         "RAG_CONVERSATIONS": postgres_url, "RAG_SERVE_RATE_LIMIT_PER_MINUTE": "0"}
@@ -189,22 +196,13 @@ def test_two_front_ends_ingest_into_one_postgres_index_while_both_answer_through
     import psycopg
 
     from engine.models import default_model_path
-    from engine.remote.backend import RemoteBackend
-    from engine.remote.router import RouterProcess
     from tests.llama_server import LlamaServer
 
     engines = [LlamaServer(default_model_path(), n_ctx=4096, slots=2, threads=1,
                            log=tmp_path_factory.mktemp(f"pg-fe-{n}") / "log") for n in "ab"]
     urls = ",".join(e.url for e in engines)
     cache = tmp_path / "cache"
-    router = RouterProcess(urls.split(","))
-    remote = RemoteBackend(router.url, owned=router)
-    setup = Pipeline(pgvector_url, embedder=embedder, backend=remote, profile_dir=cache / "profiles",
-                     conversations=tmp_path / "setup.sqlite")
-    setup.ingest([write_corpus(tmp_path / "corpus")])
-    setup.calibrate(quick=True)
-    setup.close()
-    remote.close()
+    index_and_profile_through_a_router(urls, pgvector_url, embedder, cache, tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")} | {
         "PYTHONPATH": str(ROOT), "RAG_INDEX": pgvector_url, "RAG_CACHE_DIR": str(cache), "RAG_ENGINE_URL": urls,
         "RAG_SERVE_RATE_LIMIT_PER_MINUTE": "0"}

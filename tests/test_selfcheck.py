@@ -156,7 +156,7 @@ def test_a_llama_server_follows_the_verdict_and_a_crash_is_named(tmp_path, child
         how = server.died()
         assert how and "died by SIGSEGV" in how and str(server.log_path) in how
         with pytest.raises(RagError, match="died by SIGSEGV"):  # a pool bench stops at once, saying so
-            check_alive([server], "cache_aware")
+            check_alive([server], None, "cache_aware")
     finally:
         server.stop()
     assert server.log_path.exists()  # kept: it explains the crash
