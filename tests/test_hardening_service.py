@@ -304,7 +304,7 @@ def test_questions_beyond_the_in_flight_limit_are_429_naming_that_limit(pipeline
         for t in askers:
             t.join(300)
         assert [status for status, _ in held] == [200, 200]
-        assert limits.questions.held(caller) == 0  # each hold is given back when its answer ends
+        _until(lambda: limits.questions.held(caller), 0)  # each hold is given back when its answer ends
     finally:
         release.set()
         s.stop()
@@ -339,7 +339,9 @@ def test_uploads_beyond_their_in_flight_limits_are_429_naming_the_limit(pipeline
         release.set()
         first.join(300)
         second.join(300)
-        assert codes == [200, 200] and limits.uploads.held(caller) == 0
+        assert codes == [200, 200]
+        # Each hold is given back as its request ends, which may be just after the client has its answer.
+        _until(lambda: limits.uploads.held(caller), 0)
     finally:
         release.set()
         for doc in kept:
