@@ -25,12 +25,9 @@ import queue
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 import weakref
 from pathlib import Path
 from typing import Sequence
@@ -38,6 +35,7 @@ from typing import Sequence
 import httpx
 
 from ..errors import EngineUnreachable
+from .process import exit_message, free_port, stop_process, temporary_log, wait_until_ready
 
 # vllm-router's own policy names (``vllm-router --help``); the first is the default.
 POLICIES = ("cache_aware", "round_robin", "power_of_two", "consistent_hash", "random")
@@ -74,16 +72,17 @@ def router_binary() -> str | None:
 
 
 def router_command(urls: Sequence[str], policy: str = DEFAULT_POLICY, port: int | str = 8090,
-                   host: str = "127.0.0.1", binary: str = "vllm-router", metrics_port: int | None = None) -> list[str]:
-    """The command that starts vLLM's router on ``host:port`` over ``urls``
-    routing by ``policy``, with this project's flags (:data:`ROUTER_FLAGS`),
-    its Prometheus metrics on ``host:metrics_port`` (default: its own, 29000)."""
+                   binary: str = "vllm-router", metrics_port: int | None = None) -> list[str]:
+    """The command that starts vLLM's router on ``127.0.0.1:port`` over
+    ``urls`` routing by ``policy``, with this project's flags
+    (:data:`ROUTER_FLAGS`), its Prometheus metrics on ``metrics_port``
+    (default: its own, 29000)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown router policy {policy!r}: one of {', '.join(POLICIES)}")
     # Each router serves metrics on a port of its own: a second one on the default port fails to start.
-    metrics = ["--prometheus-host", host, "--prometheus-port", str(metrics_port)] if metrics_port else []
-    return [binary, "--host", host, "--port", str(port), "--policy", policy, "--worker-urls", *urls, *ROUTER_FLAGS,
-            *metrics]
+    metrics = ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port)] if metrics_port else []
+    return [binary, "--host", "127.0.0.1", "--port", str(port), "--policy", policy, "--worker-urls", *urls,
+            *ROUTER_FLAGS, *metrics]
 
 
 def how_to_start(urls: Sequence[str], policy: str = DEFAULT_POLICY) -> str:
@@ -148,34 +147,21 @@ def _stop_running() -> None:
         router.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class RouterProcess:
     """``vllm-router`` on ``127.0.0.1`` over ``urls``, routing by ``policy``,
-    started now and answering at :attr:`url` (a RagError saying why, with
+    started now and answering at :attr:`url` (EngineUnreachable saying why, with
     the end of its log, when it does not start); :meth:`stop` ends it."""
 
-    def __init__(self, urls: Sequence[str], *, policy: str = DEFAULT_POLICY, port: int | None = None,
-                 log: Path | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(self, urls: Sequence[str], *, policy: str = DEFAULT_POLICY,
+                 timeout_s: float = START_TIMEOUT_S) -> None:
         binary = router_binary()
         if binary is None:
             raise EngineUnreachable(how_to_start(urls, policy))
         self.urls, self.policy = list(urls), policy
-        self.port = port or _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        metrics_port = _free_port()
-        self.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # the router's own Prometheus figures
-        self.command = router_command(self.urls, policy, self.port, binary=binary, metrics_port=metrics_port)
-        self._own_log = log is None
-        if log is None:
-            fd, name = tempfile.mkstemp(prefix=f"vllm-router-{self.port}-", suffix=".log")
-            os.close(fd)
-            log = Path(name)
-        self.log_path = log
+        self.command = router_command(self.urls, policy, self.port, binary=binary, metrics_port=free_port())
+        self.log_path = temporary_log(f"vllm-router-{self.port}-")
         self._log = open(self.log_path, "ab")
         # Its own session: a Ctrl-C in the terminal reaches rag, which stops the router in order
         # (at close, or at exit); a rag process killed outright takes it along (_Spawner).
@@ -183,35 +169,23 @@ class RouterProcess:
                                       start_new_session=True)
         _RUNNING.add(self)
         try:
-            self._wait_ready(timeout_s)
+            wait_until_ready(self.process, f"{self.url}/health", timeout_s, self._what(), self.log_path)
+        except RuntimeError as exc:
+            self.stop(keep_log=True)
+            raise EngineUnreachable(f"{exc} (are the workers up?)") from None
         except BaseException:
             self.stop(keep_log=True)
             raise
 
-    def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise EngineUnreachable(f"vllm-router over {', '.join(self.urls)} ended at start "
-                                        f"(exit {self.process.returncode}): {self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise EngineUnreachable(f"vllm-router over {', '.join(self.urls)} did not answer within "
-                                        f"{timeout_s:.0f} s (are the workers up?): {self.log_tail()}")
-            time.sleep(0.2)
+    def _what(self) -> str:
+        return f"vllm-router over {', '.join(self.urls)}"
 
-    def log_tail(self, lines: int = 3) -> str:
-        """The last ``lines`` lines of the router's log, on one line."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
-        return " | ".join(tail) or "(empty log)"
+    def died(self) -> str | None:
+        """None while the router runs or after it was stopped; else one line
+        saying how it ended and the end of its log."""
+        if self.process.poll() is None or self not in _RUNNING:
+            return None
+        return exit_message(self._what(), self.process.returncode, self.log_path)
 
     def workers(self) -> list[str]:
         """The worker URLs the router routes to now."""
@@ -224,19 +198,13 @@ class RouterProcess:
             raise EngineUnreachable(f"vllm-router did not add {url}: {response.status_code} {response.text[:200]}")
 
     def stop(self, keep_log: bool = False) -> None:
-        """Stop the router (SIGTERM, then SIGKILL after 10 s); its temporary
-        log goes unless ``keep_log`` or it had failed."""
+        """Stop the router (SIGTERM, then SIGKILL after 10 s); its log goes
+        unless ``keep_log`` or it had died (the log is what explains it)."""
+        keep_log = keep_log or self.died() is not None
         _RUNNING.discard(self)
-        failed = self.process.poll() not in (None, 0, -signal.SIGTERM)
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 10)
         self._log.close()
-        if self._own_log and not (keep_log or failed):
+        if not keep_log:
             self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> "RouterProcess":

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -23,7 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from engine.remote.process import exit_message, free_port, log_tail, stop_process, temporary_log, wait_until_ready
+
+__all__ = ["LlamaServer", "server_binary", "exit_message", "log_tail", "wait_until_ready"]
 
 CMAKE_FLAGS = [
     "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TOOLS=ON",
@@ -75,48 +76,6 @@ def server_binary() -> Path:
     return target
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def log_tail(path: Path | None, lines: int = 3) -> str:
-    """The last ``lines`` non-empty lines of a log file, joined by " | " ("" if none)."""
-    if path is None:
-        return ""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
-
-
-def exit_message(what: str, returncode: int, log: Path | None) -> str:
-    """One line: which process, how it ended (the signal by name), its log and its last lines."""
-    from engine.llama_cpp.selfcheck import describe_exit
-
-    tail = log_tail(log)
-    return f"{what} {describe_exit(returncode)}" + (f"; its log {log}" if log else "") + (f": {tail}" if tail else "")
-
-
-def wait_until_ready(process: subprocess.Popen, health_url: str, timeout_s: float, what: str,
-                     log: Path | None = None) -> None:
-    """Return once ``health_url`` answers 200; RuntimeError if ``process``
-    exits first (how, and the end of its ``log``) or ``timeout_s`` pass."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(exit_message(what, process.returncode, log) + " (before it was ready)")
-        try:
-            if httpx.get(health_url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{what} did not answer {health_url} within {timeout_s:.0f} s")
-
-
 def repack_arguments(model: Path) -> tuple[str, ...]:
     """``("--no-repack",)`` where the engine's self-check found that llama.cpp
     dies on this machine with extra buffer types (AMX), else ``()``: every
@@ -135,17 +94,13 @@ class LlamaServer:
 
     def __init__(self, model: Path, *, n_ctx: int = 4096, threads: int = 2, log: Path | None = None,
                  slots: int = 1, port: int | None = None, extra: tuple[str, ...] = ()) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = [str(server_binary()), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
                         "-c", str(n_ctx), "-np", str(slots), "-t", str(threads), "-tb", str(threads), "-b", "512",
                         "--no-webui", *repack_arguments(model), *extra]
         self._own_log = log is None
-        if log is None:
-            fd, name = tempfile.mkstemp(prefix=f"llama-server-{self.port}-", suffix=".log")
-            os.close(fd)
-            log = Path(name)
-        self.log_path = log
+        self.log_path = log if log is not None else temporary_log(f"llama-server-{self.port}-")
         self._killed = False  # killed on purpose: not a failure
         self._start()
 
@@ -189,13 +144,7 @@ class LlamaServer:
         ``keep_log`` or the server had died (the log is what explains it)."""
         keep_log = keep_log or self.died() is not None
         self._killed = True
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 20)
         self._log.close()
         if self._own_log and not keep_log:
             self.log_path.unlink(missing_ok=True)

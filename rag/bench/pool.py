@@ -83,10 +83,11 @@ class Worker(Protocol):
 
 
 class Router(Protocol):
-    """A running router: its ``url``, ``policy``, ``process`` and ``stop()``."""
+    """A running router: its ``url``, ``died()`` (as a worker's) and ``stop()``."""
 
     url: str
-    policy: str
+
+    def died(self) -> str | None: ...
 
     def stop(self) -> None: ...
 
@@ -207,15 +208,9 @@ def bench_router(
                    "target_ttft_s": target_ttft, "max_tokens": max_tokens,
                    "schedule": "each client its own session through one conversation, closed loop"},
         "rows": rows,
-        "summary": {
+        "summary": {  # each policy's figures are in its run; the cached shares side by side
             "router": f"vllm-router {version}",
-            "served_share": {p: by[p]["served_share"] for p in by},
-            "answered_share": {p: by[p]["answered_share"] for p in by},
-            "lost": {p: by[p]["lost"] for p in by},
-            "p95_ttft_s": {p: by[p]["p95_ttft_s"] for p in by},
-            "p95_over_target": {p: by[p]["p95_over_target"] for p in by},
             "cached_share": {p: by[p]["cached_share"] for p in by},
-            "pred_err_p50": {p: by[p]["pred_err_p50"] for p in by},
             "cache_aware_over_round_robin": cached_ratio(by, "cache_aware", "round_robin"),
             "runs": runs,
         },
@@ -289,16 +284,13 @@ def _ask(url: str, workers: list[Worker], conversations, policy: str, clients: i
     return sorted(rows, key=lambda r: r["sent_s"]), wall, killed, before, after
 
 
-def _check_alive(workers: list[Worker], router, policy: str) -> None:
+def _check_alive(workers: list[Worker], router: Router | None, policy: str) -> None:
     """RagError naming the worker (or the router) that ended without being
     killed: a run over a crashed engine measures nothing it claims to."""
-    for worker in workers:
-        how = worker.died()
+    for process in [*workers, *([router] if router is not None else [])]:
+        how = process.died()
         if how:
-            raise RagError(f"{policy}: {how}; the bench stopped (its figures would measure a crashed worker)")
-    process = getattr(router, "process", None)
-    if process is not None and process.poll() is not None:
-        raise RagError(f"{policy}: vllm-router ended during the run (exit {process.returncode}); the bench stopped")
+            raise RagError(f"{policy}: {how}; the bench stopped (its figures would measure a crashed engine)")
 
 
 def is_lost(row: dict) -> bool:
@@ -399,7 +391,6 @@ def policy_summary(rows: list[dict], wall: float, clients: int, target_ttft: flo
                                          / len(served), 3) if served else None,
         "engine_p50_ttft_s": percentile([float(r["engine_ttft_s"]) for r in served if r.get("engine_ttft_s")], 0.5),
         "cached_share": cached_share(served),
-        "cached_share_turn_2_on": cached_share([r for r in served if r["turn"] >= 2]),
         "cached_share_workers": round(cached / (cached + evaluated), 3) if cached + evaluated else None,
         "pred_err_p50": base["pred_err_p50"], "pred_err_p95": base["pred_err_p95"],
         "adherence_p50": base["adherence_p50"], "adherence_p95": base["adherence_p95"],
@@ -434,12 +425,11 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, engines: int,
         raise RagError(how_to_start([f"http://127.0.0.1:{8080 + i}" for i in range(engines)]))
     p = parts.bench_pipeline(h, corpus, include, index, model)  # the index, brought up to date once
     p.close()
-    index = p.index_dir
     gguf = model or default_model_path()
     server_binary()  # built once, before anything is timed
     threads = max(1, (os.cpu_count() or 2) // engines)  # the workers share this machine's cores
     slots = max(MIN_SLOTS, math.ceil(clients / engines))  # room for each worker's share of the conversations
-    s = h.settings(model=model).model_copy(update={"evidence_floor": 0.0, "index": index})
+    s = p.settings  # the bench pipeline's: its index, and every question asked of the model
 
     def start_workers() -> list[LlamaServer]:
         started: list[LlamaServer] = []
@@ -465,14 +455,12 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, engines: int,
             pipeline.prepare()
             server = LoopbackServer(create_app(pipeline, bench_service_settings("off", "deadline")))
         except BaseException:
-            pipeline.close()
-            pipeline.backend.close()
+            pipeline.close()  # and the engine it opened: the router's client
             raise
 
         def stop() -> None:
             server.stop()
             pipeline.close()
-            pipeline.backend.close()
 
         return server.url, stop
 
