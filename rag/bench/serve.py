@@ -426,8 +426,7 @@ def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Pa
         for p, server, _ in pipelines.values():
             if server is not None:
                 server.stop()
-            p.close()
-            p.backend.close()
+            p.close()  # and the engine it opened
 
 
 def bench_service_settings(limits: str, admission: str):

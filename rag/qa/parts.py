@@ -52,6 +52,7 @@ class Parts:
     ) -> None:
         self.settings, self.index_dir, self.use_sample = settings, index_location(index_dir), use_sample
         self._embedder, self._backend, self._store, self._history = embedder, backend, conversations, history
+        self._opened_backend = False  # whether the engine was opened here (and so is closed here)
         self.kv_dir, self.kv_ram_bytes = kv_dir, kv_ram_bytes
         self.notice = notice
         self._index: Index | None = None
@@ -79,6 +80,7 @@ class Parts:
                                                  snapshot_ram_bytes=self.kv_ram_bytes,
                                                  snapshot_disk_bytes=KV_DISK_BYTES,
                                                  check_dir=s.engine_check_folder, notice=self.notice)
+                self._opened_backend = True
             return self._backend
 
     @property
@@ -147,8 +149,12 @@ class Parts:
         return directory
 
     def close(self) -> None:
-        """Release the index and the conversation store."""
+        """Release the index, the conversation store, and the engine if it
+        was opened here (a router started for it stops with it)."""
         with self._lock:
+            if self._opened_backend and self._backend is not None:
+                self._backend.close()
+                self._backend, self._opened_backend = None, False
             if isinstance(self._store, Conversations):
                 self._store.close()
                 self._store = getattr(self._store, "path", None) or getattr(self._store, "url")

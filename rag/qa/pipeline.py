@@ -141,15 +141,20 @@ class Pipeline:
 
     def _uploads_dir(self) -> Path | None:
         """Where this front-end keeps uploads to a database index (under its
-        data folder, one folder per database); None for a folder index,
-        whose uploads lie beside it."""
+        data folder, one folder per database and host); None for a folder
+        index, whose uploads lie beside it."""
         if folder_of(self.index_dir) is not None:
             return None
         import hashlib
+        import socket
 
         from ..index.location import shown
 
-        tag = hashlib.sha256(shown(self.index_dir).encode("utf-8")).hexdigest()[:12]
+        # The folder is the uploads' root in the shared index, and an ingest removes the files of its
+        # root that it does not find on disk: front-ends whose data folders have the same path (the
+        # same image on two hosts) must not share one, or each would remove the other's uploads.
+        key = f"{shown(self.index_dir)}\n{socket.gethostname()}"
+        tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
         return self.settings.data_folder / f"index-{tag}-uploads"
 
     # -- the parts -------------------------------------------------------------
@@ -467,7 +472,8 @@ class Pipeline:
             return doctor_report(self)
 
     def close(self) -> None:
-        """Finish background work and release the index and the conversation store."""
+        """Finish background work and release the index, the conversation
+        store, and the engine if the pipeline opened it (one given is the giver's)."""
         self.keeper.close()
         self.parts.close()
 
