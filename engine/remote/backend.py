@@ -127,12 +127,11 @@ class RemoteBackend:
             raise EngineUnreachable(
                 f"{self.base_url} does not say its context size; give it as Pipeline(n_ctx=...) or RemoteBackend(n_ctx=...)"
             )
-        slots = int(self._props.get("total_slots") or 1)
         # Behind a router: its workers (vllm-router's /list_workers; a plain server has none).
         self.workers = [str(u) for u in (self._optional_get("/list_workers") or {}).get("urls") or []]
         # The prompts this client sent last, one per slot of each worker: what
         # the prefix caches hold, as far as this client can know.
-        self._recent: deque[list[int]] = deque(maxlen=max(slots, 1) * max(len(self.workers), 1))
+        self._recent: deque[list[int]] = deque(maxlen=self.parallel)
         self._lock = threading.Lock()
 
     # -- talking to the server ---------------------------------------------
@@ -192,6 +191,10 @@ class RemoteBackend:
         ``total_slots``), times the workers behind a router (all alike: the
         router's workers serve the same model); 1 where the server does not say."""
         return int(self._props.get("total_slots") or 1) * max(len(self.workers), 1)
+
+    def router_facts(self) -> dict[str, object]:
+        """``{"router": "vllm-router", "workers": [...]}`` behind a router, else ``{}``."""
+        return {"router": "vllm-router", "workers": list(self.workers)} if self.workers else {}
 
     # -- the Backend protocol ----------------------------------------------
 
@@ -362,10 +365,9 @@ class RemoteBackend:
         """Engine facts for ``rag doctor``, as far as the server tells them
         (behind a router: the router, its workers, and the facts of the one
         that answered ``/props``)."""
-        router = {"router": "vllm-router", "workers": list(self.workers)} if self.workers else {}
         return {
             "engine": f"remote ({self.kind})",
-            **router,
+            **self.router_facts(),
             "url": self.base_url,
             "model": self.model,
             "build": self._props.get("build_info") or "unknown",

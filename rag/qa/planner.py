@@ -150,14 +150,6 @@ def under_load(idle: BudgetRequest, load: LoadPlan, bare_s: float, idle_bare_s: 
     return request, busy
 
 
-def routing_prefix(backend: Backend, question: str, history: History) -> list[int]:
-    """The tokens of ``question``'s prompt without passages: its system
-    prompt, summary and recent turns come first whatever passages it gets,
-    so an engine holding them cached is where the prompt is cheapest."""
-    messages = build_messages(question, [], summary=history.summary, turns=list(history.turns))
-    return backend.tokenize(backend.render(messages))
-
-
 def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong:
     """The error for a question that cannot fit the context window at all."""
     return QuestionTooLong(

@@ -210,7 +210,7 @@ class Answering:
             if answer is not None and planned_wait is not None and not answer.declined:
                 # How long it waited beyond its idle prediction, with `ahead` before it: the queue learns.
                 idle = answer.budget.predicted_ttft_s - planned_wait
-                self.queue.learn_wait(ahead, max(answer.timings.ttft_s - idle, 0.0))
+                self.queue.learn_wait(ahead, answer.timings.ttft_s - idle)
             if answer is not None:
                 self.metrics.observe(answer)
                 self.metrics.requests.labels(endpoint, "ok").inc()

@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-
 from ..errors import DocumentNotFound, IndexNotFound, RagError, engine_errors
 from ..ingest.run import IngestCancelled
 from .answering import ClientGone, Rejected, ThreadedAnswer
@@ -42,8 +41,9 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
     if warmup.seconds is not None:
         found["warm_up_s"] = round(warmup.seconds, 3)
     backend = state.pipeline.parts.loaded_backend
-    if getattr(backend, "workers", None) and warmup.status == "ok":
-        found["engines"] = {"router": "vllm-router", "workers": list(backend.workers)}
+    router = getattr(backend, "router_facts", dict)()
+    if router and warmup.status == "ok":
+        found["engines"] = router
     return found if warmup.status == "ok" else JSONResponse(found, status_code=503)
 
 
