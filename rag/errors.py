@@ -7,6 +7,7 @@ what to do; the CLI prints it as is, without a traceback.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -116,8 +117,12 @@ def redacted(url: str) -> str:
 
     ``redacted("postgresql://rag:secret@db/x") -> "postgresql://rag@db/x"``
     """
-    parts = urlsplit(url)
-    if parts.password is None:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL urlsplit can read (a stray "[", a bad port): hide what could be one
+        return re.sub(r"(//[^/:@]*):[^/@]*@", r"\1@", url)
+    if password is None:
         return url
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit(parts._replace(netloc=f"{parts.username}@{host}" if parts.username else host))

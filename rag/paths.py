@@ -54,3 +54,10 @@ def sample_index_dir(cache: Path | None = None) -> Path:
     an installed wheel do not mix their files."""
     tag = hashlib.sha256(str(sample_data_dir()).encode("utf-8")).hexdigest()[:10]
     return (cache or cache_dir()) / f"sample-index-{tag}"
+
+
+def is_database_url(location: object) -> bool:
+    """Whether ``location`` names a PostgreSQL database (``postgresql://`` or
+    ``postgres://``) rather than a file or folder: the index and the
+    conversations may each live in one."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))

@@ -20,9 +20,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from engine.settings import EngineSettings
 
 from . import paths
-from .conversations.store import is_database_url
 from .errors import RagError
 from .index.location import index_location
+
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 DEFAULT_TARGET_TTFT = 2.0
@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     @classmethod
     def _store(cls, value):
         # A database URL stays as written (a Path would fold its "//").
-        if value is None or is_database_url(value):
+        if value is None or paths.is_database_url(value):
             return value
         return Path(value).expanduser()
 

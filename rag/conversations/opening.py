@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .store import Conversations, ConversationStore, is_database_url
+from ..paths import is_database_url
+from .store import Conversations, ConversationStore
 
 
 def open_store(location: str | os.PathLike[str]) -> Conversations:

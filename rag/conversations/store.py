@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import ContextManager, Iterator
 
 from ..errors import RagError, redacted
+from ..paths import is_database_url
 
 SCHEMA_VERSION = 2  # 2: sessions.index_id, the index a session belongs to
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}\Z")
@@ -399,6 +400,3 @@ class ConversationStore(Conversations):
                 self._turns_fd = None
 
 
-def is_database_url(location: object) -> bool:
-    """Whether ``location`` names a PostgreSQL database (``postgresql://`` or ``postgres://``)."""
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))

@@ -17,15 +17,12 @@ import os
 from pathlib import Path
 from typing import Iterator, Union
 
+from ..errors import redacted
+from ..paths import is_database_url
 from .manifest import Manifest
 
 IndexLocation = Union[Path, str]  # a folder, or a postgresql:// URL
-URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_index_url(value: object) -> bool:
-    """Whether ``value`` names a PostgreSQL database rather than a folder."""
-    return isinstance(value, str) and value.startswith(URL_SCHEMES)
+is_index_url = is_database_url  # whether a location names a PostgreSQL database rather than a folder
 
 
 def index_location(value: str | os.PathLike[str]) -> IndexLocation:
@@ -41,8 +38,6 @@ def folder_of(location: IndexLocation) -> Path | None:
 def shown(location: IndexLocation) -> str:
     """``location`` as messages and reports show it: a URL without its password."""
     if is_index_url(location):
-        from .postgres import redacted
-
         return redacted(str(location))
     return str(location)
 

@@ -49,7 +49,7 @@ import numpy as np
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
-from .store import FileRecord, Hit, NewChunk, _location, embedded_text, lexical_text, location_json
+from .store import FileRecord, Hit, NewChunk, _location, embedded_text, location_json
 
 S = "rag_index"  # the schema every table lives in
 STORE_FORMAT = 1  # of these tables (the chunk format is the manifest's FORMAT_VERSION)
@@ -318,12 +318,6 @@ class PostgresIndex:
 
     def __len__(self) -> int:
         return self._count
-
-    def live_name(self) -> str | None:
-        """The generation committed last (this one's ``name`` until another commit)."""
-        with self._access() as db:
-            row = db.execute(f"SELECT value FROM {S}.meta WHERE key = 'generation'").fetchone()
-        return generation_name(int(row[0])) if row else None
 
     def lexical(self) -> "PostgresIndex":
         """Nothing to load: BM25 is scored in the database (the folder store loads its arrays here)."""
@@ -672,4 +666,4 @@ def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:
 
 
 __all__ = ["PostgresIndex", "PostgresWriter", "open_writer", "exists", "live_name", "live_manifest", "copy_index",
-           "fit_vector_search", "lexical_text"]
+           "fit_vector_search"]

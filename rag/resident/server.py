@@ -40,7 +40,7 @@ from pathlib import Path
 from fastapi import APIRouter, FastAPI, Request
 
 from ..errors import RagError
-from ..index.location import live_name, shown
+from ..index.location import shown
 from ..qa.pipeline import Pipeline
 from ..service import ServiceSettings, create_app
 from ..settings import Settings
@@ -48,7 +48,6 @@ from . import wire
 from .address import EXIT_ALREADY_RUNNING, PROTOCOL, SETTINGS_VARIABLE, Address, held, sweep_stale
 
 QUIET = frozenset({"/healthz", "/v1/resident", "/v1/resident/background", "/v1/resident/stop"})  # not activity
-ANSWERING = frozenset({"/v1/ask", "/v1/search", "/v1/chat/completions"})  # read the index
 LOCK_PATIENCE_S = 1.0  # a client asking whether a server lives holds its lock for an instant, never this long
 
 
@@ -94,21 +93,12 @@ STOPPING = json.dumps({"error": {"message": "the rag server is stopping; ask ano
 class Tracked:
     """ASGI middleware: counts requests and the time since the last one
     ended, refuses every request once the server decided to stop (503
-    ``server_stopping``: nothing was done for it), and before a question
-    opens the index anew when another process published a new generation
-    of it (``rag ingest`` in another shell)."""
+    ``server_stopping``: nothing was done for it). A generation another
+    process published (``rag ingest`` in another shell) is opened by the
+    pipeline itself at the next question (``Parts.index``)."""
 
     def __init__(self, app, life: Life, pipeline: Pipeline) -> None:
         self.app, self.life, self.pipeline = app, life, pipeline
-        self.seen_generation = None if pipeline.use_sample else live_name(pipeline.index_dir)
-
-    def _follow_index(self) -> None:
-        if self.pipeline.use_sample:
-            return
-        live = live_name(self.pipeline.index_dir)
-        if live != self.seen_generation:
-            self.seen_generation = live
-            self.pipeline.parts.index_changed()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] in QUIET:
@@ -126,8 +116,6 @@ class Tracked:
         life.requests += 1
         life.in_flight += 1
         try:
-            if scope["path"] in ANSWERING:
-                self._follow_index()
             await self.app(scope, receive, send)
         finally:
             life.in_flight -= 1
