@@ -25,7 +25,8 @@ from engine.backend import Message
 SYSTEM_PROMPT = (
     "You are rag-budget, an assistant that answers questions from the user's documents. "
     "Answer using only the numbered context passages in the user's message, and cite them "
-    "by number, like [1]. If the passages do not contain the answer, say that you do not know."
+    "by number, like [1]. If the passages do not contain the answer, say that you do not know. "
+    "Answer in the language of the question."
 )
 
 

@@ -1,5 +1,6 @@
-"""BM25 over chunks (each indexed as its document's title, then its text),
-saved beside the vectors and updated incrementally.
+"""BM25 over chunks (each indexed as its document's title, then its text,
+in the chunk's own language: ``rag.index.language``), saved beside the
+vectors and updated incrementally.
 
 Dense embeddings miss exact names (``shutil.copytree``, ``SIGINT``); BM25
 finds them. The index keeps, per chunk, its terms and their counts (a
@@ -17,54 +18,42 @@ Does not: fuse rankings (``rag.retrieval``) or touch SQLite.
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-_FOLDER_FORMAT = 2  # 1: bm25s's own files, which are read no more (rebuilt)
+from . import language
+
+_FOLDER_FORMAT = 3  # 1: bm25s's own files, which are read no more (rebuilt); 2: English terms, unstemmed
 K1, B = 1.5, 0.75
-# Identifiers split on dots and underscores too, so ``os.path.join`` also
-# matches a question about "path join"; the whole dotted name is kept as well.
-_WORD = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
-_PARTS = re.compile(r"[._]+")
-_STOPWORDS = frozenset(
-    "a an and are as at be but by can do does for from has have how i if in into is it its me my no not of on "
-    "or so such than that the their then there these they this to was what when where which while who why will "
-    "with you your".split()
-)
-_ARRAYS = ("chunk_ids", "offsets", "terms", "counts")
+_ARRAYS = ("chunk_ids", "offsets", "terms", "counts", "langs")
 
 
-def tokenize(text: str) -> list[str]:
-    """The BM25 terms of ``text``: lower-cased words, identifiers whole and
-    in parts, English stopwords left out.
+def tokenize(text: str, lang: str = language.DEFAULT) -> list[str]:
+    """The BM25 terms of ``text`` in language ``lang``: words folded and
+    stemmed, identifiers whole and in parts, stop words left out
+    (:func:`rag.index.language.terms`).
 
     ``tokenize("Use os.path.join") -> ["use", "os.path.join", "os", "path", "join"]``
     """
-    terms: list[str] = []
-    for word in _WORD.findall(text.lower()):
-        if "." in word or "_" in word:
-            parts = [p for p in _PARTS.split(word) if len(p) > 1 and p not in _STOPWORDS]
-            terms.append(word)
-            terms.extend(parts)
-        elif len(word) > 1 and word not in _STOPWORDS:
-            terms.append(word)
-    return terms
+    return language.terms(text, lang)
 
 
 class LexicalIndex:
     """BM25 scores of chunks for a query, by chunk id.
 
     Row ``i`` stands for chunk ``chunk_ids[i]``; its distinct terms are
-    ``terms[offsets[i]:offsets[i+1]]`` with their ``counts``.
+    ``terms[offsets[i]:offsets[i+1]]`` with their ``counts``, its language
+    ``codes[langs[i]]``. A query is tokenized in every language held.
     """
 
     def __init__(self, vocab: dict[str, int], chunk_ids: np.ndarray, offsets: np.ndarray, terms: np.ndarray,
-                 counts: np.ndarray) -> None:
+                 counts: np.ndarray, langs: np.ndarray | None = None, codes: Sequence[str] = ()) -> None:
         self.vocab = vocab
+        self.codes = tuple(codes)
+        self.langs = (np.zeros(len(chunk_ids), np.int16) if langs is None else langs).astype(np.int16, copy=False)
         self.chunk_ids = chunk_ids.astype(np.int64, copy=False)
         self.offsets = offsets.astype(np.int64, copy=False)
         self.terms = terms.astype(np.int32, copy=False)
@@ -74,31 +63,46 @@ class LexicalIndex:
     # -- building --------------------------------------------------------------
 
     @classmethod
-    def build(cls, ids: Sequence[int], texts: Sequence[str]) -> "LexicalIndex":
-        """An index of ``texts``, row ``i`` standing for chunk ``ids[i]``."""
-        return cls.empty().updated((), ids, texts)
+    def build(cls, ids: Sequence[int], texts: Sequence[str], langs: Sequence[str] | None = None) -> "LexicalIndex":
+        """An index of ``texts`` (in languages ``langs``, default English),
+        row ``i`` standing for chunk ``ids[i]``."""
+        return cls.empty().updated((), ids, texts, langs)
 
     @classmethod
     def empty(cls) -> "LexicalIndex":
         """An index of no chunks."""
         return cls({}, np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int32))
 
-    def updated(self, removed: Sequence[int], ids: Sequence[int], texts: Sequence[str]) -> "LexicalIndex":
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The languages of the chunks held, sorted."""
+        return tuple(sorted({self.codes[i] for i in np.unique(self.langs)})) if len(self.langs) else ()
+
+    def updated(self, removed: Sequence[int], ids: Sequence[int], texts: Sequence[str],
+                langs: Sequence[str] | None = None) -> "LexicalIndex":
         """This index without the chunks ``removed`` and with the chunks
-        ``ids`` (texts ``texts``) added: only the added texts are read."""
+        ``ids`` (texts ``texts``, languages ``langs``, default English)
+        added: only the added texts are read."""
         keep = ~np.isin(self.chunk_ids, np.asarray(removed, dtype=np.int64)) if len(removed) else None
-        chunk_ids, offsets, terms, counts = self.chunk_ids, self.offsets, self.terms, self.counts
+        chunk_ids, offsets, terms, counts, rows = self.chunk_ids, self.offsets, self.terms, self.counts, self.langs
         if keep is not None and not keep.all():
             lengths = np.diff(offsets)
             entry_kept = np.repeat(keep, lengths)
-            chunk_ids, terms, counts = chunk_ids[keep], terms[entry_kept], counts[entry_kept]
+            chunk_ids, terms, counts, rows = chunk_ids[keep], terms[entry_kept], counts[entry_kept], rows[keep]
             offsets = np.concatenate([[0], np.cumsum(lengths[keep])])
         vocab = dict(self.vocab)
+        codes = list(self.codes)
+        langs = [language.known(x) for x in langs] if langs is not None else [language.DEFAULT] * len(texts)
+        new_rows = []
+        for lang in langs:
+            if lang not in codes:
+                codes.append(lang)
+            new_rows.append(codes.index(lang))
         new_terms: list[int] = []
         new_counts: list[int] = []
         new_lengths: list[int] = []
-        for text in texts:
-            counted = Counter(vocab.setdefault(t, len(vocab)) for t in tokenize(text))
+        for text, lang in zip(texts, langs):
+            counted = Counter(vocab.setdefault(t, len(vocab)) for t in tokenize(text, lang))
             new_terms.extend(counted.keys())
             new_counts.extend(counted.values())
             new_lengths.append(len(counted))
@@ -108,6 +112,7 @@ class LexicalIndex:
             np.concatenate([offsets, offsets[-1] + np.cumsum(np.asarray(new_lengths, dtype=np.int64))]),
             np.concatenate([terms, np.asarray(new_terms, dtype=np.int32)]),
             np.concatenate([counts, np.asarray(new_counts, dtype=np.int32)]),
+            np.concatenate([rows, np.asarray(new_rows, dtype=np.int16)]), codes,
         )
 
     def __len__(self) -> int:
@@ -132,7 +137,7 @@ class LexicalIndex:
         """Up to ``k`` ``(chunk id, BM25 score)`` pairs, best first; only
         chunks sharing a term with ``query``, and among the chunk ids
         ``allowed`` when given (the statistics stay the whole index's)."""
-        wanted = [self.vocab[t] for t in tokenize(query) if t in self.vocab]
+        wanted = [self.vocab[t] for t in language.terms_in(query, self.languages) if t in self.vocab]
         k = min(k, len(self))
         if k <= 0 or not wanted:
             return []
@@ -165,7 +170,8 @@ class LexicalIndex:
         for name in _ARRAYS:
             np.save(folder / f"{name}.npy", getattr(self, name), allow_pickle=False)
         (folder / "vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False), encoding="utf-8")
-        (folder / "format.json").write_text(json.dumps({"format": _FOLDER_FORMAT, "rows": len(self)}), encoding="utf-8")
+        (folder / "format.json").write_text(json.dumps({"format": _FOLDER_FORMAT, "rows": len(self),
+                                                        "languages": list(self.codes)}), encoding="utf-8")
 
     @classmethod
     def load(cls, folder: Path) -> "LexicalIndex":
@@ -179,10 +185,16 @@ class LexicalIndex:
             vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
         except (OSError, KeyError, TypeError, AttributeError, ValueError, EOFError, RecursionError) as exc:
             raise ValueError(f"{folder}: unreadable BM25 index ({exc})") from None
-        index = cls(vocab, **arrays)
+        codes = header.get("languages")
+        if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
+            raise ValueError(f"{folder}: BM25 languages missing from its header")
+        index = cls(vocab, **arrays, codes=codes)
         if len(index) != header.get("rows") or len(index.offsets) != len(index) + 1 or \
                 index.offsets[-1] != len(index.terms) or len(index.terms) != len(index.counts):
             raise ValueError(f"{folder}: BM25 arrays do not match their header")
+        if len(index.langs) != len(index) or (len(index.langs) and (index.langs.min() < 0
+                                                                    or index.langs.max() >= len(codes))):
+            raise ValueError(f"{folder}: BM25 languages do not match their rows")
         if len(index.terms) and (index.terms.min() < 0 or index.terms.max() >= len(vocab)):
             raise ValueError(f"{folder}: BM25 terms outside the vocabulary")
         return index

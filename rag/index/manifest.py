@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import IndexMismatch
 
 FORMAT_NAME = "rag-budget-index"
-FORMAT_VERSION = 2  # 2: chunks carry their context (title, headings) and location
+FORMAT_VERSION = 3  # 2: chunks carry their context (title, headings) and location; 3: and their language
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
+from . import language
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
 from .store import FileRecord, Hit, NewChunk, _location, embedded_text, location_json
@@ -93,7 +94,8 @@ CREATE TABLE {S}.chunks (
     context TEXT NOT NULL DEFAULT '',
     location TEXT,                          -- JSON, as in SQLite; NULL for none
     embedding vector(%(dim)s) NOT NULL,     -- unit vector of embedded_text(context, text)
-    length INTEGER NOT NULL                 -- BM25 terms of lexical_text(context, text)
+    length INTEGER NOT NULL,                -- BM25 terms of lexical_text(context, text)
+    lang TEXT NOT NULL DEFAULT 'en'         -- ISO 639-1, detected at ingest: the language of its terms
 );
 CREATE INDEX chunks_file ON {S}.chunks (file_id);
 CREATE TABLE {S}.postings (
@@ -267,6 +269,7 @@ class PostgresIndex:
         self._count = int(meta.get("chunks", 0))
         self._avg = (int(meta.get("lengths", 0)) / self._count) if self._count else 1.0
         self._approximate = meta.get("vector_search", "").startswith("approximate")
+        self.languages = tuple(x for x in meta.get("languages", "").split(",") if x)  # a query is read in each
         self._scopes: OrderedDict[object, np.ndarray] = OrderedDict()
         self.notes: list[str] = []
         self.on_note: Callable[[str], None] = lambda note: None
@@ -355,7 +358,7 @@ class PostgresIndex:
         with ``query``, best first, among the chunk ids ``allowed`` (None:
         all; the statistics stay the whole index's): the scores of
         ``LexicalIndex.search`` over the same chunks."""
-        counted = Counter(tokenize(query))
+        counted = Counter(language.terms_in(query, self.languages))
         if k <= 0 or not counted or len(self) == 0:
             return []
         params = {"terms": list(counted), "times": list(counted.values()), "n": float(self._count),
@@ -395,7 +398,7 @@ class PostgresIndex:
         with self._access() as db:
             rows = {r[0]: r for r in db.execute(
                 "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
-                f"c.context, f.root, -(c.embedding <#> %s) FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id "
+                f"c.context, f.root, -(c.embedding <#> %s), c.lang FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id "
                 "WHERE c.id = ANY(%s::bigint[])", (q, [int(i) for i in ids]), binary=True)}
         result = []
         for i in ids:
@@ -405,7 +408,7 @@ class PostgresIndex:
             score = known.get(int(i))
             result.append(Hit(chunk_id=r[1], source=r[2], score=float(r[11]) if score is None else score, text=r[3],
                               page=r[4], char_start=r[5], char_end=r[6], position=r[7], location=_location(r[8]),
-                              context=r[9], root=r[10]))
+                              context=r[9], root=r[10], lang=r[12]))
         return result
 
     def text_before(self, hit: Hit) -> str:
@@ -435,6 +438,10 @@ class PostgresIndex:
                               binary=True).fetchall()
         return [(r[0], r[1], r[2], r[3].to_numpy().astype(np.float32), r[4]) for r in rows]
 
+    def _languages(self) -> list[tuple[str, int]]:
+        with self._access() as db:
+            return db.execute(f"SELECT lang, COUNT(*) FROM {S}.chunks GROUP BY lang ORDER BY lang").fetchall()
+
     def stats(self) -> dict[str, object]:
         """Counts and sizes for ``rag doctor``."""
         with self._access() as db:
@@ -450,6 +457,7 @@ class PostgresIndex:
             "chunks": n_chunks, "tokens": int(n_tokens), "vectors": n_chunks, "vector_search": describe(self._meta),
             "lexical": True, "bytes": int(size), "embedder": self.manifest.embedder, "dim": self.manifest.dim,
             "chunker": self.manifest.chunker, "format_version": self.manifest.format_version,
+            "languages": dict(self._languages()),
         }
 
 
@@ -498,16 +506,16 @@ class PostgresWriter:
         self._changed += len(chunks)
         ids = [r[0] for r in db.execute(f"SELECT nextval('{S}.chunks_id_seq') FROM generate_series(1, %s)",
                                         (len(chunks),))]
-        terms = [Counter(tokenize(c.lexical)) for c in chunks]
+        terms = [Counter(tokenize(c.lexical, c.lang)) for c in chunks]
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with db.cursor().copy(
                 f"COPY {S}.chunks (id, chunk_id, file_id, source, position, char_start, char_end, page, n_tokens, "
-                "text, context, location, embedding, length) FROM STDIN WITH (FORMAT BINARY)") as copy:
+                "text, context, location, embedding, length, lang) FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["int8", "text", "int8", "text", "int4", "int4", "int4", "int4", "int4", "text", "text",
-                            "text", "vector", "int4"])
+                            "text", "vector", "int4", "text"])
             for i, c, v, t in zip(ids, chunks, vectors, terms):
                 copy.write_row((i, c.chunk_id, file_id, source, c.position, c.char_start, c.char_end, c.page,
-                                c.n_tokens, c.text, c.context, location_json(c.location), v, sum(t.values())))
+                                c.n_tokens, c.text, c.context, location_json(c.location), v, sum(t.values()), c.lang))
         with db.cursor().copy(f"COPY {S}.postings (term, chunk, tf, length) FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["text", "int8", "int4", "int4"])
             for i, t in zip(ids, terms):
@@ -524,12 +532,13 @@ class PostgresWriter:
         row = db.execute(f"SELECT value FROM {S}.meta WHERE key = 'generation'").fetchone()
         generation = (int(row[0]) if row else 0) + 1
         search = fit_vector_search(db, n, approximate_from=self.approximate_from)
+        languages = ",".join(r[0] for r in db.execute(f"SELECT DISTINCT lang FROM {S}.chunks ORDER BY 1"))
         if self._changed * 10 >= max(n, 1):
             # The planner's statistics, at once after a large change (autovacuum would come later):
             # without them a first BM25 query after a bulk ingest scans every posting.
             db.execute(f"ANALYZE {S}.chunks, {S}.postings")
         _put_meta(db, {"generation": str(generation), "chunks": str(n), "lengths": str(int(lengths)),
-                       "vector_search": search})
+                       "vector_search": search, "languages": languages})
         db.commit()
         self.committed = True
 
@@ -650,14 +659,15 @@ def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:
     benches. The number of chunks copied."""
     rows = source._db.execute(
         "SELECT c.id, c.chunk_id, c.position, c.char_start, c.char_end, c.page, c.n_tokens, c.text, c.context, "
-        "c.location, f.root, f.source, f.path, f.sha256, f.size FROM chunks c JOIN files f ON f.id = c.file_id "
+        "c.location, f.root, f.source, f.path, f.sha256, f.size, c.lang FROM chunks c JOIN files f ON f.id = c.file_id "
         "ORDER BY f.id, c.position").fetchall()
     by_file: dict[tuple, list] = {}
     for r in rows:
         by_file.setdefault((r[10], r[11], r[12], r[13], r[14]), []).append(r)
     with open_writer(url, source.manifest, fresh=True, approximate_from=approximate_from) as writer:
         for (root, src, path, sha, size), items in by_file.items():
-            chunks = [NewChunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], context=r[8], location=_location(r[9]))
+            chunks = [NewChunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], context=r[8], location=_location(r[9]),
+                               lang=r[15])
                       for r in items]
             vectors = np.vstack([source._vectors.reconstruct(int(r[0])) for r in items])
             writer.add_file(root=root, source=src, path=path, sha256=sha, size=size, chunks=chunks, vectors=vectors)

@@ -71,7 +71,8 @@ CREATE TABLE chunks (
     n_tokens INTEGER NOT NULL,
     text TEXT NOT NULL,                     -- the chunk's own text: what prompts and sources show
     context TEXT NOT NULL DEFAULT '',       -- document title > headings above it: embedded with it (BM25: the title)
-    location TEXT                           -- JSON: page, slide, sheet and rows, chapter or lines; NULL for none
+    location TEXT,                          -- JSON: page, slide, sheet and rows, chapter or lines; NULL for none
+    lang TEXT NOT NULL DEFAULT 'en'         -- ISO 639-1, detected at ingest: how BM25 and the evidence read it
 );
 CREATE INDEX chunks_file ON chunks(file_id);
 """
@@ -132,6 +133,7 @@ class Hit:
     location: dict[str, object] | None = None
     context: str = ""
     root: str = ""  # the folder its file was ingested from (with source, names the document)
+    lang: str = "en"  # its language, detected at ingest (rag.index.language)
 
     def to_dict(self) -> dict[str, object]:
         """The result object of the ``rag search --json`` contract."""
@@ -172,6 +174,7 @@ class NewChunk:
     text: str
     context: str = ""
     location: dict[str, object] | None = None
+    lang: str = "en"  # detected at ingest (rag.index.language)
 
     @property
     def lexical(self) -> str:
@@ -295,8 +298,7 @@ class Index:
                     self._note(f"{self.generation.name}/{LEXICAL_FOLDER} is not usable ({exc}); BM25 rebuilt in memory")
                 loaded = None  # missing, damaged, or written in an older format
             if loaded is None:
-                rows = self._db.execute("SELECT id, context, text FROM chunks ORDER BY id").fetchall()
-                loaded = LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows])
+                loaded = _lexical_of(self._db)
                 self._save_lexical(loaded)
             self._lexical = loaded
         return self._lexical
@@ -370,7 +372,7 @@ class Index:
             row[0]: row
             for row in self._db.execute(
                 "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
-                "c.context, f.root FROM chunks c JOIN files f ON f.id = c.file_id "
+                "c.context, f.root, c.lang FROM chunks c JOIN files f ON f.id = c.file_id "
                 f"WHERE c.id IN ({','.join('?' * len(ids))})",
                 list(ids),
             )
@@ -386,7 +388,7 @@ class Index:
             r = rows[i]
             result.append(
                 Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6],
-                    position=r[7], location=_location(r[8]), context=r[9], root=r[10])
+                    position=r[7], location=_location(r[8]), context=r[9], root=r[10], lang=r[11])
             )
         return result
 
@@ -412,6 +414,7 @@ class Index:
             "SELECT (SELECT COUNT(*) FROM files), COUNT(*), COALESCE(SUM(n_tokens), 0) FROM chunks"
         ).fetchone()
         size = sum(p.stat().st_size for p in self.generation.rglob("*") if p.is_file())
+        languages = dict(self._db.execute("SELECT lang, COUNT(*) FROM chunks GROUP BY lang ORDER BY lang"))
         return {
             "path": str(self.directory),
             "files": n_files,
@@ -425,6 +428,7 @@ class Index:
             "dim": self.manifest.dim,
             "chunker": self.manifest.chunker,
             "format_version": self.manifest.format_version,
+            "languages": languages,
         }
 
 
@@ -445,7 +449,7 @@ class IndexWriter:
         self._live = live  # the generation this one starts from
         self.notes: list[str] = []  # what was wrong with the index it started from
         self._removed: list[int] = []  # chunk ids, for the BM25 index's update
-        self._added: list[tuple[int, str]] = []
+        self._added: list[tuple[int, str, str]] = []  # chunk id, BM25 text, language
         self.committed = False
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
@@ -483,12 +487,12 @@ class IndexWriter:
         for c in chunks:
             cur = self._db.execute(
                 "INSERT INTO chunks (chunk_id, file_id, source, position, char_start, char_end, page, n_tokens, text,"
-                " context, location) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " context, location, lang) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (c.chunk_id, file_id, source, c.position, c.char_start, c.char_end, c.page, c.n_tokens, c.text,
-                 c.context, location_json(c.location)),
+                 c.context, location_json(c.location), c.lang),
             )
             ids.append(cur.lastrowid)
-            self._added.append((cur.lastrowid, c.lexical))
+            self._added.append((cur.lastrowid, c.lexical, c.lang))
         if ids:
             self._vectors.add_with_ids(
                 np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64)
@@ -505,12 +509,12 @@ class IndexWriter:
                 base = None
             if base is not None:
                 removed = set(self._removed)
-                added = [(i, t) for i, t in self._added if i not in removed]
-                updated = base.updated(self._removed, [i for i, _ in added], [t for _, t in added])
+                added = [(i, t, lang) for i, t, lang in self._added if i not in removed]
+                updated = base.updated(self._removed, [a[0] for a in added], [a[1] for a in added],
+                                       [a[2] for a in added])
                 if len(updated) == n_chunks:
                     return updated
-        rows = self._db.execute("SELECT id, context, text FROM chunks ORDER BY id").fetchall()
-        return LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows])
+        return _lexical_of(self._db)
 
     def commit(self) -> None:
         """Write the staged generation durably, with the size and checksum of
@@ -612,6 +616,12 @@ def _load(generation: Path, manifest: Manifest):
         db.close()
         raise IndexDamaged(f"{generation.name}: {vectors.ntotal} vectors for {count} chunks")
     return vectors, db
+
+
+def _lexical_of(db: sqlite3.Connection) -> LexicalIndex:
+    """The BM25 index of every chunk in ``db``, each in its language."""
+    rows = db.execute("SELECT id, context, text, lang FROM chunks ORDER BY id").fetchall()
+    return LexicalIndex.build([r[0] for r in rows], [lexical_text(r[1], r[2]) for r in rows], [r[3] for r in rows])
 
 
 def _one_line(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..errors import DocumentError, RagError
+from ..index.language import languages_of
 from ..index.manifest import Manifest
 from ..index.location import IndexLocation, index_exists, open_writer
 from ..index.store import FileRecord, IndexWriter, NewChunk, embedded_text
@@ -322,12 +323,13 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
         if p.replaces is not None:
             writer.remove_file(p.replaces.id)
             report.chunks_removed += p.replaces.n_chunks
+        langs = languages_of([c.text for c in p.chunks])
         writer.add_file(
             root=p.file.root, source=p.file.source, path=safe_name(str(p.file.path)), sha256=p.sha256, size=p.size,
             chunks=[
                 NewChunk(chunk_id(p.file.root, p.file.source, i, c), i, c.start, c.end, c.page, c.n_tokens, c.text,
-                         context=c.context, location=c.location.to_dict())
-                for i, c in enumerate(p.chunks)
+                         context=c.context, location=c.location.to_dict(), lang=lang)
+                for i, (c, lang) in enumerate(zip(p.chunks, langs))
             ],
             vectors=vectors[row : row + n],
         )

@@ -31,7 +31,7 @@ import numpy as np
 
 from prompt_budget.focus import best_window
 
-from ..index.lexical import tokenize
+from ..index import language
 from ..index.store import Hit
 from ..ingest.formats.text import clean_heading
 from .answer import Evidence
@@ -65,7 +65,7 @@ _SENTENCE_END = re.compile(r"[.!?][\"')\]*]*(?=\s)")
 _ABBREVIATIONS = frozenset({"e.g", "i.e", "etc", "vs", "cf", "al", "approx", "mr", "mrs", "dr", "fig", "resp"})
 # Words that say what kind of thing is asked for, not about what (lexical's stopwords are gone already);
 # in documentation "function", "class" and "module" are markup (".. function::"), not words of the answer.
-_QUESTION_WORDS = frozenset("many much whether way also any some function class method module".split())
+_QUESTION_WORDS = frozenset(language.terms("many much whether way also any some function class method module"))
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,7 @@ class Ranked:
     scores: tuple[float, ...]
     seconds: float
     weights: Mapping[str, float] = field(default_factory=dict, compare=False, repr=False)
+    langs: tuple[str, ...] = ("en",)  # the languages of the units' passages, in which the question was read
 
     @property
     def best(self) -> float:
@@ -278,7 +279,7 @@ class Ranked:
         return " ".join(about[a:b]), (unit.start + words[c].start(), unit.start + words[d - 1].end())
 
     def _weight(self, word: str) -> float:
-        return sum(self.weights.get(t, 0.0) for t in _terms(word))
+        return sum(self.weights.get(t, 0.0) for t in language.terms_in(word, self.langs))
 
 
 def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.ndarray] | None = None,
@@ -297,13 +298,16 @@ def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.
     began = time.perf_counter()
     # A dotted name counts by its parts: whole, it is rare, so its IDF would outweigh the words that answer.
     # Sorted, so that sums of weights, and so ties, do not depend on the order of a set.
-    asked = sorted({_term(t) for t in tokenize(question) if "." not in t and t not in _QUESTION_WORDS})
+    # Read in each language of the passages: an English question of French documents meets them in French.
+    langs = tuple(sorted({language.known(h.lang) for h in hits[:shortlist]})) or (language.DEFAULT,)
+    asked = sorted({t for t in language.terms_in(question, langs) if "." not in t and t not in _QUESTION_WORDS})
     units, kinds, terms, extra, seen = [], [], [], [], set()
     for h, hit in enumerate(hits[:shortlist]):
         before = (text_before(hit) if text_before else "") or _before(hit, hits)
         whole = before + hit.text
         lines = _lines(whole)
-        title = _terms(hit.context.split(" > ")[0])
+        lang = language.known(hit.lang)
+        title = _terms(hit.context.split(" > ")[0], lang)
         for start, end, kind in _units(hit.text):
             if kind == "heading":
                 continue  # what a unit is about, never an answer itself ("# The KV cache")
@@ -314,18 +318,18 @@ def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.
             about, signed = _about(whole, len(before) + start, hit.context, lines)
             own = text[_DIRECTIVE.match(text).start(3):] if kind == "signature" else ""  # without ".. x::"
             signature = own or (about if signed else "")
-            found = _terms(about + "\n" + (own or text))
+            found = _terms(about + "\n" + (own or text), lang)
             # A parameter given a value in a signature states its default: "lru_cache(maxsize=128)" answers
             # "the default maxsize".
-            if set(asked) & {_term(p.lower()) for p in re.findall(r"(\w+)=", signature)}:
-                found.add("default")
+            if set(asked) & {t for p in re.findall(r"(\w+)=", signature) for t in _terms(p, lang)}:
+                found.update(_terms("default", lang))
             units.append(Unit(h, start, end, text, about))
             kinds.append(kind)
             terms.append(found)
             # Outside the IDF: the title, which every unit of a document shares ("What does subprocess.run
             # return?" -> "... return a CompletedProcess" under "run(...)" in "subprocess — ..."), and the
             # signature's name again, the thing the question asks about.
-            extra.append((title, _terms(re.match(r"[\w.]*", signature).group())))
+            extra.append((title, _terms(re.match(r"[\w.]*", signature).group(), lang)))
     df = {t: sum(t in found for found in terms) for t in asked}
     weights = {t: math.log(1 + (len(units) - df[t] + 0.5) / (df[t] + 0.5)) for t in asked}
     total = sum(weights.values()) or 1.0
@@ -342,7 +346,7 @@ def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.
         scores = dict(zip(order, (float(c) + weight * lexical[k] for k, c in zip(order, cosines))))
         order.sort(key=lambda k: (-scores[k], k))
     return Ranked(tuple(units[k] for k in order), tuple(float(scores[k]) for k in order),
-                  time.perf_counter() - began, weights)
+                  time.perf_counter() - began, weights, langs)
 
 
 def _before(hit: Hit, hits: Sequence[Hit]) -> str:
@@ -369,28 +373,9 @@ def _window(scores: list[float], size: int) -> tuple[int, int]:
     return a, a + width
 
 
-def _terms(text: str) -> set[str]:
-    return {_term(t) for t in tokenize(text)}
-
-
-def _term(token: str) -> str:
-    # Identifiers stay whole (tokenize adds their parts); plain words lose plural and verb endings.
-    return token if "." in token or "_" in token else _stem(token)
-
-
-def _stem(word: str) -> str:
-    """``pushes -> push``; ``encodes``, ``encoded``, ``encode`` -> ``encod``; ``counting -> count``."""
-    if word.endswith("ies") and len(word) > 4:
-        word = word[:-3] + "y"
-    elif word.endswith(("sses", "shes", "ches", "xes", "zes")):
-        word = word[:-2]
-    elif word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
-        word = word[:-1]
-    for ending in ("ing", "ed"):
-        if word.endswith(ending) and len(word) - len(ending) >= 3:
-            word = word[: -len(ending)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+def _terms(text: str, lang: str) -> set[str]:
+    # Identifiers whole (and their parts), plain words stemmed in the passage's language (rag.index.language).
+    return set(language.terms(text, lang))
 
 
 def _lines(text: str) -> list[tuple[int, int]]:

@@ -28,6 +28,7 @@ from ..conversations import Conversation, ConversationKeeper, Conversations
 from ..conversations.keeper import HistoryMode
 from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
+from ..index.language import QUESTION_WORDS, detect
 from ..index.location import IndexLocation, folder_of, index_exists, index_location
 from ..index.store import Hit, Index
 from ..ingest.embed import Embedder, GivingWay
@@ -36,7 +37,7 @@ from ..ingest.library import DocumentLibrary, document_id
 from ..ingest.run import IngestProgress, IngestReport
 from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
-from .answer import DECLINED, Answer, Budget, Source
+from .answer import DECLINED, DECLINED_IN, Answer, Budget, Source
 from .citations import STOP_SEQUENCES, GroundedText, Grounding
 from .costs import CostKeeper
 from .dispatch import Dispatcher
@@ -432,7 +433,7 @@ class Pipeline:
         asking the model, and remembered in its conversation. A question
         that could never fit the context is still QuestionTooLong."""
         check_fits(self.backend, question, options.max_tokens)
-        text = DECLINED
+        text = DECLINED_IN.get(detect(question, min_words=QUESTION_WORDS), DECLINED)
         waited = time.perf_counter() - received
         timings = Timings(0, 0, 0, ttft_s=waited, prefill_s=0.0, decode_tokens=0, decode_s=0.0, total_s=waited)
         budget = Budget(target_ttft=target, predicted_ttft_s=waited, candidates=len(hits), chosen=0,

@@ -46,7 +46,7 @@ from prompt_budget.trim import sentence_ends, trim_to_tokens
 from ..conversations.keeper import History
 from ..errors import Overloaded, QuestionTooLong
 from ..index.store import Hit
-from ..index.lexical import tokenize as lexical_terms
+from ..index.language import terms_in
 from .answer import Budget, BudgetDecision
 from .evidence import Evidence, Ranked
 from .options import AskOptions
@@ -429,9 +429,11 @@ class PromptPlanner:
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
         focused = passages
         if cap is not None:
-            terms = set(lexical_terms(question))
+            langs = sorted({h.lang for h in hits})
+            terms = set(terms_in(question, langs))
             spans = self._evidence_spans(ranked)
-            focused = [self._focused(p, terms, cap, n, spans.get(n - 1)) for n, p in enumerate(passages, start=1)]
+            focused = [self._focused(p, terms, cap, n, spans.get(n - 1), langs)
+                       for n, p in enumerate(passages, start=1)]
         variants = [passages, focused] if cap is not None else [passages]
         if self.forms is not None and exact_reuse(self.backend) is not None:
             variants.append([self.forms.get(h.chunk_id) or p for h, p in zip(hits, passages)])
@@ -517,9 +519,9 @@ class PromptPlanner:
         return text, shown, [picked[j][0] for j in order], tokens
 
     def _focused(self, passage: ContextPassage, terms: set[str], cap: int, number: int,
-                 evidence: tuple[int, int] | None = None) -> ContextPassage:
+                 evidence: tuple[int, int] | None = None, langs: Sequence[str] = ()) -> ContextPassage:
         """``passage`` cut to the run of its sentences that shares the most
-        terms with the question, in at most ``cap`` prompt tokens; one that
+        terms with the question (read in ``langs``), in at most ``cap`` prompt tokens; one that
         holds its best ``evidence`` unit (a span of its text) wins."""
         if self._block_tokens(number, passage) <= cap:
             return passage
@@ -529,7 +531,7 @@ class PromptPlanner:
         starts = [0, *ends[:-1]]
         units = [text[a:b] for a, b in zip(starts, ends)]
         sizes = [self._tokens(u) for u in units]
-        scores = [len(terms.intersection(lexical_terms(u))) for u in units]
+        scores = [len(terms.intersection(terms_in(u, langs))) for u in units]
         if evidence is not None:  # outweighs every overlap count
             scores = [s + (len(terms) + 1) * (a < evidence[1] and evidence[0] < b)
                       for s, a, b in zip(scores, starts, ends)]
