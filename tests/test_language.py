@@ -41,3 +41,16 @@ def test_languages_survive_saving(tmp_path):
     index.save(tmp_path / "bm25")
     loaded = LexicalIndex.load(tmp_path / "bm25")
     assert loaded.languages == ("en", "fr") and np.array_equal(loaded.langs, index.langs)
+
+
+def test_french_evidence_is_found_in_french_and_a_repeated_heading_is_no_answer():
+    from rag.index.store import Hit
+    from rag.qa.evidence import rank
+
+    text = ("Phase 2 : le décodage\n\nUn jeton par passe avant. Le plafond est la bande passante mémoire, pas le "
+            "calcul. C'est pourquoi la quantification accélère le décodage.")
+    hit = Hit("c1", "prefill-decode.txt", 0.5, text, context="Préremplissage vs décodage > Phase 2 : le décodage",
+              lang="fr")
+    ranked = rank("Qu'est-ce qui limite la vitesse du décodage ? Le calcul ou la bande passante ?", [hit])
+    assert "bande passante" in ranked.units[0].text
+    assert all(u.text != "Phase 2 : le décodage" for u in ranked.units)

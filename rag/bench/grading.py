@@ -2,7 +2,8 @@
 
 A question file for ``rag bench answers`` is JSON lines:
 ``{"question": str, "gold": [source, ...], "facts": [[alternative, ...], ...],
-"reference": str}``. Each fact is a list of alternatives, each a regular
+"reference": str}``, optionally with ``"answerable": false`` (a question
+the documents do not answer: no gold, no facts), ``"lang"`` and ``"id"``. Each fact is a list of alternatives, each a regular
 expression (most are plain words); an answer is right when every fact has
 an alternative found in it, case-insensitive, whitespace normalised and
 Markdown emphasis removed. ``reference`` (optional) is a short right answer
@@ -32,6 +33,9 @@ class GoldQuestion:
     gold: tuple[str, ...]
     facts: tuple[tuple[str, ...], ...]
     reference: str = ""
+    answerable: bool = True  # False: the documents do not answer it (no gold, no facts)
+    lang: str = ""  # the question's language where the file says it
+    id: str = ""
 
 
 def _gold_question(raw: dict) -> GoldQuestion:
@@ -42,10 +46,11 @@ def _gold_question(raw: dict) -> GoldQuestion:
                 re.compile(alternative)
     except re.error as exc:
         raise ValueError(f"a fact that is not a regular expression: {exc}") from None
-    if not facts or not all(facts):
-        raise ValueError("each question needs facts, each fact an alternative")
+    answerable = bool(raw.get("answerable", True))
+    if answerable and (not facts or not all(facts)):
+        raise ValueError("each answerable question needs facts, each fact an alternative")
     return GoldQuestion(str(raw["question"]), tuple(str(g) for g in raw["gold"]), facts,
-                        str(raw.get("reference", "")))
+                        str(raw.get("reference", "")), answerable, str(raw.get("lang", "")), str(raw.get("id", "")))
 
 
 def load_gold(path: Path) -> list[GoldQuestion]:

@@ -77,22 +77,24 @@ def questions_of(path: Path):
     return qs
 
 
-def bench_pipeline(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Path], model: Optional[Path], *,
-                   slots: Optional[int] = None, **options) -> Pipeline:
-    """A pipeline over an index of ``corpus``, brought up to date first
+def bench_pipeline(h: Harness, corpus: Path | Sequence[Path], include: Sequence[str], index: Optional[Path],
+                   model: Optional[Path], *, slots: Optional[int] = None, **options) -> Pipeline:
+    """A pipeline over an index of ``corpus`` (a folder, or several), brought up to date first
     (default: a cache folder per corpus and include patterns). It answers
     every question with the model: the benches measure the engine's path,
     and a question declined for want of evidence would measure nothing
     (``rag bench answers`` sets its floor per question)."""
     s = h.settings(model=model, slots=slots).model_copy(update={"evidence_floor": 0.0})
+    folders = [corpus] if isinstance(corpus, Path) else list(corpus)
     if index is None:
-        tag = hashlib.sha256(f"{corpus.resolve()}|{sorted(include)}".encode()).hexdigest()[:10]
+        named = "|".join(str(f.resolve()) for f in folders)
+        tag = hashlib.sha256(f"{named}|{sorted(include)}".encode()).hexdigest()[:10]
         index = s.cache_folder / f"bench-index-{tag}"
     p = h.open(s.model_copy(update={"index": index}), **options)
     with h.ingesting() as bar:
-        report = p.ingest([corpus], include=include, progress=bar)
+        report = p.ingest(folders, include=include, progress=bar)
     if report.failed and not (report.added or report.updated or report.skipped):
-        raise RagError(f"{corpus}: nothing could be indexed ({report.failed[0][1]})")
+        raise RagError(f"{', '.join(map(str, folders))}: nothing could be indexed ({report.failed[0][1]})")
     return p
 
 

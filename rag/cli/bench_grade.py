@@ -24,9 +24,11 @@ from .common import MODEL_OPTION, bench_app, echo_json, seconds_list, user_error
 
 @bench_app.command("answers")
 def bench_answers(
-    corpus: Path = typer.Option(DEFAULT_CHAT_CORPUS, "--corpus", help="Folder of documents (apt-get install python3.11-doc)."),
+    corpus: List[Path] = typer.Option([DEFAULT_CHAT_CORPUS], "--corpus", help="Folder of documents (apt-get install python3.11-doc); repeatable with --half."),
     include: List[str] = typer.Option(["library/*"], "--include", help="Only corpus files matching this glob (repeatable)."),
-    questions: Optional[Path] = typer.Option(None, "--questions", help="JSON lines of {question, gold, facts, reference} (default: the bundled Python-docs answer set)."),
+    questions: Optional[Path] = typer.Option(None, "--questions", help="JSON lines of {question, gold, facts, reference[, answerable, lang, id]} (default: the bundled Python-docs answer set)."),
+    half: Optional[str] = typer.Option(None, "--half", help="Score one question set as a user meets it: its tuning, heldout or all half (split with a fixed seed); answerable and unanswerable questions, declines paired with the model's answer, passages against --targets."),
+    targets: str = typer.Option("1,2,4", "--targets", help="With --half: the targets each question is also planned at (passages per prompt, gold passage in it)."),
     limit: int = typer.Option(0, "--limit", help="Only the first N questions (0: all)."),
     target_ttft: Optional[float] = typer.Option(None, "--target-ttft", help="rag-budget's TTFT target (default: $RAG_TARGET_TTFT, else 2.0)."),
     max_tokens: int = typer.Option(64, "--max-tokens", min=1, help="Answer tokens per question."),
@@ -57,20 +59,36 @@ def bench_answers(
         unknown = [p for p in [evidence, *places] if p not in EVIDENCE_PLACES]
         if unknown:
             raise RagError(f"--evidence/--evidence-variants: {', '.join(unknown)}? use {', '.join(EVIDENCE_PLACES)}")
+        if half is not None:
+            from ..bench.sets import HALVES, run as run_set
+
+            if half not in HALVES or questions is None:
+                raise RagError(f"--half takes {', '.join(HALVES)}, with --questions FILE")
+            result = run_set(harness(), corpus, include, questions=questions, half=half, target_ttft=target_ttft,
+                             max_tokens=max_tokens, floor=evidence_floor,
+                             targets=seconds_list(targets, "--targets", empty_ok=False),
+                             options={"evidence": evidence, "evidence_embed": evidence_embed},
+                             evidence_only=evidence_only, index=index, model=model)
+        if len(corpus) != 1 and half is None:
+            raise RagError("--corpus once, unless --half")
         options = {"evidence": evidence, "evidence_embed": evidence_embed, "evidence_floor": evidence_floor}
         asked = dict(questions=questions, limit=limit, target_ttft=target_ttft, options=options, index=index,
                      model=model)
-        if evidence_only:
+        if half is not None:
+            pass
+        elif evidence_only:
             from ..bench.evidence import run as run_evidence
 
-            result = run_evidence(harness(), corpus, include, unanswerable=unanswerable, **asked)
+            result = run_evidence(harness(), corpus[0], include, unanswerable=unanswerable, **asked)
         else:
             from ..bench.answers import run
 
-            result = run(harness(), corpus, include, max_tokens=max_tokens, peer=peer, also_targets=extra,
+            result = run(harness(), corpus[0], include, max_tokens=max_tokens, peer=peer, also_targets=extra,
                          evidence_places=places, free=free, **asked)
     if as_json:
         echo_json(result)
+    elif half is not None:
+        print_set(result)
     else:
         print_evidence(result) if evidence_only else print_answers(result)
 
@@ -117,3 +135,42 @@ def print_evidence(result: dict) -> None:
     console.print(f"best evidence score: lowest of the answerable {s['lowest_answerable_score']}, "
                   f"highest of the unanswerable {s['highest_unanswerable_score']} "
                   f"({'a floor between them separates them' if s['floor_separates'] else 'no floor separates them'})")
+
+
+def _share(figure: dict | None) -> str:
+    if not figure or figure.get("share") is None:
+        return "-"
+    low, high = figure["ci95"]
+    return f"{figure['count']}/{figure['of']} {figure['share'] * 100:.0f}% [{low * 100:.0f}, {high * 100:.0f}]"
+
+
+def print_set(result: dict) -> None:
+    """The figures of a ``rag bench answers --half`` object: one set's half."""
+    c, s = result["config"], result["summary"]
+    console = Console(highlight=False)
+    console.print(f"rag bench answers --half {c['half']} ({Path(c['questions']).name}: {s['answerable']} answerable, "
+                  f"{s['unanswerable']} not; target {c['target_ttft_s']:g} s, floor {c['evidence_floor']:g})")
+    table = Table(show_header=True, title_justify="left")
+    table.add_column("figure")
+    table.add_column("value [95% CI]", justify="right")
+    for name, key in (("answers right", "right"), ("evidence right (<= 60 words)", "evidence_right"),
+                      ("prompt's passages state the facts", "prompt_states_facts"),
+                      ("declined, answerable", "declined_answerable"), ("declined, unanswerable", "declined_unanswerable"),
+                      ("would decline, answerable", "would_decline_answerable"),
+                      ("would decline, unanswerable", "would_decline_unanswerable"),
+                      ("gold passage in the prompt", "gold_in_prompt")):
+        if key in s:
+            table.add_row(name, _share(s[key]))
+    if "ttft_p95_s" in s:
+        table.add_row("declines that cost a right answer", str(s["declines_that_cost_a_right_answer"]))
+        table.add_row("passages per prompt (asked)", f"{s['mean_chunks']}")
+        table.add_row("TTFT p50 / p95 s (engine)", f"{s['ttft_p50_s']:.3f} / {s['ttft_p95_s']:.3f} "
+                      f"[{s['ttft_p95_ci95'][0]:.3f}, {s['ttft_p95_ci95'][1]:.3f}] = {s['ttft_p95_over_target']:.2f}x")
+        table.add_row("seen p50 / p95 s (call to first text)", f"{s['seen_p50_s']:.3f} / {s['seen_p95_s']:.3f} "
+                      f"= {s['seen_p95_over_target']:.2f}x")
+    console.print(table)
+    for t in s["by_target"]:
+        console.print(f"planned at {t['target_s']:g} s: {t['mean_chunks']} passages, gold in prompt "
+                      f"{_share(t['gold_in_prompt'])}")
+    console.print(f"best evidence score: lowest answerable {s['lowest_answerable_score']}, "
+                  f"highest unanswerable {s['highest_unanswerable_score']}")

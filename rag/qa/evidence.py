@@ -308,11 +308,15 @@ def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.
         lines = _lines(whole)
         lang = language.known(hit.lang)
         title = _terms(hit.context.split(" > ")[0], lang)
+        # A line that repeats a heading of the chunk's context is that heading, however the format wrote it
+        # (an HTML page's "12.5.5. Vérifier les dépendances" is a plain line in its text).
+        headings = {" ".join(part.lower().split()) for part in hit.context.split(" > ")}
         for start, end, kind in _units(hit.text):
-            if kind == "heading":
-                continue  # what a unit is about, never an answer itself ("# The KV cache")
             text = hit.text[start:end]
-            if (key := " ".join(text.lower().split())) in seen:
+            key = " ".join(text.lower().split())
+            if kind == "heading" or key in headings:
+                continue  # what a unit is about, never an answer itself ("# The KV cache")
+            if key in seen:
                 continue
             seen.add(key)
             about, signed = _about(whole, len(before) + start, hit.context, lines)
