@@ -74,7 +74,7 @@ def test_a_damaged_bm25_folder_is_rebuilt_once_and_saved(tmp_path, embedder, mon
     builds = []
     real = lexical_module.LexicalIndex.build.__func__
     monkeypatch.setattr(lexical_module.LexicalIndex, "build",
-                        classmethod(lambda cls, ids, texts: builds.append(len(ids)) or real(cls, ids, texts)))
+                        classmethod(lambda cls, ids, texts, langs=None: builds.append(len(ids)) or real(cls, ids, texts, langs)))
     notes = []
     for _ in range(2):  # two starts
         index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)

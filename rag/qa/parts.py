@@ -18,7 +18,7 @@ from prompt_budget import HistoryPolicy
 
 from .. import paths
 from ..conversations import Conversations, open_store
-from ..errors import IndexNotFound, engine_errors
+from ..errors import IndexMismatch, IndexNotFound, engine_errors
 from ..index.location import IndexLocation, index_exists, index_location, live_name, open_index, shown
 from ..index.store import Index
 from ..ingest.embed import Embedder, SentenceTransformerEmbedder
@@ -145,7 +145,10 @@ class Parts:
         directory = paths.sample_index_dir(self.settings.cache_folder)
         # Incremental, so after the first time this only hashes a few files.
         chunker = DocumentLibrary(directory, lambda: self.embedder, lambda: None).chunker()
-        ingest(directory, [paths.sample_data_dir()], embedder=self.embedder, chunker=chunker)
+        try:
+            ingest(directory, [paths.sample_data_dir()], embedder=self.embedder, chunker=chunker)
+        except IndexMismatch:  # a cache written by another version (index format 2 before languages): built anew
+            ingest(directory, [paths.sample_data_dir()], embedder=self.embedder, chunker=chunker, rebuild=True)
         return directory
 
     def close(self) -> None:
