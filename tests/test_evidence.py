@@ -170,6 +170,14 @@ def test_about_is_the_heading_above_or_the_context():
     assert about_of("Just prose.", 0, "") == ""
 
 
+def test_a_labelled_list_definition_is_about_its_terms():
+    # AsciiDoc, as Git's option lists are written; reStructuredText's "Example::" before a literal block is not a term.
+    text = "OPTIONS\n-------\n\n-u::\n--include-untracked::\n\tAll untracked files are stashed.\n\tThen cleaned.\n"
+    assert about_of(text, text.index("Then cleaned"), "git-stash > OPTIONS") == "-u, --include-untracked"
+    rst = "Usage\n=====\n\nExample::\n\n   run(x)\n"
+    assert about_of(rst, rst.index("run(x)"), "") == "Usage"
+
+
 def test_a_table_row_is_about_its_own_first_pair():
     sheet = "City | Pop\nCity: Oslo; Pop: 700k\nCity: Bergen; Pop: 290k"
     assert about_of(sheet, sheet.index("City: Bergen"), "sales > Sheet1") == "City: Bergen"

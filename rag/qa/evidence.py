@@ -5,9 +5,10 @@ A small model ignores its context; quoting the answering sentence first
 helps it (issue 36). On API documentation the sentence that explains rarely
 names the thing, the signature above it does, so each unit (a sentence, a
 signature, a heading, a table row, a list item, a code line) carries its
-``about``: the signature of the directive enclosing it or the heading above
-it, a row's first ``header: value`` pair, else the last heading of the
-chunk's context. Units are scored by the share of the question's IDF weight
+``about``: the signature of the directive enclosing it, the terms of the
+labelled list item it defines ("-u, --include-untracked"), or the heading
+above it, a row's first ``header: value`` pair, else the last heading of
+the chunk's context. Units are scored by the share of the question's IDF weight
 that their words, their about and their document's title cover, plus, when
 an embedder is given, their cosine to the question.
 
@@ -61,6 +62,9 @@ _ITEM = re.compile(r"[ \t]*(?:[-*+\u2022]|\d{1,3}[.)]|#\.)[ \t]+\S")
 _PAIR = r"[^\s:;][^:;\n]{0,59}: [^;\n]*"
 _ROW = re.compile(rf"[ \t]*{_PAIR}(?:; {_PAIR})+")  # a sheet's row: "City: Oslo; Pop: 700k"
 _GRID = re.compile(r"[ \t]*[|+].*[|+][ \t]*")  # a grid table's line: "| *level* | Set the root ... |"
+# An AsciiDoc labelled list's term ("--include-untracked::", "start::", "core.editor;;"): what the
+# indented definition under it is about (Git's and many man pages' option lists are written so).
+_TERM = re.compile(r"(?!\.\.[ \t])(\S[^\n]*?)(?:::|;;|:::)[ \t]*")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]*]*(?=\s)")
 _ABBREVIATIONS = frozenset({"e.g", "i.e", "etc", "vs", "cf", "al", "approx", "mr", "mrs", "dr", "fig", "resp"})
 # Words that say what kind of thing is asked for, not about what (lexical's stopwords are gone already);
@@ -165,8 +169,9 @@ def _units(text: str) -> list[tuple[int, int, str]]:
 def about_of(text: str, offset: int, context: str) -> str:
     """What the unit at ``offset`` of ``text`` is about: the signature of
     the nearest API directive enclosing it (the part after '::', its
-    continuation lines joined), or the nearest heading above it; for a
-    table row its own first ``header: value`` pair; else the last part of
+    continuation lines joined), the terms of the AsciiDoc labelled list
+    item whose indented definition holds it, or the nearest heading above
+    it; for a table row its own first ``header: value`` pair; else the last part of
     ``context`` ("A > B" -> "B"); "" if none.
 
     ``about_of(".. function:: f(x)\\n\\n   Does y.", 22, "") -> "f(x)"``
@@ -191,6 +196,11 @@ def _about(text: str, offset: int, context: str, lines: list[tuple[int, int]] | 
         if (atx := _ATX.fullmatch(above)) and atx.group(1).strip(" \t#") and _heading_like(text, lines, k):
             return clean_heading(atx.group(1).rstrip(" \t#")), False
         indent = len(above) - len(above.lstrip())
+        if indent < bound and indent == 0 and _is_term(text, lines, k):
+            first = k
+            while first > 0 and _is_term(text, lines, first - 1):
+                first -= 1
+            return ", ".join(_TERM.fullmatch(text[slice(*lines[j])]).group(1) for j in range(first, k + 1)), False
         if indent < bound:
             directive = _DIRECTIVE.fullmatch(above)
             if directive and directive.group(3) and _API.fullmatch(directive.group(2)):
@@ -304,6 +314,9 @@ def rank(question: str, hits: Sequence[Hit], *, embed: Callable[[list[str]], np.
     units, kinds, terms, extra, seen = [], [], [], [], set()
     for h, hit in enumerate(hits[:shortlist]):
         before = (text_before(hit) if text_before else "") or _before(hit, hits)
+        if before[-1:] and not before[-1:].isspace():
+            # The chunker stripped the line break it cut at: the hit's first line is a line of its own.
+            before += "\n"
         whole = before + hit.text
         lines = _lines(whole)
         lang = language.known(hit.lang)
@@ -394,6 +407,15 @@ def _is_title(line: str, under: str) -> bool:
     # As the loader finds headings: text at the margin over an underline at least as long.
     return (line[:1].strip() != "" and not _UNDERLINE.fullmatch(line) and bool(_UNDERLINE.fullmatch(under))
             and len(under.rstrip()) >= len(line.rstrip()))
+
+
+def _is_term(text: str, lines: list[tuple[int, int]], k: int) -> bool:
+    # A labelled list's term sits at the margin with its definition (or the next term) on the very next
+    # line; reStructuredText's "Example::" before a literal block is followed by a blank line.
+    line = text[slice(*lines[k])]
+    if not _TERM.fullmatch(line) or line[:1].isspace() or k + 1 >= len(lines):
+        return False
+    return bool(text[slice(*lines[k + 1])].strip())
 
 
 def _heading_like(text: str, lines: list[tuple[int, int]], k: int) -> bool:
