@@ -19,6 +19,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from .answer_contract import missing_fields
 from .test_resident import LONG, RAG, ROOT, rag, servers, shell, stop_every_server
 from .test_resident import env  # noqa: F401 - the fixture: one shell, its resident server shared by the tests
 
@@ -97,6 +98,7 @@ def test_ask_answers_through_the_resident_server_with_sources_and_cost(env, inde
         assert "kv-cache.md" in {s["source"] for s in answer["sources"]}
         assert all(s["doc_id"] for s in answer["sources"])
         assert isinstance(answer["evidence"], list)
+        assert missing_fields(answer) == []  # the answer's contract, extended by n, where and cost
         cost = answer["cost"]
         assert cost["prompt_tokens"] > 0 and 0 <= cost["cached_tokens"] <= cost["prompt_tokens"]
         assert cost["ttft_s"] > 0 and cost["predicted_ttft_s"] > 0 and cost["target_ttft_s"] == 30

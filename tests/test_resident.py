@@ -21,6 +21,7 @@ import pytest
 from rag.resident.address import Address
 from rag.resident.wire import call
 
+from .answer_contract import missing_fields
 from .conftest import assert_clean_error, write_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,6 +146,7 @@ def test_output_and_json_are_the_same_as_in_process(env, index, run):
     assert in_process.exit_code == 0, in_process.output
     local = json.loads(in_process.stdout)
 
+    assert missing_fields(local) == [] and missing_fields(by_server) == []  # the whole contract, both ways
     for part in (None, "budget", "timings", "cli"):
         assert set(by_server[part] if part else by_server) == set(local[part] if part else local), part
     assert set(by_server["sources"][0]) == set(local["sources"][0])

@@ -17,6 +17,7 @@ from rag.errors import RagError
 from rag.service import LoopbackServer as Server
 from rag.service import ServiceSettings, create_app
 
+from .answer_contract import missing_fields
 from .conftest import write_corpus
 
 
@@ -48,7 +49,7 @@ def test_healthz_and_ask(server):
                    timeout=120)
     assert r.status_code == 200, r.text
     d = r.json()
-    assert set(d) >= {"answer", "sources", "budget", "timings"}
+    assert missing_fields(d) == []  # the whole answer contract, which /v1/ask declares as its response model
     assert d["sources"][0]["source"] == "guide/cooking.rst"
     t = d["timings"]
     assert t["cached_tokens"] + t["prefill_tokens"] == t["prompt_tokens"]
@@ -78,6 +79,7 @@ def test_the_openai_client_works_unchanged(server):
     assert reply.choices[0].message.content
     assert reply.usage.prompt_tokens > reply.usage.prompt_tokens_details.cached_tokens >= 0
     assert reply.model_dump()["sources"][0]["source"] == "guide/cooking.rst"
+    assert missing_fields(reply.model_dump()["rag"]) == []  # the extension: the whole answer contract
     pieces, usage = [], None
     for chunk in client.chat.completions.create(
         model="rag-budget", messages=[{"role": "user", "content": "What limits decode?"}], max_tokens=12, stream=True

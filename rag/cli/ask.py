@@ -82,13 +82,15 @@ def ask(
     question: str = typer.Argument(..., help="The question to answer from your documents."),
     index: Optional[str] = INDEX_OPTION,
     target_ttft: Optional[str] = TARGET_OPTION,
-    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in the answer."),
+    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens",
+                                   help=AskOptions.describe("max_tokens", default=False) + "."),
     session: Optional[str] = typer.Option(
         None, "--session", help="Continue (or start) the conversation with this id; its history goes into the prompt."
     ),
     model: Optional[Path] = MODEL_OPTION,
-    max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help="Most chunks in the prompt."),
-    candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates", help="Chunks retrieved for the budgeter to choose from."),
+    max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help=AskOptions.describe("max_k", default=False) + "."),
+    candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates",
+                                   help=AskOptions.describe("candidates", default=False) + "."),
     retrieval: Optional[str] = RETRIEVAL_OPTION,
     source: List[str] = SOURCE_OPTION,
     file_type: List[str] = TYPE_OPTION,

@@ -30,7 +30,7 @@ from mcp.types import Resource, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from ..errors import DocumentNotFound, RagError
-from ..qa.options import DEFAULT_MAX_TOKENS
+from ..qa.options import DEFAULT_MAX_TOKENS, AskOptions
 from ..retrieval.scope import Scope
 from . import tools
 from .connection import Connection
@@ -47,8 +47,9 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_wo
 # ask keeps the turns of its session: not read-only, nothing destroyed
 ANSWERS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-SCOPE = Field(description='Only these documents: {"sources": [glob, ...], "types": ["pdf", ...]}, '
-                          'e.g. {"sources": ["reports/**"], "types": ["md"]}; default all.')
+MAX_TOKENS_WORDS = AskOptions.describe("max_tokens", default=False) + "."
+SCOPE = Field(description=AskOptions.describe("scope") + ', e.g. {"sources": ["reports/**"], "types": ["md"]}; '
+                          "default all.")
 
 
 def one_line(exc: ValidationError) -> str:
@@ -139,12 +140,11 @@ def build(connection: Connection) -> RagMCPServer:
         ctx: Context,
         target_ttft: Annotated[Optional[float], Field(
             gt=0, le=tools.MAX_TARGET_TTFT_S,
-            description="Seconds to first token to plan the prompt for (default: the set-up's, 2.0).")] = None,
-        max_tokens: Annotated[int, Field(ge=1, le=tools.MAX_ANSWER_TOKENS,
-                                         description="Most tokens in the answer.")] = DEFAULT_MAX_TOKENS,
+            description=AskOptions.describe("target_ttft") + " (default: the set-up's, 2.0).")] = None,
+        max_tokens: Annotated[int, Field(ge=1, le=tools.MAX_ANSWER_TOKENS, description=MAX_TOKENS_WORDS)] = DEFAULT_MAX_TOKENS,
         scope: Annotated[Optional[Scope], SCOPE] = None,
         session: Annotated[Optional[str], Field(
-            max_length=128, description="Continue (or start) the conversation with this id.")] = None,
+            max_length=128, description=AskOptions.describe("session") + ".")] = None,
     ) -> dict[str, Any]:
         """Answer QUESTION from your documents with the local model, choosing as many passages as fit the
         time-to-first-token target. Returns the answer, its numbered sources (its citations [n] refer to

@@ -65,33 +65,20 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
 
 
 def answered(answer: Answer) -> dict:
-    """An answer as the ``ask`` tool returns it: ``answer``, ``sources``
-    (numbered as its citations ``[n]`` refer to them), ``evidence`` (the
-    sentences found without the model that answer it), ``declined``,
-    ``session`` and ``turn``, and ``cost``: measured against predicted time
-    to first token, prompt and cached tokens, passages chosen of
-    candidates."""
-    t, b = answer.timings, answer.budget
-    return {
-        "answer": answer.answer,
-        "sources": [{"n": n, "where": s.where(), **s.to_dict()} for n, s in enumerate(answer.sources, start=1)],
-        "evidence": [e.to_dict() for e in answer.evidence],
-        "declined": answer.declined,
-        "session": answer.session,
-        "turn": answer.turn,
-        "cost": {
-            "ttft_s": t.ttft_s,
-            "predicted_ttft_s": b.predicted_ttft_s,
-            "target_ttft_s": b.target_ttft,
-            "prompt_tokens": t.prompt_tokens,
-            "cached_tokens": t.cached_tokens,
-            "prefill_tokens": t.prefill_tokens,
-            "passages_chosen": b.chosen,
-            "candidates": b.candidates,
-            "decode_tokens": t.decode_tokens,
-            "total_s": t.total_s,
-        },
-    }
+    """An answer as the ``ask`` tool returns it: the answer's contract
+    (``rag ask --json``, :mod:`rag.qa.answer`), each source also numbered
+    (``n``, as its citations ``[n]`` refer to it) and cited (``where``), and
+    ``cost``: measured against predicted time to first token, prompt and
+    cached tokens, passages chosen of candidates, read from its timings and
+    budget."""
+    whole = answer.to_dict()
+    t, b = whole["timings"], whole["budget"]
+    sources = [{"n": n, "where": s.where(), **d} for n, (s, d) in enumerate(zip(answer.sources, whole["sources"]), 1)]
+    cost = {"ttft_s": t["ttft_s"], "predicted_ttft_s": b["predicted_ttft_s"], "target_ttft_s": b["target_ttft_s"],
+            "prompt_tokens": t["prompt_tokens"], "cached_tokens": t["cached_tokens"],
+            "prefill_tokens": t["prefill_tokens"], "passages_chosen": b["chosen"], "candidates": b["candidates"],
+            "decode_tokens": t["decode_tokens"], "total_s": t["total_s"]}
+    return whole | {"sources": sources, "cost": cost}
 
 
 def list_documents(connection: Connection) -> dict:

@@ -1,16 +1,25 @@
 """The result of a question: the answer, its sources, the budget and the
-timings, and their JSON form (``to_dict``, the ``rag ask --json`` contract)
-read back (``from_dict``) where an answer crosses a process boundary.
+timings. These dataclasses are the one declaration of the answer's JSON
+contract (``rag ask --json``, ``/v1/ask``, the resident server's wire, the
+OpenAI reply's ``rag`` extension, the MCP ``ask`` result): pydantic reads
+them (:data:`ANSWER_CONTRACT`) to write an answer (``to_dict``), read one
+back (``from_dict``) and publish its JSON schema, so a field added here is
+in every one of them.
 
 Does not: compute any of it (the pipeline does).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Mapping
+
+from pydantic import ConfigDict, Field, TypeAdapter
 
 from engine.backend import Timings
+
+# The JSON names that differ from the attributes' are aliases; either is read.
+_CONTRACT = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
 from ..ingest.formats import Location
 
@@ -34,22 +43,13 @@ class Source:
     char_end: int | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"chunk_id": self.chunk_id, "source": self.source, "score": self.score, "page": self.page,
-                "location": self.location, "context": self.context,
-                "doc_id": self.doc_id, "char_start": self.char_start, "char_end": self.char_end}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Source":
-        """The source :meth:`to_dict` gave ``d`` for."""
-        return cls(**known(cls, d))
+        """The JSON object of an answer's ``"sources"`` list."""
+        return _dump(self)
 
     def where(self) -> str:
         """The source as a reader cites it: ``"deck.pptx, slide 3"``, or
         with its section when it has no location (``"a.docx § Budget"``)."""
         return where(self.source, self.location, self.context)
-
-
-EVIDENCE_FIELDS = ("text", "passage", "source", "location", "start", "end", "about", "chunk_id", "score")
 
 
 @dataclass(frozen=True)
@@ -59,24 +59,23 @@ class Evidence:
     ``lines`` narrowed to the unit's own."""
 
     text: str
-    about: str
     passage: int
     source: str
     location: dict | None
     start: int
     end: int
-    chunk_id: str
-    score: float
+    about: str = ""
+    chunk_id: str = ""
+    score: float = 0.0
 
     def to_dict(self) -> dict:
-        """The JSON object of an answer's ``"evidence"`` list: text, passage,
-        source, location, start, end (the contract), then about, chunk_id, score."""
-        return {name: getattr(self, name) for name in EVIDENCE_FIELDS}
+        """The JSON object of an answer's ``"evidence"`` list."""
+        return _dump(self)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Evidence":
         """The inverse of :meth:`to_dict`; ``about``, ``chunk_id`` and ``score`` may be missing."""
-        return cls(**{"about": "", "chunk_id": "", "score": 0.0, **{k: d[k] for k in EVIDENCE_FIELDS if k in d}})
+        return _adapter(cls).validate_python(d)
 
 
 def where(source: str, location: dict[str, object] | None, context: str = "") -> str:
@@ -105,18 +104,6 @@ class BudgetDecision:
     trimmed: bool = False
     spliced: bool = False  # its KV placed from the engine's passage store, not evaluated
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "chunk_id": self.chunk_id, "source": self.source, "tokens": self.tokens, "score": self.score,
-            "ttft_s": self.ttft_s, "chosen": self.chosen, "reason": self.reason, "trimmed": self.trimmed,
-            "spliced": self.spliced,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "BudgetDecision":
-        """The decision :meth:`to_dict` gave ``d`` for."""
-        return cls(**known(cls, d))
-
 
 @dataclass(frozen=True)
 class Budget:
@@ -127,7 +114,7 @@ class Budget:
     ``planned_ttft_s`` the one with the safety margin the target was held to.
     """
 
-    target_ttft: float | None
+    target_ttft: Annotated[float | None, Field(alias="target_ttft_s")]
     predicted_ttft_s: float
     candidates: int
     chosen: int
@@ -146,32 +133,13 @@ class Budget:
     evidence_tokens: int = 0  # prompt tokens the evidence added (quoted, or written as the answer's start)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "target_ttft_s": self.target_ttft,
-            "predicted_ttft_s": self.predicted_ttft_s,
-            "candidates": self.candidates,
-            "chosen": self.chosen,
-            "planned_ttft_s": self.planned_ttft_s,
-            "feasible": self.feasible,
-            "safety": self.safety,
-            "cached_tokens": self.cached_tokens,
-            "load_wait_s": self.load_wait_s,
-            "cut_for_load": self.cut_for_load,
-            "turns_left_out": self.turns_left_out,
-            "predicted_prefill_s": self.predicted_prefill_s,
-            "behind": self.behind,
-            "coming": self.coming,
-            "evidence_s": self.evidence_s,
-            "evidence_tokens": self.evidence_tokens,
-            "decisions": [d.to_dict() for d in self.decisions],
-        }
+        """The ``budget`` object of the answer's contract, its decisions with it."""
+        return _dump(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Budget":
         """The budget :meth:`to_dict` gave ``d`` for."""
-        values = known(cls, d) | {"target_ttft": d.get("target_ttft_s")}
-        values["decisions"] = tuple(BudgetDecision.from_dict(x) for x in d.get("decisions", ()))
-        return cls(**values)
+        return _adapter(cls).validate_python(d)
 
 
 DECLINED = "The documents do not seem to answer this question."
@@ -193,42 +161,38 @@ class Answer:
     session: str | None = None  # the conversation it belongs to
     turn: int | None = None  # its number in that conversation
     turns_shown: int = 0  # earlier turns replayed in its prompt
-    ungrounded: tuple[str, ...] = ()  # citations removed: passages or files its prompt did not show
+    # Citations removed: passages or files its prompt did not show.
+    ungrounded: Annotated[tuple[str, ...], Field(alias="ungrounded_citations")] = ()
     evidence: tuple[Evidence, ...] = ()  # the sentences of its passages that best answer it, found without the model
     declined: bool = False  # no passage seemed to answer: said so without asking the model
 
     def to_dict(self) -> dict[str, object]:
-        """The ``rag ask --json`` object of DESIGN.md."""
-        return {
-            "answer": self.answer,
-            "sources": [s.to_dict() for s in self.sources],
-            "budget": self.budget.to_dict(),
-            "timings": self.timings.to_dict(),
-            "session": self.session,
-            "turn": self.turn,
-            "turns_shown": self.turns_shown,
-            "ungrounded_citations": list(self.ungrounded),
-            "evidence": [e.to_dict() for e in self.evidence],
-            "declined": self.declined,
-        }
+        """The ``rag ask --json`` object: every field, JSON-typed, under its
+        contract name (``ungrounded_citations``, ``budget.target_ttft_s``)."""
+        return _dump(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Answer":
         """The answer :meth:`to_dict` gave ``d`` for (fields it does not know
         are left out, so a newer writer's object still reads):
         ``Answer.from_dict(a.to_dict()) == a``."""
-        return cls(answer=d["answer"], sources=tuple(Source.from_dict(x) for x in d["sources"]),
-                   budget=Budget.from_dict(d["budget"]), timings=Timings(**known(Timings, d["timings"])),
-                   session=d.get("session"), turn=d.get("turn"), turns_shown=d.get("turns_shown", 0),
-                   ungrounded=tuple(d.get("ungrounded_citations", ())),
-                   evidence=tuple(Evidence.from_dict(e) for e in d.get("evidence", ())),
-                   declined=bool(d.get("declined", False)))
+        return _adapter(cls).validate_python(d)
 
 
-def known(cls, d: dict) -> dict:
-    """The items of ``d`` that are fields of the dataclass ``cls``.
+for _contract in (Source, Evidence, BudgetDecision, Budget, Answer):
+    _contract.__pydantic_config__ = _CONTRACT
+ANSWER_CONTRACT = TypeAdapter(Answer)  # the answer's JSON schema: ``ANSWER_CONTRACT.json_schema(by_alias=True)``
+_ADAPTERS: dict[type, TypeAdapter] = {Answer: ANSWER_CONTRACT}
 
-    ``known(Source, {"source": "a.md", "new": 1}) -> {"source": "a.md"}``
-    """
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k in names}
+
+def _adapter(cls: type) -> TypeAdapter:
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
+
+
+def _dump(value) -> dict:
+    # Scores come from FAISS and NumPy as numpy scalars: written as the Python numbers they hold.
+    return _adapter(type(value)).dump_python(value, mode="json", warnings=False,
+                                             fallback=lambda v: v.item() if hasattr(v, "item") else str(v))
+

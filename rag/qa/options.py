@@ -90,24 +90,31 @@ class AskOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    target_ttft: Optional[float] = Field(None, gt=0)
-    no_target: bool = False
-    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
-    candidates: int = Field(DEFAULT_CANDIDATES, ge=1, le=MAX_CANDIDATES)
-    max_k: int = Field(DEFAULT_MAX_K, ge=1)
-    min_k: int = Field(DEFAULT_MIN_K, ge=0)
+    # The descriptions are the words every front end shows for the option (the HTTP body, the MCP tools'
+    # arguments, the CLI's help): declared here once, read with ``describe(name)``.
+    target_ttft: Optional[float] = Field(None, gt=0, description="Seconds to first token to plan the prompt for")
+    no_target: bool = Field(False, description="Plan for no TTFT target at all (the target is then ignored)")
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1, description="Most tokens in the answer")
+    candidates: int = Field(DEFAULT_CANDIDATES, ge=1, le=MAX_CANDIDATES,
+                            description="Chunks retrieved for the budgeter to choose from")
+    max_k: int = Field(DEFAULT_MAX_K, ge=1, description="Most chunks in the prompt")
+    min_k: int = Field(DEFAULT_MIN_K, ge=0, description="Fewest chunks in the prompt")
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR
-    retrieval: Optional[Literal["dense", "bm25", "hybrid"]] = None
-    scope: Scope = Scope()
-    session: Optional[str] = None
+    retrieval: Optional[Literal["dense", "bm25", "hybrid"]] = Field(None, description="How candidates are found")
+    scope: Scope = Field(Scope(), description=(
+        'Only these documents: {"sources": [glob, ...], "types": ["pdf", ...]}; applied inside retrieval, '
+        "before the budget"))
+    session: Optional[str] = Field(None, max_length=128, description="Continue (or start) the conversation with this id")
     explain: bool = False
     expected_wait_s: float = Field(0.0, ge=0)
     refuse_late: bool = False
     passage_order: Literal["source", "relevance_first", "relevance_last"] = "source"
     stop: bool = True
-    evidence: Literal["last", "prefill", "both", "off"] = DEFAULT_EVIDENCE
-    evidence_floor: Optional[float] = Field(None, ge=0)
-    evidence_embed: bool = False
+    evidence: Literal["last", "prefill", "both", "off"] = Field(
+        DEFAULT_EVIDENCE, description="Where the evidence goes in the prompt")
+    evidence_floor: Optional[float] = Field(
+        None, ge=0, description="Evidence score under which the answer says the documents do not answer")
+    evidence_embed: bool = Field(False, description="Rank the evidence by embedding similarity too")
 
     @field_validator("target_ttft", "relevance_floor", "expected_wait_s", "evidence_floor")
     @classmethod
@@ -144,6 +151,14 @@ class AskOptions(BaseModel):
             field = ".".join(str(p) for p in first.get("loc", ())) or "options"
             message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
             raise RagError(f"{field}: {message}") from None
+
+    @classmethod
+    def describe(cls, name: str, default: bool = True) -> str:
+        """The words for option ``name`` that every front end shows, with
+        its default when it has one (``"Most chunks in the prompt (default 8)"``)."""
+        field = cls.model_fields[name]
+        shown = field.default if default and field.default not in (None, False) else None
+        return f"{field.description} (default {shown})" if shown is not None else str(field.description)
 
     def target(self, default: float | None) -> float | None:
         """The TTFT target to plan for, given the pipeline's ``default``."""

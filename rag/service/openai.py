@@ -66,7 +66,6 @@ class Reply:
 
     def completion(self, answer: Answer) -> dict:
         """The ``chat.completion`` object of a finished answer."""
-        t = answer.timings
         return {
             "id": self.cid, "object": "chat.completion", "created": self.created, "model": self.model,
             "choices": [{
@@ -74,11 +73,15 @@ class Reply:
                 "finish_reason": self._finish_reason(answer),
             }],
             "usage": self._usage(answer),
-            "sources": [s.to_dict() for s in answer.sources],
-            "evidence": [e.to_dict() for e in answer.evidence],
-            "rag": {"budget": answer.budget.to_dict(), "timings": t.to_dict(), "session": answer.session,
-                    "turn": answer.turn},
+            **self._extension(answer),
         }
+
+    @staticmethod
+    def _extension(answer: Answer) -> dict:
+        # Beyond OpenAI's fields: the sources and evidence beside the message, and the whole answer
+        # contract (rag.qa.answer) under "rag".
+        whole = answer.to_dict()
+        return {"sources": whole["sources"], "evidence": whole["evidence"], "rag": whole}
 
     def _finish_reason(self, answer: Answer) -> str:
         return "length" if answer.timings.decode_tokens >= self.max_tokens else "stop"
@@ -113,8 +116,7 @@ class Reply:
                         yield delta({"content": piece})
             final = answer.answer
             yield sse(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": self._finish_reason(final)}],
-                              "usage": self._usage(final), "sources": [s.to_dict() for s in final.sources],
-                              "evidence": [e.to_dict() for e in final.evidence]})
+                              "usage": self._usage(final), **self._extension(final)})
         except ClientGone:
             return  # it left while its prompt was evaluated: the generation is stopped
         except Exception as exc:  # noqa: BLE001 - the stream has started: its end says what failed

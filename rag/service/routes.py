@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import DocumentNotFound, IndexNotFound, RagError, engine_errors
 from ..ingest.run import IngestCancelled
+from ..qa.answer import Answer
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, SearchBody
@@ -68,7 +69,9 @@ async def profile(state: ServiceState = Depends(service)):
         return failure(exc)
 
 
-@router.post("/v1/ask")
+@router.post("/v1/ask", response_model=Answer,
+             responses={200: {"content": {"text/event-stream": {}},
+                              "description": "The answer (``rag ask --json``), or with ``stream`` its events"}})
 async def ask(body: AskBody, request: Request, state: ServiceState = Depends(service)):
     """Answer a question from the index: the ``rag ask --json`` object,
     or with ``stream`` server-sent events: ``{"evidence": [...]}`` once the

@@ -6,50 +6,48 @@ Does not: answer anything.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 from ..conversations.store import valid_session_id
 
-from ..qa.options import DEFAULT_MAX_TOKENS, MAX_CANDIDATES
+from ..qa.options import DEFAULT_MAX_TOKENS, MAX_CANDIDATES, AskOptions
 from ..retrieval.scope import Scope
 
 
-SCOPE_FIELD = Field(None, description=(
-    'Only these documents: {"sources": [glob, ...], "types": ["pdf", ...]}; applied inside retrieval, '
-    "before the budget"))
+SCOPE_FIELD = Field(None, description=AskOptions.describe("scope"))
+# The question's options a request may give, declared in AskOptions: here each is optional (None: the
+# service's default), with AskOptions' bounds and words.
+ASK_BODY_OPTIONS = ("no_target", "max_k", "candidates", "retrieval", "evidence", "evidence_floor", "evidence_embed")
 
 
-class AskBody(BaseModel):
-    """``POST /v1/ask``."""
-
+class _AskBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(..., min_length=1, max_length=20_000)
-    target_ttft_s: float | None = Field(None, gt=0, le=600)
-    session: str | None = Field(None, max_length=128)
-    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1)
+    target_ttft_s: float | None = Field(None, gt=0, le=600, description=AskOptions.describe("target_ttft"))
+    session: str | None = Field(None, max_length=128, description=AskOptions.describe("session"))
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1, description=AskOptions.describe("max_tokens", default=False))
     stream: bool = False
     scope: Scope | None = SCOPE_FIELD
-    no_target: bool = Field(False, description="Plan for no TTFT target at all (target_ttft_s is then ignored)")
-    max_k: int | None = Field(None, ge=1, description="Most chunks in the prompt (default 8)")
-    candidates: int | None = Field(None, ge=1, le=MAX_CANDIDATES,
-                                   description="Chunks retrieved for the budgeter to choose from (default 20)")
-    retrieval: Literal["dense", "bm25", "hybrid"] | None = Field(None, description="How candidates are found")
-    evidence: Literal["last", "prefill", "both", "off"] | None = Field(
-        None, description="Where the evidence goes in the prompt (default last)")
-    evidence_floor: float | None = Field(
-        None, ge=0, le=10, description="Evidence score under which the answer says the documents do not answer")
-    evidence_embed: bool | None = Field(None, description="Rank the evidence by embedding similarity too")
 
     def options(self) -> dict[str, object]:
         """The question's options beyond the question, target, session and
         tokens that were given (for ``Answering.start``)."""
-        given = {"no_target": self.no_target or None, "max_k": self.max_k, "candidates": self.candidates,
-                 "retrieval": self.retrieval, "evidence": self.evidence, "evidence_floor": self.evidence_floor,
-                 "evidence_embed": self.evidence_embed}
-        return {k: v for k, v in given.items() if v is not None}
+        given = self.model_dump(include=set(ASK_BODY_OPTIONS), exclude_none=True)
+        return {k: v for k, v in given.items() if v is not False or k != "no_target"}
+
+
+def _given(name: str) -> tuple[object, FieldInfo]:
+    field = AskOptions.model_fields[name]
+    return Optional[field.annotation], FieldInfo.merge_field_infos(field, default=None,
+                                                                  description=AskOptions.describe(name))
+
+
+AskBody = create_model("AskBody", __base__=_AskBase, __doc__="``POST /v1/ask``.",
+                       __module__=__name__, **{name: _given(name) for name in ASK_BODY_OPTIONS})
 
 
 class SearchBody(BaseModel):
