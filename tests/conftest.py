@@ -72,9 +72,9 @@ def prepared_pipeline(root: Path, embedder, backend, files: dict[str, str | byte
 
 def indexed_sources(index_dir: Path, embedder) -> set[str]:
     """The sources of the documents in the index at ``index_dir``."""
-    from rag.index.store import Index
+    from rag.index.store import FolderIndex
 
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     try:
         return {source for _, source in index.files()}
     finally:

@@ -21,9 +21,9 @@ from .conftest import indexed_sources, write_corpus
 
 
 def _records(index_dir: Path, embedder) -> list:
-    from rag.index.store import Index
+    from rag.index.store import FolderIndex
 
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     try:
         return list(index.files().values())
     finally:

@@ -8,7 +8,7 @@ import pytest
 
 from rag.ingest.chunking import Chunker, ChunkerSettings
 from rag.ingest import find_files, ingest
-from rag.index.store import Index, IndexWriter, embedded_text
+from rag.index.store import FolderIndex, FolderWriter, embedded_text
 from tests.conftest import write_corpus
 from rag.bench.samples import make_pdf
 
@@ -19,7 +19,7 @@ def chunker(embedder):
 
 
 def _search(index_dir, embedder, query, k=3):
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     try:
         return index.search(embedder.embed([query])[0], k)
     finally:
@@ -45,7 +45,7 @@ def test_reingest_skips_updates_removes_and_adds(tmp_path, corpus, embedder, chu
     assert _search(index_dir, embedder, "how do I bake bread?", k=5)[0].source != "guide/cooking.rst"
     top = _search(index_dir, embedder, "what sets decode speed?", k=1)[0]
     assert top.source == "decode.txt" and "streams its weights" in top.text
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     assert index.stats()["files"] == 4 and len(index) == index.stats()["chunks"]
     index.close()
 
@@ -69,7 +69,7 @@ def test_a_failure_halfway_leaves_the_old_index_answering(tmp_path, corpus, embe
     (corpus / "guide" / "cooking.rst").write_text("Bread is now about sourdough starters only.")
     (corpus / "decode.txt").unlink()
     (corpus / "new.md").write_text("A brand new file about sailing boats.")
-    real_add = IndexWriter.add_file
+    real_add = FolderWriter.add_file
     calls = {"n": 0}
 
     def crash_on_second(self, **kwargs):
@@ -78,7 +78,7 @@ def test_a_failure_halfway_leaves_the_old_index_answering(tmp_path, corpus, embe
             raise KeyboardInterrupt  # as if the user pressed Ctrl-C mid-ingest
         return real_add(self, **kwargs)
 
-    monkeypatch.setattr(IndexWriter, "add_file", crash_on_second)
+    monkeypatch.setattr(FolderWriter, "add_file", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
     assert calls["n"] == 2
@@ -86,7 +86,7 @@ def test_a_failure_halfway_leaves_the_old_index_answering(tmp_path, corpus, embe
     assert "sailing" not in " ".join(h.text for h in _search(index_dir, embedder, "sailing boats", k=4))
     assert len(list(index_dir.glob("gen-*"))) == 1
 
-    monkeypatch.setattr(IndexWriter, "add_file", real_add)
+    monkeypatch.setattr(FolderWriter, "add_file", real_add)
     report = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
     assert report.counts()["added"] == 1 and report.counts()["updated"] == 1 and report.counts()["removed"] == 1
 
@@ -137,7 +137,7 @@ def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunk
     assert second.updated == ["long.md"] and second.chunks_added == first.chunks_added
     assert 1 <= second.chunks_embedded < second.chunks_added
     # A reused vector is the one the text would get anyway.
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     stored = index.chunks()
     fresh = embedder.embed([embedded_text(context, text) for _, _, text, _, context in stored])
     for (_, _, _, vector, _), expected in zip(stored, fresh):

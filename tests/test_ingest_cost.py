@@ -286,9 +286,9 @@ def test_the_resident_servers_own_stop_stops_the_ingests(tmp_path, embedder):
 
 def _indexed_chunks(index_dir, embedder) -> dict[str, int]:
     """Chunks in the index at ``index_dir``, by source."""
-    from rag.index.store import Index
+    from rag.index.store import FolderIndex
 
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     try:
         return {source: record.n_chunks for (_, source), record in index.files().items()}
     finally:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from rag.index import lexical as lexical_module
-from rag.index.store import Index
+from rag.index.store import FolderIndex
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
 from .conftest import prepared_pipeline, write_corpus
@@ -77,7 +77,7 @@ def test_a_damaged_bm25_folder_is_rebuilt_once_and_saved(tmp_path, embedder, mon
                         classmethod(lambda cls, ids, texts, langs=None: builds.append(len(ids)) or real(cls, ids, texts, langs)))
     notes = []
     for _ in range(2):  # two starts
-        index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+        index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
         assert index.lexical_search("prefill", 3)
         notes.append(list(index.notes))
         index.close()
@@ -103,7 +103,7 @@ def test_a_half_built_generation_is_swept_by_the_next_writer_never_by_a_reader(t
     locks: list[str] = []
     real_open = generations.open_lock_file
     monkeypatch.setattr(generations, "open_lock_file", lambda path: locks.append(str(path)) or real_open(path))
-    index = Index.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
     try:
         assert locks == [] and half.is_dir() and len(index) > 0  # the reader neither locked nor swept
     finally:

@@ -13,7 +13,7 @@ from rag.errors import RagError
 from rag.index.lexical import LexicalIndex, tokenize
 from rag.retrieval import QueryCache, check_mode, reciprocal_rank_fusion
 from rag.index.manifest import Manifest
-from rag.index.store import LEXICAL_FOLDER, Index, NewChunk, open_writer
+from rag.index.store import LEXICAL_FOLDER, FolderIndex, NewChunk, open_writer
 
 DIM = 16
 MANIFEST = Manifest(embedder="test-embedder", dim=DIM, chunker={"chunk_tokens": 100, "overlap_tokens": 10})
@@ -86,8 +86,8 @@ def _add(writer, source: str, vectors: np.ndarray, words: list[str] | None = Non
     writer.add_file(root="/r", source=source, path=f"/r/{source}", sha256="h" + source, size=1, chunks=chunks, vectors=vectors)
 
 
-def _open(directory) -> Index:
-    return Index.open(directory, embedder=MANIFEST.embedder, dim=DIM)
+def _open(directory) -> FolderIndex:
+    return FolderIndex.open(directory, embedder=MANIFEST.embedder, dim=DIM)
 
 
 def test_bm25_is_saved_with_each_generation_and_rebuilt_when_missing(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from rag.errors import IndexBusy, IndexMismatch, IndexNotFound
 from rag.index.manifest import FORMAT_VERSION, Manifest
-from rag.index.store import Index, NewChunk, open_writer
+from rag.index.store import FolderIndex, NewChunk, open_writer
 
 DIM = 16
 MANIFEST = Manifest(embedder="test-embedder", dim=DIM, chunker={"chunk_tokens": 100, "overlap_tokens": 10})
@@ -24,8 +24,8 @@ def _add(writer, source: str, vectors: np.ndarray) -> None:
     writer.add_file(root="/r", source=source, path=f"/r/{source}", sha256="h" + source, size=1, chunks=chunks, vectors=vectors)
 
 
-def _open(directory) -> Index:
-    return Index.open(directory, embedder=MANIFEST.embedder, dim=DIM)
+def _open(directory) -> FolderIndex:
+    return FolderIndex.open(directory, embedder=MANIFEST.embedder, dim=DIM)
 
 
 def test_search_matches_brute_force_cosine(tmp_path):
@@ -84,7 +84,7 @@ def test_another_embedder_or_format_is_refused_with_advice(tmp_path):
     with open_writer(tmp_path, MANIFEST) as w:
         w.commit()
     with pytest.raises(IndexMismatch, match="rebuild"):
-        Index.open(tmp_path, embedder="other-model", dim=DIM)
+        FolderIndex.open(tmp_path, embedder="other-model", dim=DIM)
     manifest_path = next(tmp_path.glob("gen-*/manifest.json"))
     raw = json.loads(manifest_path.read_text())
     raw["format_version"] = FORMAT_VERSION + 1

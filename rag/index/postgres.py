@@ -2,7 +2,7 @@
 share, selected by ``--index postgresql://...`` (or ``RAG_INDEX``).
 
 It presents the folder store's interface (:class:`PostgresIndex` reads as
-``store.Index`` does, :class:`PostgresWriter` writes as ``store.IndexWriter``
+``store.FolderIndex`` does, :class:`PostgresWriter` writes as ``store.FolderWriter``
 does), so retrieval, ingest and the service work on either unchanged.
 
 Tables, in the schema ``rag_index`` (a database may hold conversations too):
@@ -48,9 +48,10 @@ import numpy as np
 
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from . import language
+from .interface import HIT_COLUMNS, hit_of, stats_of, text_ending_at
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
-from .store import FileRecord, Hit, NewChunk, _location, embedded_text, location_json
+from .records import FileRecord, Hit, NewChunk, embedded_text, location_json, stored_location
 
 S = "rag_index"  # the schema every table lives in
 STORE_FORMAT = 1  # of these tables (the chunk format is the manifest's FORMAT_VERSION)
@@ -256,7 +257,7 @@ def live_manifest(url: str) -> Manifest:
 
 class PostgresIndex:
     """A read-only view of the index in a PostgreSQL database, as
-    ``store.Index``; ``name`` is the generation it was opened at."""
+    ``store.FolderIndex``; ``name`` is the generation it was opened at."""
 
     def __init__(self, url: str, db, manifest: Manifest, meta: dict[str, str]) -> None:
         self.url = url
@@ -397,8 +398,7 @@ class PostgresIndex:
         q = np.asarray(query, dtype=np.float32).reshape(-1)
         with self._access() as db:
             rows = {r[0]: r for r in db.execute(
-                "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
-                f"c.context, f.root, -(c.embedding <#> %s), c.lang FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id "
+                f"SELECT c.id, -(c.embedding <#> %s), {HIT_COLUMNS} FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id "
                 "WHERE c.id = ANY(%s::bigint[])", (q, [int(i) for i in ids]), binary=True)}
         result = []
         for i in ids:
@@ -406,20 +406,16 @@ class PostgresIndex:
             if r is None:
                 continue
             score = known.get(int(i))
-            result.append(Hit(chunk_id=r[1], source=r[2], score=float(r[11]) if score is None else score, text=r[3],
-                              page=r[4], char_start=r[5], char_end=r[6], position=r[7], location=_location(r[8]),
-                              context=r[9], root=r[10], lang=r[12]))
+            result.append(hit_of(r[2:], float(r[1]) if score is None else score))
         return result
 
     def text_before(self, hit: Hit) -> str:
-        """The text of ``hit``'s document just before it (see ``store.Index.text_before``)."""
+        """The text of ``hit``'s document just before it (see ``store.FolderIndex.text_before``)."""
         with self._access() as db:
             row = db.execute(
                 f"SELECT p.text, p.char_start FROM {S}.chunks c JOIN {S}.chunks p ON p.file_id = c.file_id "
                 "AND p.position = c.position - 1 WHERE c.chunk_id = %s", (hit.chunk_id,)).fetchone()
-        if row is None or row[1] >= hit.char_start:
-            return ""
-        return row[0][: hit.char_start - row[1]]
+        return text_ending_at(row, hit)
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
         """The ingested files, keyed by ``(root, source)``, optionally only those ingested from ``root``."""
@@ -452,13 +448,9 @@ class PostgresIndex:
                 "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'", (S,)
             ).fetchone()[0]
-        return {
-            "path": self.directory, "store": "postgresql", "generation": self.name, "files": n_files,
-            "chunks": n_chunks, "tokens": int(n_tokens), "vectors": n_chunks, "vector_search": describe(self._meta),
-            "lexical": True, "bytes": int(size), "embedder": self.manifest.embedder, "dim": self.manifest.dim,
-            "chunker": self.manifest.chunker, "format_version": self.manifest.format_version,
-            "languages": dict(self._languages()),
-        }
+        return stats_of(self, store="postgresql", generation=self.name, files=n_files, chunks=n_chunks,
+                        tokens=n_tokens, vectors=n_chunks, vector_search=describe(self._meta), lexical=True,
+                        size=size, languages=dict(self._languages()))
 
 
 # -- writing --------------------------------------------------------------------
@@ -466,7 +458,7 @@ class PostgresIndex:
 
 class PostgresWriter:
     """Changes to the index in one transaction until :meth:`commit`, as
-    ``store.IndexWriter``; use :func:`open_writer`."""
+    ``store.FolderWriter``; use :func:`open_writer`."""
 
     def __init__(self, url: str, db, manifest: Manifest, *, approximate_from: int | None = None) -> None:
         self.url = url
@@ -478,7 +470,7 @@ class PostgresWriter:
         self._changed = 0  # chunks added and removed
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
-        """The files as this transaction sees them, as ``Index.files``."""
+        """The files as this transaction sees them, as ``IndexReader.files``."""
         return _files(self._db, root)
 
     def remove_file(self, file_id: int) -> None:
@@ -654,7 +646,7 @@ def _files(db, root: str | None) -> dict[tuple[str, str], FileRecord]:
 
 def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:
     """Fill the index at ``url`` (replaced) from an open index ``source`` (a
-    folder store's ``Index``): its files, chunks and vectors as they are, no
+    folder store's ``FolderIndex``): its files, chunks and vectors as they are, no
     embedding again; the BM25 postings are made from the texts. For the
     benches. The number of chunks copied."""
     rows = source._db.execute(
@@ -666,7 +658,7 @@ def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:
         by_file.setdefault((r[10], r[11], r[12], r[13], r[14]), []).append(r)
     with open_writer(url, source.manifest, fresh=True, approximate_from=approximate_from) as writer:
         for (root, src, path, sha, size), items in by_file.items():
-            chunks = [NewChunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], context=r[8], location=_location(r[9]),
+            chunks = [NewChunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], context=r[8], location=stored_location(r[9]),
                                lang=r[15])
                       for r in items]
             vectors = np.vstack([source._vectors.reconstruct(int(r[0])) for r in items])

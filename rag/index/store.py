@@ -42,6 +42,8 @@ from .generations import (
     write_lock,
 )
 from .lexical import LexicalIndex
+from .interface import HIT_COLUMNS, hit_of, stats_of, text_ending_at
+from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
 from .vectors import describe, fit_vectors, new_vectors, vector_search
 
@@ -78,116 +80,12 @@ CREATE INDEX chunks_file ON chunks(file_id);
 """
 
 
-def embedded_text(context: str, text: str) -> str:
-    """What a chunk is embedded as: its context (title and headings) before
-    its text. Prompts and sources show the text alone.
-
-    ``embedded_text("bisect > Examples", "x") -> "bisect > Examples\n\nx"``
-    """
-    return f"{context}\n\n{text}" if context else text
-
-
-def lexical_text(context: str, text: str) -> str:
-    """What a chunk is BM25-indexed as: its document's title (the first part
-    of its context) before its text. The section headings are left out of
-    BM25: measured on the Python docs, their generic words ("Examples",
-    "Classes and functions"), repeated over every chunk of a section, lowered
-    BM25's MRR, while the title raised it (README, "Chunks know where they stand").
-
-    ``lexical_text("bisect > Examples", "x") -> "bisect\n\nx"``
-    """
-    title = context.split(CONTEXT_SEPARATOR, 1)[0]
-    return f"{title}\n\n{text}" if title else text
-
-
-def location_json(location: dict[str, object] | None) -> str | None:
-    """A chunk's location as stored (JSON text, None for none)."""
-    return json.dumps(location, ensure_ascii=False, sort_keys=True) if location else None
-
-
-def _location(raw: str | None) -> dict[str, object] | None:
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved chunk. ``score`` is the cosine similarity to the query;
-    ``location`` where it lies in its file (``page``, ``slide``, ``sheet``
-    and ``rows``, ``chapter``, ``lines``), ``context`` the title and
-    headings above it."""
-
-    chunk_id: str
-    source: str
-    score: float
-    text: str
-    page: int | None = None
-    char_start: int = 0
-    char_end: int = 0
-    position: int = 0
-    location: dict[str, object] | None = None
-    context: str = ""
-    root: str = ""  # the folder its file was ingested from (with source, names the document)
-    lang: str = "en"  # its language, detected at ingest (rag.index.language)
-
-    def to_dict(self) -> dict[str, object]:
-        """The result object of the ``rag search --json`` contract."""
-        return {
-            "chunk_id": self.chunk_id,
-            "source": self.source,
-            "score": self.score,
-            "text": self.text,
-            "page": self.page,
-            "char_start": self.char_start,
-            "char_end": self.char_end,
-            "location": self.location,
-            "context": self.context,
-        }
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    """What the index knows about one ingested file."""
-
-    id: int
-    root: str
-    source: str
-    sha256: str
-    n_chunks: int
-
-
-@dataclass(frozen=True)
-class NewChunk:
-    """A chunk to store, with its vector."""
-
-    chunk_id: str
-    position: int
-    char_start: int
-    char_end: int
-    page: int | None
-    n_tokens: int
-    text: str
-    context: str = ""
-    location: dict[str, object] | None = None
-    lang: str = "en"  # detected at ingest (rag.index.language)
-
-    @property
-    def lexical(self) -> str:
-        """What it is BM25-indexed as."""
-        return lexical_text(self.context, self.text)
-
-
 def live_manifest(directory: Path) -> Manifest:
     """The manifest of the generation ``directory`` answers from."""
     return Manifest.read(choose(Path(directory)).generation / "manifest.json")
 
 
-class Index:
+class FolderIndex:
     """A read-only view of the live generation of an index directory."""
 
     def __init__(self, directory: Path, generation: Path, manifest: Manifest, vectors, db: sqlite3.Connection,
@@ -207,7 +105,7 @@ class Index:
         self.on_note(note)
 
     @classmethod
-    def open(cls, directory: Path, *, embedder: str, dim: int) -> "Index":
+    def open(cls, directory: Path, *, embedder: str, dim: int) -> "FolderIndex":
         """Open the generation of ``directory`` to answer from: the live one,
         or when it is damaged the newest intact one before it (``notes`` say
         so). Raises IndexNotFound if there is none, IndexMismatch if it was
@@ -371,8 +269,7 @@ class Index:
         rows = {
             row[0]: row
             for row in self._db.execute(
-                "SELECT c.id, c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
-                "c.context, f.root, c.lang FROM chunks c JOIN files f ON f.id = c.file_id "
+                f"SELECT c.id, {HIT_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id "
                 f"WHERE c.id IN ({','.join('?' * len(ids))})",
                 list(ids),
             )
@@ -385,11 +282,7 @@ class Index:
             score = known.get(i)
             if score is None:
                 score = float(np.dot(self._vectors.reconstruct(int(i)), q))
-            r = rows[i]
-            result.append(
-                Hit(chunk_id=r[1], source=r[2], score=score, text=r[3], page=r[4], char_start=r[5], char_end=r[6],
-                    position=r[7], location=_location(r[8]), context=r[9], root=r[10], lang=r[11])
-            )
+            result.append(hit_of(rows[i][1:], score))
         return result
 
     def text_before(self, hit: Hit) -> str:
@@ -399,9 +292,7 @@ class Index:
         row = self._db.execute(
             "SELECT p.text, p.char_start FROM chunks c JOIN chunks p ON p.file_id = c.file_id "
             "AND p.position = c.position - 1 WHERE c.chunk_id = ?", (hit.chunk_id,)).fetchone()
-        if row is None or row[1] >= hit.char_start:
-            return ""
-        return row[0][: hit.char_start - row[1]]
+        return text_ending_at(row, hit)
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
         """The ingested files, keyed by ``(root, source)``, optionally only
@@ -415,24 +306,12 @@ class Index:
         ).fetchone()
         size = sum(p.stat().st_size for p in self.generation.rglob("*") if p.is_file())
         languages = dict(self._db.execute("SELECT lang, COUNT(*) FROM chunks GROUP BY lang ORDER BY lang"))
-        return {
-            "path": str(self.directory),
-            "files": n_files,
-            "chunks": n_chunks,
-            "tokens": n_tokens,
-            "vectors": len(self),
-            "vector_search": describe(self._vectors),
-            "lexical": (self.generation / LEXICAL_FOLDER).is_dir(),
-            "bytes": size,
-            "embedder": self.manifest.embedder,
-            "dim": self.manifest.dim,
-            "chunker": self.manifest.chunker,
-            "format_version": self.manifest.format_version,
-            "languages": languages,
-        }
+        return stats_of(self, files=n_files, chunks=n_chunks, tokens=n_tokens, vectors=len(self),
+                        vector_search=describe(self._vectors), lexical=(self.generation / LEXICAL_FOLDER).is_dir(),
+                        size=size, languages=languages)
 
 
-class IndexWriter:
+class FolderWriter:
     """Changes to an index, staged in a new generation until :meth:`commit`.
 
     Use :func:`open_writer`; leaving its ``with`` block by an exception
@@ -453,7 +332,7 @@ class IndexWriter:
         self.committed = False
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
-        """The files in the staged generation, as :meth:`Index.files`."""
+        """The files in the staged generation, as :meth:`FolderIndex.files`."""
         return _files(self._db, root)
 
     def remove_file(self, file_id: int) -> None:
@@ -545,7 +424,7 @@ class IndexWriter:
 
 
 @contextlib.contextmanager
-def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> Iterator[IndexWriter]:
+def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> Iterator[FolderWriter]:
     """Stage changes to the index in ``directory`` (created if missing),
     starting from a copy of the generation it answers from (or, ``fresh``,
     from an empty index).
@@ -572,7 +451,7 @@ def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> 
         staged = directory / next_name(directory)
         staged.mkdir()
         db: sqlite3.Connection | None = None
-        writer: IndexWriter | None = None
+        writer: FolderWriter | None = None
         try:
             db = _connect(staged / "chunks.sqlite")
             if live is not None:
@@ -587,7 +466,7 @@ def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> 
             else:
                 vectors = new_vectors(manifest.dim)
                 db.executescript(_SCHEMA)
-            writer = IndexWriter(directory, staged, manifest, vectors, db, live)
+            writer = FolderWriter(directory, staged, manifest, vectors, db, live)
             writer.notes.extend(chosen.notes if chosen else ())
             yield writer
         finally:

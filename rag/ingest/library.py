@@ -195,7 +195,7 @@ class DocumentLibrary:
               ignore=[p.resolve() for p in (folder_of(self.index_dir), self.uploads_dir) if p is not None], stop=stop)
 
     def documents(self, files: dict) -> list[dict[str, object]]:
-        """The files of an open index (``Index.files()``) as documents:
+        """The files of an open index (``IndexReader.files()``) as documents:
         ``id`` (stable, opaque), ``source``, ``root``, ``chunks`` and ``sha256``."""
         return [
             {"id": document_id(r.root, r.source), "source": r.source, "root": r.root,
@@ -323,7 +323,7 @@ class DocumentLibrary:
 
     def locate(self, doc_id: str, files: dict) -> DocumentFile:
         """The file of the document ``doc_id`` among the files of an open
-        index (``Index.files()``); DocumentNotFound if there is none. Only
+        index (``IndexReader.files()``); DocumentNotFound if there is none. Only
         the index's records are looked at: no path comes from the caller."""
         for record in files.values():
             if document_id(record.root, record.source) == doc_id:

@@ -26,7 +26,8 @@ from ..errors import DocumentError, RagError
 from ..index.language import languages_of
 from ..index.manifest import Manifest
 from ..index.location import IndexLocation, index_exists, open_writer
-from ..index.store import FileRecord, IndexWriter, NewChunk, embedded_text
+from ..index.interface import IndexWriter
+from ..index.records import FileRecord, NewChunk, embedded_text
 from .chunking import Chunker, OverChunkLimit, TextChunk
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES, FoundFiles, SourceFile, find_files, safe_name

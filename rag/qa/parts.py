@@ -20,7 +20,7 @@ from .. import paths
 from ..conversations import Conversations, open_store
 from ..errors import IndexMismatch, IndexNotFound, engine_errors
 from ..index.location import IndexLocation, index_exists, index_location, live_name, open_index, shown
-from ..index.store import Index
+from ..index.interface import IndexReader
 from ..ingest.embed import Embedder, SentenceTransformerEmbedder
 from ..ingest.library import DocumentLibrary
 from ..ingest.run import ingest
@@ -55,7 +55,7 @@ class Parts:
         self._opened_backend = False  # whether the engine was opened here (and so is closed here)
         self.kv_dir, self.kv_ram_bytes = kv_dir, kv_ram_bytes
         self.notice = notice
-        self._index: Index | None = None
+        self._index: IndexReader | None = None
         self._published: str | None = None  # the live generation when the index was opened (CURRENT, or the database's)
         self._queries: QueryCache | None = None
         self._lock = threading.RLock()
@@ -112,7 +112,7 @@ class Parts:
                 self._queries = QueryCache(self.embedder.embed)
             return self._queries
 
-    def index(self) -> Index:
+    def index(self) -> IndexReader:
         """The live index, opened once per generation; the sample corpus's
         when the pipeline answers from it (indexed on first use). A
         generation published by another process (another front-end's

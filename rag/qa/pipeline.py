@@ -30,7 +30,8 @@ from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
 from ..index.language import QUESTION_WORDS, detect
 from ..index.location import IndexLocation, folder_of, index_exists, index_location
-from ..index.store import Hit, Index
+from ..index.interface import IndexReader
+from ..index.records import Hit
 from ..ingest.embed import Embedder, GivingWay
 from ..ingest.content import DocumentFile
 from ..ingest.library import DocumentLibrary, document_id
@@ -195,7 +196,7 @@ class Pipeline:
         """The prefill cost model of this machine set-up (see :class:`CostKeeper`)."""
         return self.costs.model
 
-    def index(self) -> Index:
+    def index(self) -> IndexReader:
         """The index questions are answered from."""
         return self.parts.index()
 
@@ -213,7 +214,7 @@ class Pipeline:
         with engine_errors():
             _ = self.backend
             try:
-                index: Index | None = self.index()
+                index: IndexReader | None = self.index()
             except IndexNotFound:
                 if need_index:
                     raise
@@ -225,7 +226,7 @@ class Pipeline:
                 self.warm_up()
                 self._rehearse(index)
 
-    def _rehearse(self, index: Index | None) -> None:
+    def _rehearse(self, index: IndexReader | None) -> None:
         """Go once through what a question does (embed a query, search,
         generate a token), so the first real question does not pay for
         first-use costs: the embedding model's first run, the index's pages,

@@ -23,7 +23,8 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from ..errors import RagError
-from ..index.store import Hit, Index
+from ..index.interface import IndexReader
+from ..index.records import Hit
 from .scope import Scope
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
@@ -88,7 +89,7 @@ class ScopeMatchesNothing(RagError):
     """No document in the index is in the scope a question asked for."""
 
 
-def scoped_ids(index: Index, scope: Scope | None) -> np.ndarray | None:
+def scoped_ids(index: IndexReader, scope: Scope | None) -> np.ndarray | None:
     """The chunk ids in ``scope`` (None: no restriction); a
     ScopeMatchesNothing error when no indexed document is in it."""
     if scope is None or scope.everything:
@@ -104,7 +105,7 @@ def scoped_ids(index: Index, scope: Scope | None) -> np.ndarray | None:
 
 
 def retrieve(
-    index: Index, query: str, vector: Callable[[], np.ndarray], k: int, mode: RetrievalMode, *, rrf_k: int = RRF_K,
+    index: IndexReader, query: str, vector: Callable[[], np.ndarray], k: int, mode: RetrievalMode, *, rrf_k: int = RRF_K,
     scope: Scope | None = None,
 ) -> list[Hit]:
     """The ``k`` best chunks of ``index`` for ``query`` under ``mode``,

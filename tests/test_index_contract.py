@@ -1,0 +1,89 @@
+"""The index interface (rag/index/interface.py), the same tests over every
+store, as tests/backend_contract.py is for the engines: the folder store
+(FAISS, BM25 arrays, SQLite) and PostgreSQL with pgvector, each reached only
+through ``rag.index.location``. A new store joins by a line in ``STORES``."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.errors import IndexMismatch, IndexNotFound
+from rag.index.interface import IndexReader, IndexWriter
+from rag.index.location import index_exists, live_manifest, live_name, open_index, open_writer, store_for, verify
+from rag.ingest.run import ingest
+from tests.conftest import CORPUS
+
+STORES = ("folder", "postgresql")
+
+
+@pytest.fixture(params=STORES)
+def location(request, tmp_path):
+    """An empty index location of each store."""
+    if request.param == "folder":
+        return tmp_path / "index"
+    return request.getfixturevalue("pgvector_url")
+
+
+@pytest.fixture
+def built(location, embedder, chunker, corpus):
+    ingest(location, [corpus], embedder=embedder, chunker=chunker)
+    index = open_index(location, embedder=embedder.name, dim=embedder.dim)
+    yield location, index
+    index.close()
+
+
+def test_an_empty_location_holds_no_index(location, embedder):
+    assert not index_exists(location) and live_name(location) is None
+    with pytest.raises(IndexNotFound):
+        open_index(location, embedder=embedder.name, dim=embedder.dim)
+
+
+def test_the_reader_answers_every_call_of_the_interface(built, embedder):
+    location, index = built
+    assert isinstance(index, IndexReader) and index_exists(location) and live_name(location)
+    assert live_manifest(location).embedder == embedder.name and len(index) >= len(CORPUS)
+    q = embedder.embed(["How long does the dough rise?"])[0]
+    hits = index.search(q, 3)
+    assert hits[0].source == "guide/cooking.rst" and hits[0].score >= hits[-1].score
+    assert [h.chunk_id for h in index.hits([i for i, _ in index.search_ids(q, 3)], q)] == [h.chunk_id for h in hits]
+    assert index.lexical_search("dough", 5) and index.lexical() is not None
+    allowed = index.chunk_ids_of(lambda source: source.startswith("guide/"), "guide")
+    assert {h.source for h in index.search(q, 10, allowed)} <= {"guide/cooking.rst", "guide/garden.html"}
+    assert index.text_before(hits[0]) == ""  # its file's first chunk
+    assert {source for _, source in index.files()} == set(CORPUS)
+    assert len(index.passages()) == len(index.chunks()) == len(index)
+    stats = index.stats()
+    assert stats["files"] == len(CORPUS) and stats["chunks"] == len(index) and stats["languages"] == {"en": len(index)}
+    assert verify(location)["live"] == live_name(location)
+
+
+def test_the_writer_publishes_on_commit_only(built, embedder):
+    location, index = built
+    before = live_name(location)
+    with pytest.raises(RuntimeError):
+        with open_writer(location, live_manifest(location)) as writer:
+            assert isinstance(writer, IndexWriter)
+            (record,) = [r for (_, s), r in writer.files().items() if s == "decode.txt"]
+            writer.remove_file(record.id)
+            raise RuntimeError("a crash before commit")
+    assert live_name(location) == before
+    with open_writer(location, live_manifest(location)) as writer:
+        (record,) = [r for (_, s), r in writer.files().items() if s == "decode.txt"]
+        writer.remove_file(record.id)
+        writer.commit()
+    assert live_name(location) != before
+    again = open_index(location, embedder=embedder.name, dim=embedder.dim)
+    try:
+        assert "decode.txt" not in {s for _, s in again.files()}
+    finally:
+        again.close()
+
+
+def test_another_embedder_is_refused(built):
+    location, _ = built
+    with pytest.raises(IndexMismatch):
+        open_index(location, embedder="another-model", dim=384)
+
+
+def test_each_location_has_one_store():
+    assert type(store_for("postgresql://u@h/db")) is not type(store_for("/tmp/index"))
