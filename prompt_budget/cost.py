@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 # Prefill rate measured on the development machine (SmolLM2-135M Q4_1,
-# 2 threads; DESIGN.md), used only before any sample of this machine exists.
+# 2 threads), used only before any sample of this machine exists.
 PRIOR_TOKENS_PER_S = 200.0
 # Reading back a stored passage's KV: about 20 ms for 945 tokens of
 # SmolLM2-135M from a snapshot here; used until this machine has spliced one.

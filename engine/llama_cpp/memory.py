@@ -5,7 +5,7 @@ KV head and every position it keeps a key and a value vector,
 
     KV bytes = layers x kv_heads x (key_dim x bytes_k + value_dim x bytes_v) x n_ctx
 
-(DESIGN.md's ``2 x layers x kv_heads x head_dim x bytes_per_value x context``
+(the usual ``2 x layers x kv_heads x head_dim x bytes_per_value x context``
 when keys and values share one size). The shape comes from the GGUF's own
 metadata; free memory from the GPU driver (``nvidia-smi``) or the kernel
 (``/proc/meminfo``). :func:`check_fits` says, before llama.cpp tries to

@@ -4,7 +4,7 @@
 ``questions`` reads question files, ``stats`` holds the shared figures,
 ``data/`` the bundled question sets.
 
-Each returns DESIGN.md's bench object: ``{"bench": NAME, "config": {...},
+Each returns the bench object every ``--json`` prints: ``{"bench": NAME, "config": {...},
 "rows": [...], "summary": {...}}``. None asserts anything.
 
 Each bench module has ``run(harness, ...)``, the whole of ``rag bench NAME``

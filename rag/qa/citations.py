@@ -26,14 +26,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from ..ingest.formats import SUPPORTED_SUFFIXES
+from ..ingest.formats.code import CODE_SUFFIXES
+
 # Text that starts a part of the prompt: an answer that reaches it has
 # stopped answering and begun writing a prompt. Chosen on `rag bench answers`
 # (see README, "Answer accuracy").
 STOP_SEQUENCES = ("\nQuestion:", "\nContext:", "<|im_start|>", "<|im_end|>", "<end_of_turn>")
 
 _CITATION = re.compile(r"([ \t]*)\[\s*(\d+(?:\s*(?:,|-|–)\s*\d+)*)\s*\]")
-_EXTENSIONS = ("md", "markdown", "txt", "rst", "pdf", "csv", "tsv", "docx", "pptx", "xlsx", "html", "htm",
-               "json", "epub", "odt", "rtf", "xml", "yaml", "yml", "ipynb")
+# The documents' own suffixes (what ingest reads), but for source code's: "Node.js" or "x.go" in an
+# answer is a name of a thing far more often than a file it cites.
+_EXTENSIONS = tuple(sorted(s.lstrip(".") for s in SUPPORTED_SUFFIXES - CODE_SUFFIXES))
 # A name starts a run of name characters (or at its "("), never inside one: inside "x/guide.html#a"
 # only the whole run is a name. A link ("https://host/guide.html") is no file name: the prompt cannot
 # show it, and removing its path mangled the link.
