@@ -3,7 +3,9 @@ per test session, and small corpora written per test."""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -79,6 +81,35 @@ def indexed_sources(index_dir: Path, embedder) -> set[str]:
         return {source for _, source in index.files()}
     finally:
         index.close()
+
+
+# A test that loads a real model (the bundled GGUF through llama.cpp, the sentence-transformers
+# embedder), in this process or in a `rag` it starts, is marked ``model`` from what it and its fixtures
+# run, so ``pytest -m "not model"`` is an honest fast subset without a list kept by hand.
+MODEL_FIXTURES = frozenset({"backend", "embedder"})
+LOADS_A_MODEL = re.compile(r"LlamaCppBackend\(|Embedder\(|prepared_pipeline\(|\bRAG\b|\brag\(env|"
+                           r"\"rag\.cli\"|LlamaServer\(|faults\.engine\(")
+
+
+def _loads_a_model(item) -> bool:
+    if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    functions = [getattr(item, "function", None)]
+    for defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        functions += [d.func for d in defs if d.baseid]  # the project's own fixtures, not pytest's
+    for function in functions:
+        try:
+            if function is not None and LOADS_A_MODEL.search(inspect.getsource(function)):
+                return True
+        except (OSError, TypeError):
+            continue
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _loads_a_model(item):
+            item.add_marker(pytest.mark.model)
 
 
 @pytest.fixture(scope="session")

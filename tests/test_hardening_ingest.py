@@ -85,6 +85,7 @@ def _ingest_without_root_powers(corpus: Path, index: Path, *extra: str) -> subpr
                           cwd=Path(__file__).resolve().parent.parent)
 
 
+@pytest.mark.model  # starts rag in processes of its own, which load the models
 def test_an_unreadable_folder_is_reported_and_its_indexed_files_are_kept(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     index = tmp_path / "index"

@@ -126,6 +126,7 @@ def _hammer(folder: str, seed: int, rounds: int) -> None:
     print(json.dumps({"hits": hits, "misses": misses}))
 
 
+@pytest.mark.model  # starts rag in processes of its own, which load the models
 def test_two_processes_sharing_the_cache_folder_never_read_a_torn_snapshot_or_fail(tmp_path):
     # The service, the resident server and --no-server runs share one folder: each writes, reads
     # and evicts while the others do; a file may vanish or be replaced between any two calls.

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
@@ -58,6 +59,7 @@ def test_changes_are_ingested_and_stopping_is_clean(pipeline_factory, tmp_path):
     assert len(generations) <= 2  # each change published whole; older ones cleared away
 
 
+@pytest.mark.model  # starts rag in processes of its own, which load the models
 def test_the_command_line_watches_until_ctrl_c(tmp_path):
     docs = write_corpus(tmp_path / "docs")
     env = os.environ | {"HF_HUB_OFFLINE": "1", "XDG_CACHE_HOME": str(tmp_path / "cache"),
