@@ -21,7 +21,7 @@ from engine.settings import EngineSettings
 
 from . import paths
 from .errors import RagError
-from .index.location import index_location
+from .index.location import as_index_location
 
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
@@ -124,7 +124,7 @@ class Settings(BaseSettings):
     @classmethod
     def _index(cls, value):
         # A database URL stays as written (a Path would fold its "//").
-        return index_location(value) if value is not None else None
+        return as_index_location(value) if value is not None else None
 
     @field_validator("conversations")
     @classmethod

@@ -72,11 +72,11 @@ def prepared_pipeline(root: Path, embedder, backend, files: dict[str, str | byte
     return p
 
 
-def indexed_sources(index_dir: Path, embedder) -> set[str]:
-    """The sources of the documents in the index at ``index_dir``."""
+def indexed_sources(index_location: Path, embedder) -> set[str]:
+    """The sources of the documents in the index at ``index_location``."""
     from rag.index.store import FolderIndex
 
-    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
     try:
         return {source for _, source in index.files()}
     finally:
@@ -153,8 +153,8 @@ def pipeline_factory(embedder, backend):
     """Pipelines over a given index that share the session's loaded models."""
     from rag import Pipeline
 
-    def make(index_dir: Path | None = None, **options) -> Pipeline:
-        return Pipeline.open(index_dir, embedder=embedder, backend=backend, **options)
+    def make(index_location: Path | None = None, **options) -> Pipeline:
+        return Pipeline.open(index_location, embedder=embedder, backend=backend, **options)
 
     return make
 

@@ -20,7 +20,7 @@ class Answers:
         self.asked, self.busy = 0, False
         self.backend = SimpleNamespace(name="fake")
         self.costs = SimpleNamespace(learn=True)
-        self.index_dir = "index"
+        self.index_location = "index"
 
     def ask(self, question, *, target_ttft, max_tokens):
         self.asked += 1

@@ -20,10 +20,10 @@ from rag.ingest import find_files, ingest
 from .conftest import indexed_sources, write_corpus
 
 
-def _records(index_dir: Path, embedder) -> list:
+def _records(index_location: Path, embedder) -> list:
     from rag.index.store import FolderIndex
 
-    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
     try:
         return list(index.files().values())
     finally:

@@ -163,7 +163,7 @@ def test_an_index_held_by_another_process_is_409_and_a_refused_upload_leaves_not
     from rag.index.generations import write_lock
 
     docs = httpx.get(f"{open_server.url}/v1/documents").json()["documents"]
-    with write_lock(pipeline.index_dir):
+    with write_lock(pipeline.index_location):
         r = httpx.delete(f"{open_server.url}/v1/documents/{docs[0]['id']}", timeout=60)
         assert r.status_code == 409 and int(r.headers["retry-after"]) >= 1
         r = httpx.post(f"{open_server.url}/v1/documents", files={"file": ("held.md", b"# Held\n\nText.\n")},

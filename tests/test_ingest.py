@@ -18,8 +18,8 @@ def chunker(embedder):
     return Chunker(embedder.count_tokens, ChunkerSettings(chunk_tokens=64, overlap_tokens=8))
 
 
-def _search(index_dir, embedder, query, k=3):
-    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+def _search(index_location, embedder, query, k=3):
+    index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
     try:
         return index.search(embedder.embed([query])[0], k)
     finally:
@@ -27,33 +27,33 @@ def _search(index_dir, embedder, query, k=3):
 
 
 def test_reingest_skips_updates_removes_and_adds(tmp_path, corpus, embedder, chunker):
-    index_dir = tmp_path / "index"
-    first = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    index_location = tmp_path / "index"
+    first = ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
     assert first.counts() == {"added": 4, "updated": 0, "removed": 0, "skipped": 0, "failed": 0}
     assert sorted(first.added) == ["decode.txt", "guide/cooking.rst", "guide/garden.html", "prefill.md"]
 
-    again = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    again = ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
     assert again.counts() == {"added": 0, "updated": 0, "removed": 0, "skipped": 4, "failed": 0}
 
     (corpus / "decode.txt").write_text("Decode speed is set by how fast the machine streams its weights from memory.")
     (corpus / "guide" / "cooking.rst").unlink()
     (corpus / "guide" / "bikes.md").write_text("Oil the bicycle chain every few hundred kilometres.")
-    third = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    third = ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
     assert third.counts() == {"added": 1, "updated": 1, "removed": 1, "skipped": 2, "failed": 0}
     assert (third.added, third.updated, third.removed) == (["guide/bikes.md"], ["decode.txt"], ["guide/cooking.rst"])
 
-    assert _search(index_dir, embedder, "how do I bake bread?", k=5)[0].source != "guide/cooking.rst"
-    top = _search(index_dir, embedder, "what sets decode speed?", k=1)[0]
+    assert _search(index_location, embedder, "how do I bake bread?", k=5)[0].source != "guide/cooking.rst"
+    top = _search(index_location, embedder, "what sets decode speed?", k=1)[0]
     assert top.source == "decode.txt" and "streams its weights" in top.text
-    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
     assert index.stats()["files"] == 4 and len(index) == index.stats()["chunks"]
     index.close()
 
 
 def test_sources_are_relative_and_html_scripts_are_not_indexed(tmp_path, corpus, embedder, chunker):
-    index_dir = tmp_path / "index"
-    ingest(index_dir, [corpus, corpus / "prefill.md"], embedder=embedder, chunker=chunker)
-    hits = _search(index_dir, embedder, "tomatoes in the garden", k=1)
+    index_location = tmp_path / "index"
+    ingest(index_location, [corpus, corpus / "prefill.md"], embedder=embedder, chunker=chunker)
+    hits = _search(index_location, embedder, "tomatoes in the garden", k=1)
     assert hits[0].source == "guide/garden.html"
     assert "do not index me" not in hits[0].text and "color" not in hits[0].text
     single = tmp_path / "single"
@@ -62,9 +62,9 @@ def test_sources_are_relative_and_html_scripts_are_not_indexed(tmp_path, corpus,
 
 
 def test_a_failure_halfway_leaves_the_old_index_answering(tmp_path, corpus, embedder, chunker, monkeypatch):
-    index_dir = tmp_path / "index"
-    ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
-    before = [h.chunk_id for h in _search(index_dir, embedder, "bread", k=4)]
+    index_location = tmp_path / "index"
+    ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
+    before = [h.chunk_id for h in _search(index_location, embedder, "bread", k=4)]
 
     (corpus / "guide" / "cooking.rst").write_text("Bread is now about sourdough starters only.")
     (corpus / "decode.txt").unlink()
@@ -80,14 +80,14 @@ def test_a_failure_halfway_leaves_the_old_index_answering(tmp_path, corpus, embe
 
     monkeypatch.setattr(FolderWriter, "add_file", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
-        ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+        ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
     assert calls["n"] == 2
-    assert [h.chunk_id for h in _search(index_dir, embedder, "bread", k=4)] == before
-    assert "sailing" not in " ".join(h.text for h in _search(index_dir, embedder, "sailing boats", k=4))
-    assert len(list(index_dir.glob("gen-*"))) == 1
+    assert [h.chunk_id for h in _search(index_location, embedder, "bread", k=4)] == before
+    assert "sailing" not in " ".join(h.text for h in _search(index_location, embedder, "sailing boats", k=4))
+    assert len(list(index_location.glob("gen-*"))) == 1
 
     monkeypatch.setattr(FolderWriter, "add_file", real_add)
-    report = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    report = ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
     assert report.counts()["added"] == 1 and report.counts()["updated"] == 1 and report.counts()["removed"] == 1
 
 
@@ -128,19 +128,19 @@ def test_include_and_exclude_globs(corpus):
 def test_an_edited_file_embeds_only_its_changed_chunks(tmp_path, embedder, chunker):
     paragraphs = [f"Paragraph {i} is about topic number {i}, with words enough to stand alone. " * 3 for i in range(6)]
     corpus = write_corpus(tmp_path / "corpus", {"long.md": "\n\n".join(paragraphs)})
-    index_dir = tmp_path / "index"
-    first = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    index_location = tmp_path / "index"
+    first = ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
     assert first.chunks_added >= 3 and first.chunks_embedded == first.chunks_added
     paragraphs[-1] = "The last paragraph now talks about sailing boats and harbour tides instead. " * 3
     (corpus / "long.md").write_text("\n\n".join(paragraphs))
-    second = ingest(index_dir, [corpus], embedder=embedder, chunker=chunker)
+    second = ingest(index_location, [corpus], embedder=embedder, chunker=chunker)
     assert second.updated == ["long.md"] and second.chunks_added == first.chunks_added
     assert 1 <= second.chunks_embedded < second.chunks_added
     # A reused vector is the one the text would get anyway.
-    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
     stored = index.chunks()
     fresh = embedder.embed([embedded_text(context, text) for _, _, text, _, context in stored])
     for (_, _, _, vector, _), expected in zip(stored, fresh):
         assert float(vector @ expected) == pytest.approx(1.0, abs=1e-4)
-    assert _search(index_dir, embedder, "sailing boats and tides", k=1)[0].text.startswith("The last paragraph")
+    assert _search(index_location, embedder, "sailing boats and tides", k=1)[0].text.startswith("The last paragraph")
     index.close()

@@ -284,11 +284,11 @@ def test_the_resident_servers_own_stop_stops_the_ingests(tmp_path, embedder):
     assert life.server.should_exit and library.stopping.is_set()
 
 
-def _indexed_chunks(index_dir, embedder) -> dict[str, int]:
-    """Chunks in the index at ``index_dir``, by source."""
+def _indexed_chunks(index_location, embedder) -> dict[str, int]:
+    """Chunks in the index at ``index_location``, by source."""
     from rag.index.store import FolderIndex
 
-    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
     try:
         return {source: record.n_chunks for (_, source), record in index.files().items()}
     finally:

@@ -48,7 +48,7 @@ def test_an_uploads_lock_that_is_a_link_is_replaced_and_the_upload_served(served
 
 def test_an_index_lock_that_is_a_folder_is_a_one_line_error_naming_it_then_served_once_mended(served):
     pipeline, server = served
-    lock = pipeline.index_dir / ".lock"
+    lock = pipeline.index_location / ".lock"
     lock.unlink()
     lock.mkdir()
     (lock / "something").write_text("x")
@@ -67,9 +67,9 @@ def test_a_damaged_bm25_folder_is_rebuilt_once_and_saved(tmp_path, embedder, mon
     from rag.ingest import ingest
     from rag.ingest.chunking import Chunker
 
-    index_dir = tmp_path / "index"
-    ingest(index_dir, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=Chunker(embedder.count_tokens))
-    live = index_dir / (index_dir / "CURRENT").read_text().strip()
+    index_location = tmp_path / "index"
+    ingest(index_location, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=Chunker(embedder.count_tokens))
+    live = index_location / (index_location / "CURRENT").read_text().strip()
     (live / "bm25" / "vocab.json").write_text("{damaged")
     builds = []
     real = lexical_module.LexicalIndex.build.__func__
@@ -77,7 +77,7 @@ def test_a_damaged_bm25_folder_is_rebuilt_once_and_saved(tmp_path, embedder, mon
                         classmethod(lambda cls, ids, texts, langs=None: builds.append(len(ids)) or real(cls, ids, texts, langs)))
     notes = []
     for _ in range(2):  # two starts
-        index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+        index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
         assert index.lexical_search("prefill", 3)
         notes.append(list(index.notes))
         index.close()
@@ -94,22 +94,22 @@ def test_a_half_built_generation_is_swept_by_the_next_writer_never_by_a_reader(t
     from rag.ingest import ingest
     from rag.ingest.chunking import Chunker
 
-    index_dir = tmp_path / "index"
+    index_location = tmp_path / "index"
     chunker = Chunker(embedder.count_tokens)
-    ingest(index_dir, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=chunker)
-    half = index_dir / "gen-000042"  # what an ingest killed before its manifest leaves
+    ingest(index_location, [write_corpus(tmp_path / "corpus")], embedder=embedder, chunker=chunker)
+    half = index_location / "gen-000042"  # what an ingest killed before its manifest leaves
     half.mkdir()
     (half / "chunks.sqlite").write_bytes(b"partial")
     locks: list[str] = []
     real_open = generations.open_lock_file
     monkeypatch.setattr(generations, "open_lock_file", lambda path: locks.append(str(path)) or real_open(path))
-    index = FolderIndex.open(index_dir, embedder=embedder.name, dim=embedder.dim)
+    index = FolderIndex.open(index_location, embedder=embedder.name, dim=embedder.dim)
     try:
         assert locks == [] and half.is_dir() and len(index) > 0  # the reader neither locked nor swept
     finally:
         index.close()
     manifest = Manifest(embedder=embedder.name, dim=embedder.dim, chunker=chunker.settings.to_dict())
-    with store.open_writer(index_dir, manifest):
+    with store.open_writer(index_location, manifest):
         assert len(locks) == 1 and not half.exists()  # the writer's open, under its lock, swept it
 
 

@@ -133,7 +133,7 @@ def test_an_explicit_missing_index_is_an_error(tmp_path, pipeline_factory):
 def test_open_defaults_to_rag_index(tmp_path, monkeypatch):
     monkeypatch.setenv("RAG_INDEX", str(tmp_path / "from-env"))
     p = Pipeline.open()
-    assert p.index_dir == tmp_path / "from-env" and not p.use_sample
+    assert p.index_location == tmp_path / "from-env" and not p.use_sample
 
 
 def test_a_quick_calibration_on_the_real_model_gives_a_usable_profile(tmp_path, embedder, backend, corpus):

@@ -147,7 +147,7 @@ def test_upload_list_ask_delete_a_document(server, pipeline):
     (doc,) = r.json()["documents"]
     assert doc["source"] == "llama notes.md" and doc["chunks"] >= 1
     assert (pipeline.library.uploads_dir / "llama notes.md").is_file()
-    assert not (pipeline.index_dir.parent.parent / "llama notes.md").exists()  # no path traversal
+    assert not (pipeline.index_location.parent.parent / "llama notes.md").exists()  # no path traversal
     listed = httpx.get(f"{server.url}/v1/documents").json()["documents"]
     assert doc["id"] in {d["id"] for d in listed}
     answer = httpx.post(f"{server.url}/v1/ask", json={"question": "When do llamas hum?", "max_tokens": 8}, timeout=120).json()

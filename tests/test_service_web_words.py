@@ -128,7 +128,7 @@ def test_no_error_of_the_json_api_names_a_command(fresh):
     # An index whose every generation is gone: damaged, to be rebuilt on the server.
     assert httpx.post(f"{url}/v1/documents", files={"file": ("decode.txt", CORPUS["decode.txt"].encode())},
                       timeout=120).status_code == 200
-    index = state.pipeline.index_dir
+    index = state.pipeline.index_location
     for generation in index.glob("gen-*"):
         for f in sorted(generation.rglob("*"), reverse=True):
             f.rmdir() if f.is_dir() else f.unlink()

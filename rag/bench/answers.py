@@ -162,7 +162,7 @@ def bench_answers(
             "also_targets_s": sorted(extra.values()), "peer_k": PEER_K if peer else None,
             "evidence": options.get("evidence", DEFAULT_EVIDENCE), "evidence_variants": list(variants.values()),
             "evidence_max_words": MAX_EVIDENCE_WORDS,
-            "retrieval": pipeline.retrieval, "index": str(pipeline.index_dir),
+            "retrieval": pipeline.retrieval, "index": str(pipeline.index_location),
             "model": str(pipeline.backend.describe().get("model_path", pipeline.backend.name)),
             "options": options, "interval": "bootstrap 95 % over questions, 2,000 resamples, seed 0",
         },

@@ -154,7 +154,7 @@ def bench_chat(
             "history_mode": pipeline.keeper.history_mode,
             "history": {"recent_tokens": pipeline.parts.history.recent_tokens, "keep_tokens": pipeline.parts.history.keep_tokens,
                         "summary_tokens": pipeline.parts.history.summary_tokens},
-            "engine": pipeline.backend.name, "n_ctx": pipeline.backend.n_ctx, "index": str(pipeline.index_dir),
+            "engine": pipeline.backend.name, "n_ctx": pipeline.backend.n_ctx, "index": str(pipeline.index_location),
         },
         "rows": rows,
         "summary": summary,

@@ -88,7 +88,7 @@ class LangChainRag:
         )
         chunks = pipeline.index().chunks()
         if not chunks:
-            raise RagError(f"{pipeline.index_dir}: the index is empty; nothing to compare on")
+            raise RagError(f"{pipeline.index_location}: the index is empty; nothing to compare on")
         texts = [c[2] for c in chunks]
         metadatas = [{"source": c[1]} for c in chunks]
         sample = list(range(0, len(chunks), max(1, len(chunks) // 16)))[:16]
@@ -214,7 +214,7 @@ def bench_peer(
         "bench": "peer",
         "config": {
             "questions": len(questions), "ks": list(ks), "max_tokens": max_tokens,
-            "target_ttft_s": target_ttft, "retrieval": pipeline.retrieval, "index": str(pipeline.index_dir),
+            "target_ttft_s": target_ttft, "retrieval": pipeline.retrieval, "index": str(pipeline.index_location),
             "engine_n_ctx": pipeline.backend.n_ctx, "peer_n_ctx": PEER_N_CTX,
             "peer_doc_vectors": "HuggingFaceEmbeddings" if reembed else "rag-budget index (same model)",
             "vector_agreement_min_cos": round(peer.vector_agreement, 6),

@@ -97,7 +97,7 @@ def bench_retrieval(
     return {
         "bench": "retrieval",
         "config": {
-            "questions": len(questions), "ks": list(ks), "rrf_ks": list(rrf_ks), "index": str(pipeline.index_dir),
+            "questions": len(questions), "ks": list(ks), "rrf_ks": list(rrf_ks), "index": str(pipeline.index_location),
             "chunks": len(index), "default_mode": DEFAULT_MODE,
         },
         "rows": rows,

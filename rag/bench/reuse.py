@@ -230,7 +230,7 @@ def bench_reuse(
     return {
         "bench": "reuse",
         "config": {"questions": len(questions), "fresh": list(fresh), "target_ttft_s": target_ttft,
-                   "max_tokens": max_tokens, "passes": PASSES if passes else 0, "index": str(pipeline.index_dir),
+                   "max_tokens": max_tokens, "passes": PASSES if passes else 0, "index": str(pipeline.index_location),
                    "model": str(backend.describe().get("model_path", backend.name)),
                    "interval": "paired bootstrap 95 % over questions, 2,000 resamples, seed 0"},
         "rows": rows,

@@ -160,7 +160,7 @@ def bench_splice(
         "bench": "splice",
         "config": {"fresh": list(fresh), "questions": len(questions), "answer_tokens": answer_tokens,
                    "target_ttft": target_ttft, "agreement_needed": AGREEMENT, "engine": backend.name,
-                   "kv_type": getattr(backend, "kv_type", None), "index": str(pipeline.index_dir)},
+                   "kv_type": getattr(backend, "kv_type", None), "index": str(pipeline.index_location)},
         "rows": rows,
         "summary": splice_summary(rows, fresh),
     }

@@ -125,7 +125,7 @@ def bench_ttft(
         "bench": "ttft",
         "config": {
             "targets": list(targets), "questions": len(questions), "max_tokens": max_tokens, "passes": passes,
-            "learn": pipeline.costs.learn, "engine": backend.name, "index": str(pipeline.index_dir),
+            "learn": pipeline.costs.learn, "engine": backend.name, "index": str(pipeline.index_location),
             "splice_fresh": getattr(backend, "splice_fresh", None), "settled_s": settled,
             "busy_first_half": busy_first_half,
         },

@@ -48,7 +48,7 @@ def ingest(
             report = p.ingest(paths, rebuild=rebuild, progress=bar, **options)
         if precompute_kv:
             stored = _precompute(p, transient=as_json)
-    print_report(report, p.index_dir, as_json, stored)
+    print_report(report, p.index_location, as_json, stored)
     if not watch:
         if report.failed or report.nothing_indexed():
             raise typer.Exit(1)
@@ -59,7 +59,7 @@ def ingest(
         if done is None:
             err().print(f"[bold red]error:[/] {escape(problem or 'ingest failed')}; still watching", soft_wrap=True)
         elif done.added or done.updated or done.removed or done.failed or as_json:
-            print_report(done, p.index_dir, as_json)
+            print_report(done, p.index_location, as_json)
 
     with user_errors():
         try:
@@ -69,12 +69,12 @@ def ingest(
     err().print("stopped watching; the index holds the last change published")
 
 
-def print_report(report: IngestReport, index_dir: Path | str, as_json: bool, stored: dict | None = None) -> None:
+def print_report(report: IngestReport, index_location: Path | str, as_json: bool, stored: dict | None = None) -> None:
     """The report of one ingest (and of the passage KV it stored): JSON on
     stdout, or counts and one line per file that was not indexed (or
     indexed in part) on stderr."""
     if as_json:
-        echo_json({"index": shown(index_dir), **report.to_dict(), **({"passage_kv": stored} if stored else {})})
+        echo_json({"index": shown(index_location), **report.to_dict(), **({"passage_kv": stored} if stored else {})})
         return
     c = report.counts()
     rate = report.chunks_added / report.seconds if report.seconds else 0.0
@@ -83,7 +83,7 @@ def print_report(report: IngestReport, index_dir: Path | str, as_json: bool, sto
     console.print(
         f"added {c['added']}, updated {c['updated']}, removed {c['removed']}, skipped {c['skipped']}, "
         f"failed {c['failed']}: {report.chunks_added} chunks in {report.seconds:.1f} s ({rate:.1f} chunks/s"
-        f"{f', {reused} unchanged chunks not embedded again' if reused else ''}) into {shown(index_dir)}",
+        f"{f', {reused} unchanged chunks not embedded again' if reused else ''}) into {shown(index_location)}",
         soft_wrap=True,
     )
     for source, problem in report.failed:

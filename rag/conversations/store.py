@@ -112,7 +112,7 @@ def schema_mismatch(where: str, version: int) -> RagError:
     )
 
 
-def index_key(index_dir: str | os.PathLike[str]) -> str:
+def index_key(index_location: str | os.PathLike[str]) -> str:
     """What a session records as the index it belongs to: the index
     folder's absolute path, known before the index is first built (a
     server may start with none) and kept across rebuilds in place.
@@ -120,9 +120,9 @@ def index_key(index_dir: str | os.PathLike[str]) -> str:
     ``index_key("idx")`` -> ``"/home/me/idx"`` when run in /home/me; a
     database index is its URL without the password.
     """
-    if is_database_url(index_dir):
-        return redacted(str(index_dir))
-    return str(Path(index_dir).resolve())
+    if is_database_url(index_location):
+        return redacted(str(index_location))
+    return str(Path(index_location).resolve())
 
 
 def lock_slot(session: str) -> int:

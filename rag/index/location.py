@@ -5,7 +5,7 @@ asks about an index goes through these functions, and :func:`store_for`
 picks the store (an ``interface.IndexStore``) once, so neither store is
 special-cased elsewhere.
 
-``index_location("~/idx")`` is a Path; ``index_location("postgresql://h/db")``
+``as_index_location("~/idx")`` is a Path; ``as_index_location("postgresql://h/db")``
 stays the URL, as written (a Path would fold its ``//``).
 
 Does not: read or write an index itself (``store`` and ``postgres`` do).
@@ -27,7 +27,7 @@ IndexLocation = Union[Path, str]  # a folder, or a postgresql:// URL
 is_index_url = is_database_url  # whether a location names a PostgreSQL database rather than a folder
 
 
-def index_location(value: str | os.PathLike[str]) -> IndexLocation:
+def as_index_location(value: str | os.PathLike[str]) -> IndexLocation:
     """``value`` as an index location: a URL as it is, anything else a Path (``~`` expanded)."""
     return value if is_index_url(value) else Path(value).expanduser()
 

@@ -23,7 +23,7 @@ except ImportError:  # not on Windows: uploads are then serialised by the servic
 
 from ..errors import DocumentNotFound, RagError
 from ..index.generations import open_lock_file
-from ..index.location import IndexLocation, folder_of, index_exists, index_location, live_manifest, open_index, \
+from ..index.location import IndexLocation, folder_of, index_exists, as_index_location, live_manifest, open_index, \
     open_writer
 from .chunking import Chunker, ChunkerSettings
 from .content import DocumentFile, file_in
@@ -92,15 +92,15 @@ def safe_file_name(name: str) -> str:
 
 
 class DocumentLibrary:
-    """The documents in the index at ``index_dir`` (a folder, or a
+    """The documents in the index at ``index_location`` (a folder, or a
     PostgreSQL URL), embedded by ``embedder()``; ``changed()`` is called
     after every published change. Uploads are kept in ``uploads_dir``
     (default: beside the index folder; a database index needs one given).
     :meth:`stop_ingests` stops every ingest it runs (a server told to exit)."""
 
-    def __init__(self, index_dir: IndexLocation, embedder: Callable[[], Embedder], changed: Callable[[], None],
+    def __init__(self, index_location: IndexLocation, embedder: Callable[[], Embedder], changed: Callable[[], None],
                  *, uploads_dir: Path | None = None) -> None:
-        self.index_dir = index_location(index_dir)
+        self.index_location = as_index_location(index_location)
         self._uploads_dir = uploads_dir
         self._embedder = embedder
         self._changed = changed
@@ -134,7 +134,7 @@ class DocumentLibrary:
     def uploads_dir(self) -> Path:
         """Where uploaded documents are kept: beside the index folder (or
         where the pipeline says, for a database index)."""
-        folder = folder_of(self.index_dir)
+        folder = folder_of(self.index_location)
         if self._uploads_dir is not None or folder is None:
             if self._uploads_dir is None:
                 raise RagError("a database index keeps no uploads folder of its own; give DocumentLibrary one")
@@ -146,8 +146,8 @@ class DocumentLibrary:
         """The chunker for this index: its own settings unless told otherwise
         (or ``fresh``: the defaults)."""
         settings = ChunkerSettings()
-        if index_exists(self.index_dir) and not fresh:
-            built = live_manifest(self.index_dir).chunker
+        if index_exists(self.index_location) and not fresh:
+            built = live_manifest(self.index_location).chunker
             if set(built) == {"chunk_tokens", "overlap_tokens"}:
                 settings = ChunkerSettings(**built)
         try:
@@ -178,7 +178,7 @@ class DocumentLibrary:
         :meth:`stop_ingests`, stops it: IngestCancelled, nothing published)."""
         chunker = self.chunker(chunk_tokens, overlap_tokens, fresh=rebuild)
         with self._cancellable(cancel) as cancel:
-            report = ingest(self.index_dir, paths, embedder=self._embedder(), chunker=chunker, include=include,
+            report = ingest(self.index_location, paths, embedder=self._embedder(), chunker=chunker, include=include,
                             exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress,
                             follow_links=follow_links, cancel=cancel)
         self._changed()
@@ -192,7 +192,7 @@ class DocumentLibrary:
         Ctrl-C; see :func:`rag.ingest.watch.watch`. The index's own folders
         are not watched."""
         watch(paths, lambda: self.ingest(paths, **options), on_report,
-              ignore=[p.resolve() for p in (folder_of(self.index_dir), self.uploads_dir) if p is not None], stop=stop)
+              ignore=[p.resolve() for p in (folder_of(self.index_location), self.uploads_dir) if p is not None], stop=stop)
 
     def documents(self, files: dict) -> list[dict[str, object]]:
         """The files of an open index (``IndexReader.files()``) as documents:
@@ -284,10 +284,10 @@ class DocumentLibrary:
 
     def _indexed_uploads(self) -> set[str] | None:
         """The sources the index holds from the uploads folder (None: no index)."""
-        if not index_exists(self.index_dir):
+        if not index_exists(self.index_location):
             return None
-        manifest = live_manifest(self.index_dir)
-        index = open_index(self.index_dir, embedder=manifest.embedder, dim=manifest.dim)
+        manifest = live_manifest(self.index_location)
+        index = open_index(self.index_location, embedder=manifest.embedder, dim=manifest.dim)
         try:
             root = safe_name(str(self.uploads_dir.resolve()))
             return {source for _, source in index.files(root)}
@@ -305,10 +305,10 @@ class DocumentLibrary:
         """Remove the document ``doc_id`` from the index, atomically, and its
         file if it was uploaded; what was removed. DocumentNotFound if there
         is no such document."""
-        manifest = live_manifest(self.index_dir) if index_exists(self.index_dir) else None
+        manifest = live_manifest(self.index_location) if index_exists(self.index_location) else None
         if manifest is None:
             raise DocumentNotFound(f"no document {doc_id}: the index is empty")
-        with open_writer(self.index_dir, manifest) as writer:
+        with open_writer(self.index_location, manifest) as writer:
             found = [r for r in writer.files().values() if document_id(r.root, r.source) == doc_id]
             if not found:
                 raise DocumentNotFound(f"no document {doc_id}; GET /v1/documents lists them")

@@ -145,7 +145,7 @@ class _Pending:
 
 
 def ingest(
-    index_dir: IndexLocation,
+    index_location: IndexLocation,
     paths: Sequence[str | os.PathLike[str]],
     *,
     embedder: Embedder,
@@ -158,7 +158,7 @@ def ingest(
     follow_links: bool = True,
     cancel: threading.Event | None = None,
 ) -> IngestReport:
-    """Bring the index in ``index_dir`` (a folder, or a PostgreSQL URL: see
+    """Bring the index in ``index_location`` (a folder, or a PostgreSQL URL: see
     ``rag.index.location``) up to date with the files under
     ``paths``, and say what changed.
 
@@ -192,7 +192,7 @@ def ingest(
     manifest = Manifest(embedder=embedder.name, dim=embedder.dim, chunker=chunker.settings.to_dict())
     if progress:
         progress.start(len(found.files), sum(f.size for f in found.files))
-    with open_writer(index_dir, manifest, fresh=rebuild) as writer:
+    with open_writer(index_location, manifest, fresh=rebuild) as writer:
         report.notes.extend(writer.notes)
         known = writer.files()
         pending: list[_Pending] = []
@@ -212,7 +212,7 @@ def ingest(
         _check(cancel)
         changed = report.added or report.updated or report.removed
         # A damaged index (notes) is repaired by publishing the intact state anew.
-        if changed or rebuild or writer.notes or not index_exists(index_dir):
+        if changed or rebuild or writer.notes or not index_exists(index_location):
             writer.commit()
     report.seconds = time.perf_counter() - started
     return report

@@ -32,10 +32,10 @@ def doctor_report(pipeline) -> dict[str, object]:
         index = pipeline.index()
         report["index"] = index.stats() | {"sample": pipeline.use_sample, "notes": list(index.notes)}
     except RagError as exc:
-        report["index"] = {"path": shown(pipeline.index_dir), "error": str(exc)}
+        report["index"] = {"path": shown(pipeline.index_location), "error": str(exc)}
     # A database that could not be reached is said once, above: asking it again would lose the report.
-    if "error" not in report["index"] and index_exists(pipeline.index_dir):
-        checked = verify(pipeline.index_dir)
+    if "error" not in report["index"] and index_exists(pipeline.index_location):
+        checked = verify(pipeline.index_location)
         report["index"]["integrity"] = checked["generations"]
         report["index"]["live_generation"] = checked["live"]
     return report

@@ -19,7 +19,7 @@ from prompt_budget import HistoryPolicy
 from .. import paths
 from ..conversations import Conversations, open_store
 from ..errors import IndexMismatch, IndexNotFound, engine_errors
-from ..index.location import IndexLocation, index_exists, index_location, live_name, open_index, shown
+from ..index.location import IndexLocation, index_exists, as_index_location, live_name, open_index, shown
 from ..index.interface import IndexReader
 from ..ingest.embed import Embedder, SentenceTransformerEmbedder
 from ..ingest.library import DocumentLibrary
@@ -32,14 +32,14 @@ KV_DISK_BYTES = 2 << 30
 
 
 class Parts:
-    """What a pipeline over ``index_dir`` (a folder, or a PostgreSQL URL:
+    """What a pipeline over ``index_location`` (a folder, or a PostgreSQL URL:
     see ``rag.index.location``) is made of, under ``settings``; parts given
     to the constructor are used as they are."""
 
     def __init__(
         self,
         settings: Settings,
-        index_dir: IndexLocation,
+        index_location: IndexLocation,
         *,
         use_sample: bool = False,
         embedder: Embedder | None = None,
@@ -50,7 +50,7 @@ class Parts:
         kv_ram_bytes: int = KV_RAM_BYTES,
         notice: Callable[[str], None] = lambda message: None,
     ) -> None:
-        self.settings, self.index_dir, self.use_sample = settings, index_location(index_dir), use_sample
+        self.settings, self.index_location, self.use_sample = settings, as_index_location(index_location), use_sample
         self._embedder, self._backend, self._store, self._history = embedder, backend, conversations, history
         self._opened_backend = False  # whether the engine was opened here (and so is closed here)
         self.kv_dir, self.kv_ram_bytes = kv_dir, kv_ram_bytes
@@ -119,10 +119,10 @@ class Parts:
         ingest) is opened at the next question: ``CURRENT`` (or a database
         index's generation number) is read each time."""
         with self._lock:
-            if self._index is not None and not self.use_sample and live_name(self.index_dir) != self._published:
+            if self._index is not None and not self.use_sample and live_name(self.index_location) != self._published:
                 self._index = None  # not closed: a query already running finishes on it
             if self._index is None:
-                directory = self._sample_index() if self.use_sample else self.index_dir
+                directory = self._sample_index() if self.use_sample else self.index_location
                 if not index_exists(directory):
                     raise IndexNotFound(
                         f"no index at {shown(directory)}; build one with `rag ingest PATH --index {shown(directory)}`"

@@ -29,7 +29,7 @@ from ..conversations.keeper import HistoryMode
 from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
 from ..index.language import QUESTION_WORDS, detect
-from ..index.location import IndexLocation, folder_of, index_exists, index_location
+from ..index.location import IndexLocation, folder_of, index_exists, as_index_location
 from ..index.interface import IndexReader
 from ..index.records import Hit
 from ..ingest.embed import Embedder, GivingWay
@@ -79,7 +79,7 @@ class Pipeline:
 
     def __init__(
         self,
-        index_dir: IndexLocation,
+        index_location: IndexLocation,
         *,
         settings: Settings | None = None,
         use_sample: bool = False,
@@ -90,33 +90,33 @@ class Pipeline:
         **parts,
     ) -> None:
         self.settings = settings or Settings.load()
-        self.index_dir = index_location(index_dir)  # a folder, or a PostgreSQL URL (rag.index.location)
+        self.index_location = as_index_location(index_location)  # a folder, or a PostgreSQL URL (rag.index.location)
         # Where the pipeline says what it does on its own, or what it found wrong.
         self.notice = notice or (lambda message: None)
-        self.parts = Parts(self.settings, self.index_dir, use_sample=use_sample,
+        self.parts = Parts(self.settings, self.index_location, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
         # Ingest gives way to this pipeline's questions (an upload beside a served question).
-        self.library = DocumentLibrary(self.index_dir, lambda: GivingWay(self.embedder, self.keeper.answering),
+        self.library = DocumentLibrary(self.index_location, lambda: GivingWay(self.embedder, self.keeper.answering),
                                        self.parts.index_changed, uploads_dir=self._uploads_dir())
         # The engine's cost model (see EngineDesk).
         self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
         self.passages = PassageKeeper(lambda: self.backend, self.index)
         self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
-                                         history_mode=history_mode, index=lambda: index_key(self.index_dir))
+                                         history_mode=history_mode, index=lambda: index_key(self.index_location))
         self.dispatcher = Dispatcher(self.desk, self.keeper, lambda: self.backend)
 
     @classmethod
     def open(
         cls,
-        index_dir: str | os.PathLike[str] | None = None,
+        index_location: str | os.PathLike[str] | None = None,
         model: str | os.PathLike[str] | None = None,
         *,
         settings: Settings | None = None,
         prepare: bool = False,
         **options,
     ) -> "Pipeline":
-        """A pipeline over ``index_dir`` (a folder or a ``postgresql://``
+        """A pipeline over ``index_location`` (a folder or a ``postgresql://``
         URL; default: the settings' index, ``$RAG_INDEX``, else the per-user
         index) answering with the GGUF
         ``model`` (default: the settings', else the bundled
@@ -131,8 +131,8 @@ class Pipeline:
         settings = settings or Settings.load()
         if model is not None:
             settings = settings.model_copy(update={"model": Path(model).expanduser()})
-        if index_dir is not None:
-            pipeline = cls(index_location(index_dir), settings=settings, **options)
+        if index_location is not None:
+            pipeline = cls(as_index_location(index_location), settings=settings, **options)
         else:
             default = settings.index_folder
             pipeline = cls(default, settings=settings, use_sample=settings.index is None and not index_exists(default),
@@ -145,7 +145,7 @@ class Pipeline:
         """Where this front-end keeps uploads to a database index (under its
         data folder, one folder per database and host); None for a folder
         index, whose uploads lie beside it."""
-        if folder_of(self.index_dir) is not None:
+        if folder_of(self.index_location) is not None:
             return None
         import hashlib
         import socket
@@ -155,7 +155,7 @@ class Pipeline:
         # The folder is the uploads' root in the shared index, and an ingest removes the files of its
         # root that it does not find on disk: front-ends whose data folders have the same path (the
         # same image on two hosts) must not share one, or each would remove the other's uploads.
-        key = f"{shown(self.index_dir)}\n{socket.gethostname()}"
+        key = f"{shown(self.index_location)}\n{socket.gethostname()}"
         tag = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
         return self.settings.data_folder / f"index-{tag}-uploads"
 

@@ -137,7 +137,7 @@ async def status(request: Request) -> dict:
         "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),
         "log": str(life.address.log), "started_at": life.started_at, "uptime_s": time.time() - life.started_at,
         "requests": life.requests, "in_flight": life.in_flight, "idle_s": life.idle_for(),
-        "idle_timeout_s": life.idle_timeout_s, "stopping": life.stopping, "index": shown(pipeline.index_dir),
+        "idle_timeout_s": life.idle_timeout_s, "stopping": life.stopping, "index": shown(pipeline.index_location),
         "sample": pipeline.use_sample,
         "model": str(pipeline.settings.model) if pipeline.settings.model else None,
         "engine": backend.name if backend is not None else None, "notes": list(life.notes),

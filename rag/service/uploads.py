@@ -66,7 +66,7 @@ class TrackUploads:
 
 def has_index(pipeline: Pipeline) -> bool:
     """Whether ``pipeline`` has an index to answer from (its own, or the sample's)."""
-    return pipeline.use_sample or index_exists(pipeline.index_dir)
+    return pipeline.use_sample or index_exists(pipeline.index_location)
 
 
 async def first_index(pipeline: Pipeline, uploads: Uploads, gone: Callable[[], Awaitable[bool]]) -> Response | None:
