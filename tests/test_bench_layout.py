@@ -62,7 +62,7 @@ def building_done_in(source: str, name: str = "rag/cli/bench_x.py") -> list[str]
 
 def test_the_check_finds_a_pipeline_built_in_the_cli():
     built = '''
-from ..bench.parts import bench_pipeline
+from ..bench.setup import bench_pipeline
 from ..service import LoopbackServer
 def bench_x(corpus):
     p = bench_pipeline(corpus)
@@ -70,9 +70,9 @@ def bench_x(corpus):
     return LoopbackServer(p)
 '''
     found = building_done_in(built)
-    assert any("bench_pipeline from rag.bench.parts" in f for f in found)
+    assert any("bench_pipeline from rag.bench.setup" in f for f in found)
     assert any("imports rag.service" in f for f in found) and any(".prepare" in f for f in found)
-    assert building_done_in("from ..bench.ttft import run\nfrom ..bench.parts import BENCH_DATA\n") == []
+    assert building_done_in("from ..bench.ttft import run\nfrom ..bench.setup import BENCH_DATA\n") == []
 
 
 def test_the_bench_commands_build_nothing_themselves():

@@ -93,13 +93,13 @@ def test_the_command_passes_the_option_and_prints_each_half(monkeypatch, tmp_pat
     from typer.testing import CliRunner
 
     from rag import cli
-    from rag.bench import parts
+    from rag.bench import setup
 
     seen = {}
     questions = tmp_path / "q.jsonl"
     questions.write_text('{"question": "q?", "gold": ["a.md"]}\n')
     pipeline = SimpleNamespace(prepare=lambda: None)
-    monkeypatch.setattr(parts, "bench_pipeline", lambda *a, **k: pipeline)
+    monkeypatch.setattr(setup, "bench_pipeline", lambda *a, **k: pipeline)
 
     real = ttft.bench_ttft
 

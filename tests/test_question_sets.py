@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rag.bench import parts
+from rag.bench import setup
 from rag.bench.grading import GoldQuestion, load_gold
 from rag.bench.sets import half_of, split, summarise
 from rag.errors import RagError
@@ -38,7 +38,7 @@ def test_an_unanswerable_line_needs_no_facts_but_an_answerable_one_does(tmp_path
 
 @pytest.mark.parametrize("name", ["git_docs.jsonl", "french_docs.jsonl"])
 def test_the_bundled_sets_load_with_ids_unique_and_unanswerable_questions(name):
-    qs = load_gold(parts.BENCH_DATA / name)
+    qs = load_gold(setup.BENCH_DATA / name)
     assert len({q.id for q in qs}) == len(qs)
     assert any(not q.answerable for q in qs) and all(q.gold for q in qs if q.answerable)
 

@@ -153,6 +153,6 @@ def test_pipeline_modes_find_an_exact_term_and_score_by_cosine(pipeline_factory,
     assert hybrid[0].source == "guide/cooking.rst"
     for h in hybrid:  # the same cosine whichever search found the chunk
         assert h.score == pytest.approx(dense[h.chunk_id], abs=1e-5)
-    assert pipeline.parts.query_cache.hits >= 2  # one embedding served all three searches
+    assert pipeline.components.query_cache.hits >= 2  # one embedding served all three searches
     with pytest.raises(RagError, match="retrieval mode"):
         pipeline.search("bread", mode="keyword")

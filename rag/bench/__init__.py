@@ -8,8 +8,8 @@ Each returns the bench object every ``--json`` prints: ``{"bench": NAME, "config
 "rows": [...], "summary": {...}}``. None asserts anything.
 
 Each bench module has ``run(harness, ...)``, the whole of ``rag bench NAME``
-(what it measures built from its options, measured, closed; ``parts``
-holds what they share and :class:`~rag.bench.parts.Harness`, the caller's
+(what it measures built from its options, measured, closed; ``setup``
+holds what they share and :class:`~rag.bench.setup.Harness`, the caller's
 side), and ``main()``: ``python -m rag.bench.NAME`` runs the same command
 with the same options. ``plot`` draws ``rag bench ttft --plot``.
 """

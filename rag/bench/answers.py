@@ -28,9 +28,9 @@ from engine.llama_cpp.snapshots import SnapshotCache
 from ..qa.citations import Grounding
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_EVIDENCE
 from ..qa.pipeline import Pipeline
-from . import parts
+from . import setup
 from .grading import GoldQuestion, facts_found, load_gold, token_f1
-from .parts import Harness
+from .setup import Harness
 from .peer import WARM_UP_QUESTION, LangChainRag
 from .stats import bootstrap_interval, mean, percentile
 
@@ -270,10 +270,10 @@ def questions_and_pipeline(h: Harness, corpus: Path, include: Sequence[str], que
     Python-docs answer set), the target (default: the settings', else 2 s)
     and a calibrated pipeline over ``corpus``, indexed, that keeps no KV
     snapshot on disk."""
-    qs = load_gold(questions or parts.BENCH_DATA / "python_docs_answers.jsonl")
+    qs = load_gold(questions or setup.BENCH_DATA / "python_docs_answers.jsonl")
     qs = qs[:limit] if limit else qs
     target = target_ttft or h.settings(model=model).target_ttft or 2.0
-    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    pipeline = setup.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
     pipeline.prepare()  # calibrate, if needed, before anything is timed
     return qs, target, pipeline
 
@@ -294,7 +294,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.answers``: ``rag bench answers`` on its own."""
-    parts.command_alone("answers")
+    setup.command_alone("answers")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ from prompt_budget.layout import SYSTEM_PROMPT, PastTurn, history_messages, pass
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 from .stats import mean, percentile
 
 
@@ -152,8 +152,8 @@ def bench_chat(
             "turns": turns, "sessions": sessions, "interleave": interleave, "max_tokens": max_tokens,
             "target_ttft_s": target_ttft, "naive_k": naive_k, "naive": naive, "back_to_back": back_to_back,
             "history_mode": pipeline.keeper.history_mode,
-            "history": {"recent_tokens": pipeline.parts.history.recent_tokens, "keep_tokens": pipeline.parts.history.keep_tokens,
-                        "summary_tokens": pipeline.parts.history.summary_tokens},
+            "history": {"recent_tokens": pipeline.components.history.recent_tokens, "keep_tokens": pipeline.components.history.keep_tokens,
+                        "summary_tokens": pipeline.components.history.summary_tokens},
             "engine": pipeline.backend.name, "n_ctx": pipeline.backend.n_ctx, "index": str(pipeline.index_location),
         },
         "rows": rows,
@@ -231,9 +231,9 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, conversations: Opti
     ``conversations`` (default: the bundled Python-docs set) asked through
     a pipeline with its own conversation store and RAM-only snapshots, so
     a bench leaves nothing behind (:func:`bench_chat`)."""
-    scripts = load_conversations(conversations or parts.BENCH_DATA / "python_docs_chat.json")
+    scripts = load_conversations(conversations or setup.BENCH_DATA / "python_docs_chat.json")
     with tempfile.TemporaryDirectory(prefix="rag-bench-chat-") as tmp:
-        pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False, history_mode=history,
+        pipeline = setup.bench_pipeline(h, corpus, include, index, model, kv_dir=False, history_mode=history,
                                         conversations=Path(tmp) / "conversations.sqlite")
         pipeline.prepare()  # calibrate, if needed, before anything is timed
         with h.counting("turns") as update:
@@ -246,7 +246,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, conversations: Opti
 
 def main() -> None:
     """``python -m rag.bench.chat``: ``rag bench chat`` on its own."""
-    parts.command_alone("chat")
+    setup.command_alone("chat")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from engine.backend import Backend, Message, Timings
 from prompt_budget.layout import system_message
 
 from ..errors import RagError, engine_errors
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 
 
 def _text_of(backend: Backend, source: str, n_tokens: int) -> str:
@@ -244,7 +244,7 @@ def in_process(s, extra_bufts: bool | None) -> Backend:
 
 def main() -> None:
     """``python -m rag.bench.engine``: ``rag bench engine`` on its own."""
-    parts.command_alone("engine")
+    setup.command_alone("engine")
 
 
 if __name__ == "__main__":

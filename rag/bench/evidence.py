@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..qa.pipeline import Pipeline
-from . import parts
+from . import setup
 from .answers import MAX_EVIDENCE_WORDS, questions_and_pipeline
 from .grading import GoldQuestion, facts_found
-from .parts import Harness
+from .setup import Harness
 from .questions import json_lines
 from .stats import mean
 
@@ -92,7 +92,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
     lines of ``{question}``; default: the bundled set) planned and their
     evidence scored (:func:`bench_evidence`), no answer generated."""
     qs, target, pipeline = questions_and_pipeline(h, corpus, include, questions, limit, target_ttft, index, model)
-    others = json_lines(unanswerable or parts.BENCH_DATA / "python_docs_unanswerable.jsonl",
+    others = json_lines(unanswerable or setup.BENCH_DATA / "python_docs_unanswerable.jsonl",
                         lambda raw: str(raw["question"]), "a line with 'question'")
     with h.counting("questions") as update:
         return bench_evidence(pipeline, qs, others, target_ttft=target, options=options, progress=update)

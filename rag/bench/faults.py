@@ -32,8 +32,8 @@ from engine.llama_cpp.faults import Faults, InvariantBroken, idle_cpu_ticks, inj
 from prompt_budget import ContextPassage, build_messages
 from prompt_budget.layout import passage_body
 
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 
 DEFAULT_RATES = {"decode": 0.01, "save": 0.05, "load": 0.1, "snapshot_get": 0.05, "snapshot_put": 0.05,
                  "passage_get": 0.05, "passage_put": 0.1}
@@ -209,7 +209,7 @@ def run(h: Harness, *, steps: int = 2000, seed: int = 0, bound_s: float = 120.0,
 
 def main() -> None:
     """``python -m rag.bench.faults``: ``rag bench faults`` on its own."""
-    parts.command_alone("faults")
+    setup.command_alone("faults")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..qa.pipeline import Pipeline
-from . import parts
+from . import setup
 from .mixed import KINDS, MixedFolder, write_mixed_folder
-from .parts import Harness
+from .setup import Harness
 
 
 class _Vanisher:
@@ -119,7 +119,7 @@ def run(h: Harness, files: int = 200, *, million_rows: bool = True) -> dict[str,
 
 def main() -> None:
     """``python -m rag.bench.formats``: ``rag bench formats`` on its own."""
-    parts.command_alone("formats")
+    setup.command_alone("formats")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ from typing import Callable, Optional, Sequence
 import httpx
 
 from ..errors import RagError
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 from .stats import percentile
 
 # Debian's Chromium without a display, a sandbox or any network of its own.
@@ -171,9 +171,9 @@ def run(h: Harness, corpus: Path, include: Sequence[str], questions: Path, *, in
     except ImportError:
         raise RagError("bench page drives Chromium with Playwright: pip install playwright "
                        "(no `playwright install`: it uses the Chromium above)") from None
-    qs = [q.question for q in parts.questions_of(questions)]
+    qs = [q.question for q in setup.questions_of(questions)]
     with tempfile.TemporaryDirectory(prefix="rag-bench-page-") as tmp:
-        pipeline = parts.bench_pipeline(h, corpus, include, index, model, conversations=Path(tmp) / "c.sqlite",
+        pipeline = setup.bench_pipeline(h, corpus, include, index, model, conversations=Path(tmp) / "c.sqlite",
                                         kv_dir=False)
         pipeline.prepare()
         server = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
@@ -186,7 +186,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], questions: Path, *, in
 
 def main() -> None:
     """``python -m rag.bench.page``: ``rag bench page`` on its own."""
-    parts.command_alone("page")
+    setup.command_alone("page")
 
 
 if __name__ == "__main__":

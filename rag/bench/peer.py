@@ -42,8 +42,8 @@ from prompt_budget.layout import SYSTEM_PROMPT
 from ..errors import RagError
 from ..qa.passages import splicing
 from ..index.store import embedded_text
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 from .questions import Question
 from .ttft import settle
 from ..qa.pipeline import Pipeline
@@ -255,9 +255,9 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
     all) questions of ``questions`` (default: the bundled Python-docs dev
     set) answered by rag-budget and LangChain (:func:`bench_peer`); every
     run starts cold (no KV snapshot on disk)."""
-    qs = parts.questions_of(questions or parts.BENCH_DATA / "python_docs_dev.jsonl")
+    qs = setup.questions_of(questions or setup.BENCH_DATA / "python_docs_dev.jsonl")
     qs = qs[:limit] if limit else qs
-    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    pipeline = setup.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
     with h.counting("asking") as update:
         return bench_peer(pipeline, qs, ks=ks, max_tokens=max_tokens, target_ttft=target_ttft, reembed=reembed,
                           progress=update, notice=h.line)
@@ -265,7 +265,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.peer``: ``rag bench peer`` on its own."""
-    parts.command_alone("peer")
+    setup.command_alone("peer")
 
 
 if __name__ == "__main__":

@@ -51,9 +51,9 @@ import httpx
 from engine.remote.router import POLICIES, ROUTER_FLAGS
 
 from ..errors import RagError
-from . import parts
+from . import setup
 from .chat import load_conversations
-from .parts import Harness
+from .setup import Harness
 from .serve import GOOD_FACTOR, run_clients, summarise_run
 from .stats import percentile
 
@@ -419,11 +419,11 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, engines: int,
     from .llama_server import LlamaServer, server_binary
     from .serve import bench_service_settings
 
-    conversations = load_conversations(parts.BENCH_DATA / "python_docs_chat.json")
+    conversations = load_conversations(setup.BENCH_DATA / "python_docs_chat.json")
     _check_values(engines, policies, clients, turns, kill_at, min(len(c) for c in conversations))
     if router_binary() is None:
         raise RagError(how_to_start([f"http://127.0.0.1:{8080 + i}" for i in range(engines)]))
-    p = parts.bench_pipeline(h, corpus, include, index, model)  # the index, brought up to date once
+    p = setup.bench_pipeline(h, corpus, include, index, model)  # the index, brought up to date once
     p.close()
     gguf = model or default_model_path()
     server_binary()  # built once, before anything is timed

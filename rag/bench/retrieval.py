@@ -21,8 +21,8 @@ from typing import Callable, Optional, Sequence
 
 from prompt_budget.cost import quantile
 
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 from .questions import Question, gold_ranks, metrics_from_ranks
 from ..qa.pipeline import Pipeline
 from ..retrieval import DEFAULT_MODE, RRF_K, retrieve
@@ -49,7 +49,7 @@ def bench_retrieval(
     summary's top level is the pipeline's default retrieval. ``index``: an
     open index to search instead of the pipeline's (another store of the same chunks)."""
     index = index if index is not None else pipeline.index()
-    cache = pipeline.parts.query_cache
+    cache = pipeline.components.query_cache
     embed_s = []
     for q in questions:  # cold: each question embedded once, timed
         started = time.perf_counter()
@@ -111,8 +111,8 @@ def run(h: Harness, corpus: Path, questions: Path, ks: Sequence[int], *, rrf_ks:
     ``questions`` searched by each system (:func:`bench_retrieval`); with
     ``store``, on the PostgreSQL copy of the index too, its figures under
     ``summary["pgvector"]`` (FAISS's stay where they were)."""
-    qs = parts.questions_of(questions)
-    pipeline = parts.bench_pipeline(h, corpus, include, index, None)
+    qs = setup.questions_of(questions)
+    pipeline = setup.bench_pipeline(h, corpus, include, index, None)
     with h.counting("searching") as update:
         result = bench_retrieval(pipeline, qs, ks, rrf_ks=rrf_ks, progress=update)
     if store is not None:
@@ -139,7 +139,7 @@ def run(h: Harness, corpus: Path, questions: Path, ks: Sequence[int], *, rrf_ks:
 
 def main() -> None:
     """``python -m rag.bench.retrieval``: ``rag bench retrieval`` on its own."""
-    parts.command_alone("retrieval")
+    setup.command_alone("retrieval")
 
 
 if __name__ == "__main__":

@@ -47,9 +47,9 @@ from ..errors import RagError
 from ..qa.citations import Grounding, GroundedText
 from ..qa.pipeline import Pipeline
 from ..qa.planner import PlannedPrompt
-from . import parts
+from . import setup
 from .grading import GoldQuestion, is_right, load_gold
-from .parts import Harness
+from .setup import Harness
 from .stats import bootstrap_interval, mean, percentile
 
 FULL, EXACT, PREFIX = "full", "exact", "prefix cache"
@@ -246,9 +246,9 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
     then the first ``limit`` (0: all) questions of ``questions`` (default:
     the bundled Python-docs answer set) answered in each mode
     (:func:`bench_reuse`); no stored passage is left behind on disk."""
-    qs = load_gold(questions or parts.BENCH_DATA / "python_docs_answers.jsonl")
+    qs = load_gold(questions or setup.BENCH_DATA / "python_docs_answers.jsonl")
     qs = qs[:limit] if limit else qs
-    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    pipeline = setup.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
     pipeline.prepare()  # calibrate, if needed, before anything is timed
     with h.counting("questions") as update:
         return bench_reuse(pipeline, qs, fresh=fresh, target_ttft=target_ttft, max_tokens=max_tokens,
@@ -257,7 +257,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.reuse``: ``rag bench reuse`` on its own."""
-    parts.command_alone("reuse")
+    setup.command_alone("reuse")
 
 
 if __name__ == "__main__":

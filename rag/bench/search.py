@@ -30,8 +30,8 @@ from prompt_budget.cost import quantile
 from ..errors import redacted
 # APPROXIMATE_FROM: the store's switch to IVF, printed beside the figures.
 from ..index.vectors import APPROXIMATE_FROM, NPROBE, TRAIN_PER_LIST, new_ivf, nlist_for  # noqa: F401
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 
 BATCH = 50_000
 QUERIES = 200
@@ -261,7 +261,7 @@ def run(h: Harness, sizes: Sequence[int], dim: int, *, kinds: Sequence[str] = ("
 
 def main() -> None:
     """``python -m rag.bench.search``: ``rag bench search`` on its own."""
-    parts.command_alone("search")
+    setup.command_alone("search")
 
 
 if __name__ == "__main__":

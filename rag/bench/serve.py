@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import httpx
 
 from ..errors import RagError
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 from .stats import percentile
 
 if TYPE_CHECKING:
@@ -371,7 +371,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[i
         raise RagError(f"--limits: {' or '.join(LIMITS)}, not {limits!r}")
     if upload_at not in UPLOAD_AT or (upload_at != "during" and upload is None):
         raise RagError(f"--upload-at: {' or '.join(UPLOAD_AT)}, with --upload FILE")
-    questions = [q for c in load_conversations(parts.BENCH_DATA / "python_docs_chat.json") for q in c]
+    questions = [q for c in load_conversations(setup.BENCH_DATA / "python_docs_chat.json") for q in c]
     warmed: dict[str, float | None] = {}
     document = (upload.name, read_upload(upload)) if upload is not None else None
 
@@ -411,7 +411,7 @@ def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Pa
     pipelines = {}
     try:
         for name, n, admission in setups:
-            p = parts.bench_pipeline(h, corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite",
+            p = setup.bench_pipeline(h, corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite",
                                      kv_dir=False)
             pipelines[name] = (p, None, None)  # closed on the way out even if its server never starts
             if not fresh:
@@ -457,7 +457,7 @@ def read_upload(path: Path) -> bytes:
 
 def main() -> None:
     """``python -m rag.bench.serve``: ``rag bench serve`` on its own."""
-    parts.command_alone("serve")
+    setup.command_alone("serve")
 
 
 if __name__ == "__main__":

@@ -30,10 +30,10 @@ from typing import Callable, Optional, Sequence
 
 from ..qa.options import AskOptions
 from ..qa.pipeline import Pipeline
-from . import parts
+from . import setup
 from .answers import MAX_EVIDENCE_WORDS
 from .grading import GoldQuestion, facts_found, load_gold
-from .parts import Harness
+from .setup import Harness
 from .peer import WARM_UP_QUESTION
 from .stats import bootstrap_interval, mean, percentile
 
@@ -200,7 +200,7 @@ def run(h: Harness, corpora: Sequence[Path], include: Sequence[str], *, question
     settings = h.settings(model=model)
     target = target_ttft or settings.target_ttft or 2.0
     floor = settings.evidence_floor if floor is None else floor
-    pipeline = parts.bench_pipeline(h, corpora, include, index, model, kv_dir=False)
+    pipeline = setup.bench_pipeline(h, corpora, include, index, model, kv_dir=False)
     try:
         pipeline.prepare()
         with h.counting("questions") as update:

@@ -45,8 +45,8 @@ from engine.llama_cpp.requests import Trace
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 from .questions import Question
 from .stats import mean, percentile
 
@@ -198,9 +198,9 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
     (0: all) questions of ``questions`` (default: the bundled Python-docs
     dev set) measured at each R of ``fresh`` (:func:`bench_splice`); no
     stored passage is left behind on disk."""
-    qs = parts.questions_of(questions or parts.BENCH_DATA / "python_docs_dev.jsonl")
+    qs = setup.questions_of(questions or setup.BENCH_DATA / "python_docs_dev.jsonl")
     qs = qs[:limit] if limit else qs
-    pipeline = parts.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
+    pipeline = setup.bench_pipeline(h, corpus, include, index, model, kv_dir=False)
     with h.counting("questions") as update:
         return bench_splice(pipeline, qs, fresh=fresh, answer_tokens=answer_tokens, target_ttft=target_ttft,
                             progress=update)
@@ -208,7 +208,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional
 
 def main() -> None:
     """``python -m rag.bench.splice``: ``rag bench splice`` on its own."""
-    parts.command_alone("splice")
+    setup.command_alone("splice")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Optional, Sequence
 
 from ..qa.pipeline import Pipeline
-from . import parts
-from .parts import Harness
+from . import setup
+from .setup import Harness
 from .questions import Question
 from .stats import quantile
 
@@ -209,8 +209,8 @@ def run(h: Harness, corpus: Path, questions: Path, targets: Sequence[float], *, 
 
     if plot is not None:
         check_plot_path(plot)
-    qs = parts.questions_of(questions)
-    pipeline = parts.bench_pipeline(h, corpus, include, index, model, learn=learn, kv_dir=False)
+    qs = setup.questions_of(questions)
+    pipeline = setup.bench_pipeline(h, corpus, include, index, model, learn=learn, kv_dir=False)
     pipeline.prepare()  # calibrate, if needed, before anything is timed
     with h.counting("asking") as update:
         result = bench_ttft(pipeline, qs, targets, max_tokens=max_tokens, passes=passes, progress=update,
@@ -222,7 +222,7 @@ def run(h: Harness, corpus: Path, questions: Path, targets: Sequence[float], *, 
 
 def main() -> None:
     """``python -m rag.bench.ttft``: ``rag bench ttft`` on its own."""
-    parts.command_alone("ttft")
+    setup.command_alone("ttft")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Each module holds a few commands: ``documents`` (ingest), ``ask`` (search,
 ask, chat), ``admin`` (calibrate, serve, doctor), ``mcp`` (the MCP server), ``server`` (the resident
-server's status, start and stop), ``bench_answers``, ``bench_grade``, ``bench_parts``,
+server's status, start and stop), ``bench_answers``, ``bench_grade``, ``bench_single``,
 ``bench_page`` and ``bench_splice`` (the benchmarks, each over ``rag.bench.NAME.run``,
 ``bench_harness`` their side of it); ``common`` what they share, ``seen`` the clock of
 what the person at the terminal waits for. Commands parse
@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-COMMANDS = ("admin", "ask", "bench_answers", "bench_grade", "bench_page", "bench_parts", "bench_splice", "documents",
+COMMANDS = ("admin", "ask", "bench_answers", "bench_grade", "bench_page", "bench_single", "bench_splice", "documents",
             "mcp", "server")
 MODULES = COMMANDS + ("bench_harness", "bench_pool", "common", "seen")
 

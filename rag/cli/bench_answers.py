@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..bench.parts import DEFAULT_CHAT_CORPUS
+from ..bench.setup import DEFAULT_CHAT_CORPUS
 from ..errors import RagError
 from .bench_harness import harness
 from .common import MODEL_OPTION, bench_app, echo_json, err, int_list, seconds_list, user_errors

@@ -17,7 +17,7 @@ from rich.table import Table
 from ..errors import RagError
 from ..qa.options import DEFAULT_EVIDENCE, EVIDENCE_PLACES
 from ..settings import DEFAULT_EVIDENCE_FLOOR
-from ..bench.parts import DEFAULT_CHAT_CORPUS
+from ..bench.setup import DEFAULT_CHAT_CORPUS
 from .bench_harness import harness
 from .common import MODEL_OPTION, bench_app, echo_json, seconds_list, user_errors
 

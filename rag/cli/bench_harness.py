@@ -1,5 +1,5 @@
 """The command line's side of every ``rag bench`` run: a
-:class:`rag.bench.parts.Harness` whose settings take the engine options
+:class:`rag.bench.setup.Harness` whose settings take the engine options
 given before the command, whose pipelines are the commands' own (telling
 the user on stderr what they do on their own), and whose progress is drawn
 on stderr.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator
 
-from ..bench.parts import Harness
+from ..bench.setup import Harness
 from .common import IngestBar, command_pipeline, counting, err, settings
 
 

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..bench.parts import BENCH_DATA, DEFAULT_CHAT_CORPUS
+from ..bench.setup import BENCH_DATA, DEFAULT_CHAT_CORPUS
 from .bench_harness import harness
 from .common import MODEL_OPTION, bench_app, echo_json, err, user_errors
 

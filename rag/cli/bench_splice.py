@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import RagError
-from ..bench.parts import DEFAULT_CHAT_CORPUS
+from ..bench.setup import DEFAULT_CHAT_CORPUS
 from .bench_harness import harness
 from .common import MODEL_OPTION, bench_app, echo_json, int_list, user_errors
 

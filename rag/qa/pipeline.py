@@ -45,7 +45,7 @@ from .dispatch import Dispatcher
 from .doctor import doctor_report
 from .engines import EngineDesk
 from .options import AskOptions, valid_search, valid_text
-from .parts import Parts
+from .components import Components
 from .passages import PassageKeeper
 from .arrivals import Arrival
 from .planner import PlannedPrompt, check_fits
@@ -71,7 +71,7 @@ class Pipeline:
     included, so their KV stays cached; ``"qa"``: questions and answers
     only), ``profile_dir``, ``learn`` (online learning of the cost model),
     ``notice`` (told what the pipeline does on its own, such as a quick
-    calibration), and the parts of :class:`~rag.qa.parts.Parts`:
+    calibration), and the parts of :class:`~rag.qa.components.Components`:
     ``embedder`` and ``backend`` already loaded, ``conversations`` (a store
     or its SQLite path), ``history``, ``kv_dir`` (``False`` for RAM only)
     and ``kv_ram_bytes``.
@@ -93,16 +93,16 @@ class Pipeline:
         self.index_location = as_index_location(index_location)  # a folder, or a PostgreSQL URL (rag.index.location)
         # Where the pipeline says what it does on its own, or what it found wrong.
         self.notice = notice or (lambda message: None)
-        self.parts = Parts(self.settings, self.index_location, use_sample=use_sample,
+        self.components = Components(self.settings, self.index_location, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
         # Ingest gives way to this pipeline's questions (an upload beside a served question).
         self.library = DocumentLibrary(self.index_location, lambda: GivingWay(self.embedder, self.keeper.answering),
-                                       self.parts.index_changed, uploads_dir=self._uploads_dir())
+                                       self.components.index_changed, uploads_dir=self._uploads_dir())
         # The engine's cost model (see EngineDesk).
         self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
         self.passages = PassageKeeper(lambda: self.backend, self.index)
-        self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.parts.history,
+        self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.components.history,
                                          history_mode=history_mode, index=lambda: index_key(self.index_location))
         self.dispatcher = Dispatcher(self.desk, self.keeper, lambda: self.backend)
 
@@ -169,22 +169,22 @@ class Pipeline:
     @property
     def use_sample(self) -> bool:
         """Whether questions are answered from the bundled sample corpus."""
-        return self.parts.use_sample
+        return self.components.use_sample
 
     @property
     def embedder(self) -> Embedder:
         """The embedding model (loaded on first use)."""
-        return self.parts.embedder
+        return self.components.embedder
 
     @property
     def backend(self) -> Backend:
         """The inference engine (loaded on first use)."""
-        return self.parts.backend
+        return self.components.backend
 
     @property
     def conversations(self) -> Conversations:
         """The conversation store."""
-        return self.parts.conversations
+        return self.components.conversations
 
     @property
     def costs(self) -> CostKeeper:
@@ -198,7 +198,7 @@ class Pipeline:
 
     def index(self) -> IndexReader:
         """The index questions are answered from."""
-        return self.parts.index()
+        return self.components.index()
 
     def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
         """Measure prefill on this backend, fit the cost model, save the
@@ -291,7 +291,7 @@ class Pipeline:
         searched, a RagError when no indexed document is in it."""
         query, scope = valid_search(query, k, scope)
         mode = check_mode(mode) if mode is not None else self.retrieval
-        return retrieve(self.index(), query, lambda: self.parts.query_cache.vector(query), k, mode, scope=scope)
+        return retrieve(self.index(), query, lambda: self.components.query_cache.vector(query), k, mode, scope=scope)
 
     def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:
         """Answer ``question`` from the index, with sources, budget and
@@ -367,7 +367,7 @@ class Pipeline:
         index = self.index()
         embed = query = None
         if options.evidence_embed:
-            embed, query = self.embedder.embed, self.parts.query_cache.vector(question)
+            embed, query = self.embedder.embed, self.components.query_cache.vector(question)
         # Every candidate's sentences, not only those the budget will take: the passage holding
         # the best goes first (``Ranked.leading``).
         return rank(question, hits, embed=embed, query_vector=query, text_before=index.text_before,
@@ -477,5 +477,5 @@ class Pipeline:
         """Finish background work and release the index, the conversation
         store, and the engine if the pipeline opened it (one given is the giver's)."""
         self.keeper.close()
-        self.parts.close()
+        self.components.close()
 

@@ -95,7 +95,7 @@ class Tracked:
     ended, refuses every request once the server decided to stop (503
     ``server_stopping``: nothing was done for it). A generation another
     process published (``rag ingest`` in another shell) is opened by the
-    pipeline itself at the next question (``Parts.index``)."""
+    pipeline itself at the next question (``Components.index``)."""
 
     def __init__(self, app, life: Life, pipeline: Pipeline) -> None:
         self.app, self.life, self.pipeline = app, life, pipeline
@@ -131,7 +131,7 @@ async def status(request: Request) -> dict:
     time, and its engine's step counters where it keeps them (``engine_stats``)."""
     life: Life = request.app.state.life
     pipeline: Pipeline = request.app.state.pipeline
-    backend = pipeline.parts.loaded_backend
+    backend = pipeline.components.loaded_backend
     engine_stats = getattr(backend, "engine_stats", None)
     return {
         "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),

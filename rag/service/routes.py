@@ -41,7 +41,7 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
         found["error"] = for_the_web(str(warmup.error))
     if warmup.seconds is not None:
         found["warm_up_s"] = round(warmup.seconds, 3)
-    backend = state.pipeline.parts.loaded_backend
+    backend = state.pipeline.components.loaded_backend
     router = getattr(backend, "router_facts", dict)()
     if router and warmup.status == "ok":
         found["engines"] = router

@@ -31,7 +31,7 @@ KV_RAM_BYTES = 512 << 20
 KV_DISK_BYTES = 2 << 30
 
 
-class Parts:
+class Components:
     """What a pipeline over ``index_location`` (a folder, or a PostgreSQL URL:
     see ``rag.index.location``) is made of, under ``settings``; parts given
     to the constructor are used as they are."""
