@@ -11,12 +11,13 @@ Does not: hold anything itself.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
 
 from .manifest import Manifest
 from .records import FileRecord, Hit, stored_location
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @runtime_checkable

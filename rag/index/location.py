@@ -16,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Union
 
 from ..errors import redacted
 from ..paths import is_database_url
-from .interface import IndexReader, IndexStore, IndexWriter
 from .manifest import Manifest
+
+if TYPE_CHECKING:  # the client path reads settings, and must not import NumPy
+    from .interface import IndexReader, IndexStore, IndexWriter
 
 IndexLocation = Union[Path, str]  # a folder, or a postgresql:// URL
 is_index_url = is_database_url  # whether a location names a PostgreSQL database rather than a folder
