@@ -64,7 +64,7 @@ _ROW = re.compile(rf"[ \t]*{_PAIR}(?:; {_PAIR})+")  # a sheet's row: "City: Oslo
 _GRID = re.compile(r"[ \t]*[|+].*[|+][ \t]*")  # a grid table's line: "| *level* | Set the root ... |"
 # An AsciiDoc labelled list's term ("--include-untracked::", "start::", "core.editor;;"): what the
 # indented definition under it is about (Git's and many man pages' option lists are written so).
-_TERM = re.compile(r"(?!\.\.[ \t])(\S[^\n]*?)(?:::|;;|:::)[ \t]*")
+_TERM = re.compile(r"(?!\.\.[ \t])(\S[^\n]*?)(?::::|::|;;)[ \t]*")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]*]*(?=\s)")
 _ABBREVIATIONS = frozenset({"e.g", "i.e", "etc", "vs", "cf", "al", "approx", "mr", "mrs", "dr", "fig", "resp"})
 # Words that say what kind of thing is asked for, not about what (lexical's stopwords are gone already);
