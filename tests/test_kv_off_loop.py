@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from engine.errors import GenerationCancelled
-from engine.llama_cpp import snapshots as snapshots_module
+from engine.llama_cpp import snapshot_files as snapshots_module
 from engine.llama_cpp.faults import settle
 from engine.llama_cpp.snapshots import SnapshotCache
 
@@ -47,7 +47,7 @@ def on_disk(backend, tmp_path):
 def _spy_reads(monkeypatch, cache: SnapshotCache, gate: threading.Event | None = None):
     reads: list[tuple[str, bool]] = []
     entered = threading.Event()
-    read_file = snapshots_module._read_file
+    read_file = snapshots_module.read_file
 
     def spy(path, *, data):
         if data:
@@ -57,7 +57,7 @@ def _spy_reads(monkeypatch, cache: SnapshotCache, gate: threading.Event | None =
                 gate.wait(60)
         return read_file(path, data=data)
 
-    monkeypatch.setattr(snapshots_module, "_read_file", spy)
+    monkeypatch.setattr(snapshots_module, "read_file", spy)
     return reads, entered
 
 

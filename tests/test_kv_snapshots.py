@@ -220,21 +220,21 @@ def test_the_cache_keeps_no_bookkeeping_for_keys_it_no_longer_holds(tmp_path):
 def test_a_snapshot_read_back_from_disk_is_read_outside_the_cache_lock(tmp_path, monkeypatch):
     import threading
 
-    from engine.llama_cpp import snapshots
+    from engine.llama_cpp import snapshot_files as snapshots
 
     writer = SnapshotCache(disk_dir=tmp_path)
     writer.put("a", snap([1, 2], 5000))
     assert writer.flush()
     cache = SnapshotCache(disk_dir=tmp_path)  # as after a restart: the disk only
     reads: list[tuple[str, bool]] = []
-    read_file = snapshots._read_file
+    read_file = snapshots.read_file
 
     def spy(path, *, data):
         if data:
             reads.append((threading.current_thread().name, cache._lock._is_owned()))
         return read_file(path, data=data)
 
-    monkeypatch.setattr(snapshots, "_read_file", spy)
+    monkeypatch.setattr(snapshots, "read_file", spy)
     got = cache.get("a")
     assert got is not None and got.data == bytes(5000)
     assert reads == [("rag-kv-reader", False)]  # (thread, the lock held) of each read of the state
@@ -250,10 +250,10 @@ def _count_reads(monkeypatch, cache, gate=None):
     """Each read of a state file: (thread, whether the cache lock was held); ``gate`` holds each read."""
     import threading
 
-    from engine.llama_cpp import snapshots
+    from engine.llama_cpp import snapshot_files as snapshots
 
     reads: list[tuple[str, bool]] = []
-    read_file = snapshots._read_file
+    read_file = snapshots.read_file
 
     def spy(path, *, data):
         if data:
@@ -262,7 +262,7 @@ def _count_reads(monkeypatch, cache, gate=None):
                 gate.wait(60)
         return read_file(path, data=data)
 
-    monkeypatch.setattr(snapshots, "_read_file", spy)
+    monkeypatch.setattr(snapshots, "read_file", spy)
     return reads
 
 

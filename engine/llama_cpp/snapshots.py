@@ -9,11 +9,10 @@ a newer state replaces the older one) and found by the longest common token
 prefix with a new prompt, so a new conversation finds the shared system
 prompt's snapshot.
 
-Disk files are ``RBKV`` + a JSON header (with a CRC-32 of the state) + the
-tokens (int32) + the state bytes: nothing is unpickled, and a file whose
-bytes do not match is dropped, never handed to the engine. They survive a
-restart of the process; the engine must check that a snapshot belongs to it
-(the directory is per model and context, see the backend).
+Disk files (their format and the folder's index: ``snapshot_files``) are
+checked before the engine sees them and survive a restart of the process;
+the engine must check that a snapshot belongs to it (the directory is per
+model and context, see the backend).
 
 Disk writes happen on a writer thread of the cache's own: ``put`` returns as
 soon as the snapshot is in RAM, so the engine's loop (which saves a state
@@ -41,61 +40,37 @@ replaced between any two calls (another process evicted or rewrote it), and
 that is a miss, never an error; each process sees the others' files when the
 folder changes, and evicts by the same LRU over all of them.
 
-Does not: talk to an engine (the backend saves and restores the bytes).
+Does not: talk to an engine (the backend saves and restores the bytes),
+read or write a file itself (``snapshot_files``), or run its own thread
+loop (``job_worker``).
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
-import json
 import logging
-import os
-import struct
 import threading
-import time
 import weakref
-import zlib
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..tokens import common_prefix
+from . import snapshot_files
+from .job_worker import start_worker
+from .snapshot_files import MAGIC, DiskEntry, Snapshot, SnapshotFolder, unlink_quietly
 
-MAGIC = b"RBKV"
-FORMAT = 2  # 2: the header holds a CRC-32 of the state bytes
+__all__ = ["MAGIC", "Snapshot", "SnapshotCache"]
 log = logging.getLogger("rag_budget.cache")
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """An engine state and the tokens it holds, in order."""
-
-    tokens: np.ndarray  # int32, the tokens whose KV the state holds
-    data: bytes | bytearray  # the engine's own state bytes (as saved: not copied again, never changed)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes this snapshot takes in memory."""
-        return len(self.data) + self.tokens.nbytes
-
-
-@dataclass
-class _DiskEntry:
-    path: Path
-    tokens: np.ndarray
-    nbytes: int
-    inode: int = 0  # of the file this entry describes: one another process put in its place is not ours to drop
 
 
 class _Read:
     """A disk read asked of the reader thread: the entry read, and once
     ``done``, the snapshot (None: gone or damaged)."""
 
-    def __init__(self, key: str, entry: _DiskEntry) -> None:
+    def __init__(self, key: str, entry: DiskEntry) -> None:
         self.key, self.entry = key, entry
         self.done, self.snapshot = False, None
 
@@ -118,7 +93,9 @@ class SnapshotCache:
         self.disk_max_bytes = disk_max_bytes
         self._ram: OrderedDict[str, Snapshot] = OrderedDict()  # oldest first
         self._pinned: set[str] = set()
-        self._disk: OrderedDict[str, _DiskEntry] = OrderedDict()
+        self._folder = SnapshotFolder(self.disk_dir, disk_max_bytes) if self.disk_dir is not None else None
+        # The folder's files by key, least recently used first (empty without a folder).
+        self._disk: OrderedDict[str, DiskEntry] = self._folder.entries if self._folder else OrderedDict()
         self._lock = threading.RLock()
         self._written = threading.Condition(self._lock)  # a pending write finished
         self._pending: OrderedDict[str, Snapshot] = OrderedDict()  # key -> snapshot to write, oldest first
@@ -132,13 +109,14 @@ class SnapshotCache:
         self._read_back: OrderedDict[str, Snapshot] = OrderedDict()
         self._reader: threading.Thread | None = None
         self.evictions = 0
-        self.disk_evictions = 0
         self.disk_dropped = 0  # writes given up because the disk was slower than puts
-        self._seen_ns = -1  # the folder's mtime when last scanned: another process's write changes it
-        if self.disk_dir is not None:
-            self._scan_disk()
 
     # -- what is held ------------------------------------------------------
+
+    @property
+    def disk_evictions(self) -> int:
+        """Files deleted to keep the folder within ``disk_max_bytes``."""
+        return self._folder.evictions if self._folder else 0
 
     @property
     def ram_bytes(self) -> int:
@@ -317,11 +295,8 @@ class SnapshotCache:
         read = self._reads[key] = _Read(key, entry)
         self._read_queue.append(read)
         if self._reader is None:
-            self._reader = threading.Thread(
-                target=_serve_jobs, name="rag-kv-reader", daemon=True,
-                args=(weakref.ref(self), SnapshotCache._next_read, SnapshotCache._read_one,
-                      lambda read: f"reading KV snapshot {read.key}"))
-            self._reader.start()
+            self._reader = start_worker(self, "rag-kv-reader", SnapshotCache._next_read, SnapshotCache._read_one,
+                                        lambda read: f"reading KV snapshot {read.key}")
         self._landed.notify_all()
         return read
 
@@ -337,7 +312,7 @@ class SnapshotCache:
         unless the key was put, discarded or replaced on disk meanwhile."""
         snap = None
         try:
-            snap = _read(read.entry.path)
+            snap = snapshot_files.read_snapshot(read.entry.path)
             if snap is not None:
                 try:
                     os.utime(read.entry.path)  # most recently used, for the other processes' eviction too
@@ -419,17 +394,11 @@ class SnapshotCache:
 
     # -- disk ----------------------------------------------------------------
 
-    def _file(self, key: str) -> Path:
-        assert self.disk_dir is not None
-        return self.disk_dir / (hashlib.sha256(key.encode("utf-8")).hexdigest()[:32] + ".kv")
-
     def _start_writer(self) -> None:
         if self._writer is None:
-            self._writer = threading.Thread(
-                target=_serve_jobs, name="rag-kv-writer", daemon=True,
-                args=(weakref.ref(self), SnapshotCache._next_write, lambda cache, job: cache._write_one(*job),
-                      lambda job: f"writing KV snapshot {job[0]}"))
-            self._writer.start()
+            self._writer = start_worker(self, "rag-kv-writer", SnapshotCache._next_write,
+                                        lambda cache, job: cache._write_one(*job),
+                                        lambda job: f"writing KV snapshot {job[0]}")
             atexit.register(_flush_at_exit, weakref.ref(self))
 
     def _next_write(self, wait_s: float) -> tuple[str, Snapshot] | None:
@@ -451,192 +420,26 @@ class SnapshotCache:
             with self._written:
                 current = self._in_flight.pop(key, False)
                 if written is not None and current:
-                    self._disk.pop(key, None)
-                    self._disk[key] = written
-                    self._evict_disk()
+                    self._folder.add(key, written)
                 elif written is not None and key not in self._pending and key not in self._ram:
-                    _unlink(written.path)  # discarded while it was written
+                    unlink_quietly(written.path)  # discarded while it was written
                 self._written.notify_all()
 
-    def _write_file(self, key: str, snapshot: Snapshot) -> _DiskEntry | None:
-        """Write ``snapshot``'s file atomically; its entry, or None when the
-        disk refused (a full or read-only disk loses a cache entry, nothing else)."""
-        path = self._file(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            header = json.dumps({"format": FORMAT, "key": key, "n_tokens": len(snapshot.tokens),
-                                 "data_bytes": len(snapshot.data), "crc32": zlib.crc32(snapshot.data)}).encode("utf-8")
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            try:
-                with open(tmp, "wb") as fh:
-                    fh.write(MAGIC + struct.pack("<I", len(header)) + header)
-                    fh.write(snapshot.tokens.astype("<i4").tobytes())
-                    fh.write(snapshot.data)
-                    inode = os.fstat(fh.fileno()).st_ino
-                os.replace(tmp, path)  # readers in any process see the old file or this one, never a part
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
-        except OSError:
-            return None
-        # Its size from what was written: another process may have evicted it already.
-        size = 8 + len(header) + snapshot.tokens.size * 4 + len(snapshot.data)
-        return _DiskEntry(path, snapshot.tokens.copy(), size, inode)
-
-    def _evict_disk(self) -> None:
-        total = sum(e.nbytes for e in self._disk.values())
-        for key in list(self._disk):
-            if total <= self.disk_max_bytes:
-                break
-            total -= self._disk[key].nbytes
-            self._drop_disk(key)
-            self.disk_evictions += 1
+    def _write_file(self, key: str, snapshot: Snapshot) -> DiskEntry | None:
+        """Write ``snapshot``'s file (on the writer thread, outside the lock); its entry, or None."""
+        return snapshot_files.write_file(self._folder.path_of(key), key, snapshot)
 
     def _drop_disk(self, key: str) -> None:
-        entry = self._disk.pop(key, None)
-        if entry is not None:
-            try:
-                if not entry.inode or entry.path.stat().st_ino == entry.inode:
-                    entry.path.unlink()  # (a newer file another process wrote since is its to keep)
-            except OSError:
-                pass
+        if self._folder is not None:
+            self._folder.drop(key)
 
     def _refresh(self) -> None:
-        """Take in what other processes wrote or evicted since the last look
-        (one stat when nothing changed)."""
-        if self.disk_dir is None:
-            return
-        try:
-            changed = self.disk_dir.stat().st_mtime_ns != self._seen_ns
-        except OSError:
-            changed = False
-        if changed:
-            self._scan_disk()
-
-    def _scan_disk(self) -> None:
-        """Index the folder's files: new ones (ours or another process's)
-        read by header, gone ones forgotten, orphaned temporary files of a
-        process that died while writing removed."""
-        assert self.disk_dir is not None
-        try:
-            self._seen_ns = self.disk_dir.stat().st_mtime_ns
-            names = os.listdir(self.disk_dir)
-        except OSError:
-            return
-        present = {n for n in names if n.endswith(".kv")}
-        for key in [k for k, e in self._disk.items() if e.path.name not in present]:
-            self._disk.pop(key)
-        known = {e.path.name for e in self._disk.values()}
-        found: list[tuple[float, str, _DiskEntry]] = []
-        for name in sorted(present - known):
-            path = self.disk_dir / name
-            head = _read_header(path)
-            if head is None:
-                continue
-            key, tokens = head
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            found.append((st.st_mtime, key, _DiskEntry(path, tokens, st.st_size, st.st_ino)))
-        for _, key, entry in sorted(found, key=lambda f: f[0]):
-            self._disk.pop(key, None)
-            self._disk[key] = entry
-        now = time.time()
-        for name in names:
-            if name.endswith(".tmp"):
-                try:
-                    if now - os.stat(self.disk_dir / name).st_mtime > STALE_TMP_S:
-                        os.unlink(self.disk_dir / name)
-                except OSError:
-                    pass
-        self._evict_disk()
-
-
-def _serve_jobs(ref: "weakref.ref[SnapshotCache]", take: Callable, do: Callable, what: Callable[..., str]) -> None:
-    """A worker thread of the cache (its writer, its reader): ``take`` its
-    next job, oldest first, and ``do`` it, for as long as the cache lives
-    (held weakly, so a dropped cache ends it). A job that fails is logged
-    and the worker goes on: a write lost is a cache entry lost, a read that
-    fails is a miss (``_read_one`` marks its read done whatever happens)."""
-    while True:
-        cache = ref()
-        if cache is None:
-            return
-        job = take(cache, 1.0)
-        if job is not None:
-            try:
-                do(cache, job)
-            except Exception as exc:  # noqa: BLE001 - one job's failure, not the worker's
-                log.warning("%s failed: %r", what(job), exc)
-        del cache
+        """Take in what other processes wrote or evicted since the last look."""
+        if self._folder is not None:
+            self._folder.refresh()
 
 
 def _flush_at_exit(ref: "weakref.ref[SnapshotCache]") -> None:
     cache = ref()
     if cache is not None:
         cache.flush(timeout=30.0)
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
-
-
-STALE_TMP_S = 3600.0  # a temporary file this old was left by a process that died while writing it
-MAX_HEADER_BYTES = 1 << 16
-
-
-def _read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None] | None:
-    """The key, tokens and (with ``data``) state bytes of a snapshot file,
-    or None if it is not one or is damaged (then it is deleted, with one line
-    in the log: a cache entry is only ever recomputed, never trusted)."""
-    inode = None
-    try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())  # the file opened, whatever is renamed over its name meanwhile
-            total, inode = st.st_size, st.st_ino
-            if fh.read(4) != MAGIC:
-                raise ValueError("not a snapshot file")
-            (size,) = struct.unpack("<I", fh.read(4))
-            if size > MAX_HEADER_BYTES:
-                raise ValueError(f"a header of {size} bytes")
-            header = json.loads(fh.read(size))
-            if not isinstance(header, dict) or header.get("format") != FORMAT:
-                raise ValueError("not a snapshot header of this format")
-            n, d = header.get("n_tokens"), header.get("data_bytes")
-            if not isinstance(n, int) or not isinstance(d, int) or n < 0 or d < 0 or \
-                    8 + size + 4 * n + d != total or not isinstance(header.get("key"), str):
-                raise ValueError("its header does not match its size")
-            raw = fh.read(4 * n)
-            state = fh.read(d) if data else None
-            if len(raw) != 4 * n or (state is not None and len(state) != d):
-                raise ValueError("it is shorter than its header says")
-            if state is not None and zlib.crc32(state) != header.get("crc32"):
-                raise ValueError("its state bytes do not match their checksum")
-            return header["key"], np.frombuffer(raw, dtype="<i4").astype(np.int32), state
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, struct.error, UnicodeDecodeError, MemoryError, RecursionError) as exc:
-        # RecursionError: a header of deeply nested brackets (issue 27).
-        log.warning("dropped a damaged KV snapshot %s (%s)", path, exc)
-        try:
-            if inode is None or path.stat().st_ino == inode:  # not a good file another process put there since
-                path.unlink()
-        except OSError:
-            pass
-        return None
-
-
-def _read_header(path: Path) -> tuple[str, np.ndarray] | None:
-    """The key and tokens of a snapshot file, or None if it is not one."""
-    found = _read_file(path, data=False)
-    return None if found is None else (found[0], found[1])
-
-
-def _read(path: Path) -> Snapshot | None:
-    """A whole snapshot file, or None if it is damaged."""
-    found = _read_file(path, data=True)
-    return None if found is None or found[2] is None else Snapshot(found[1], found[2])
