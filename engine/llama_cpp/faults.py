@@ -157,7 +157,7 @@ def settle(loop, wait_s: float = 60.0) -> None:
     while True:
         p = loop.published
         if (p.free == loop.slots.size and not p.active and not p.waiting and not p.warming
-                and not loop.splicer.warm_size() and not loop._inbox and not loop._system_tries):
+                and not loop.splicer.warm_size() and not loop._inbox and not loop.system_prompt.quick_tries):
             break
         if time.monotonic() > deadline:
             raise InvariantBroken(f"the engine never settled: {p.free} of {loop.slots.size} sequences free, "

@@ -39,15 +39,11 @@ from ..scheduler import (BACKGROUND_STEP_S, BACKGROUND_STEP_TOKENS, BUSY_STEP_S,
                          StepStats, admission_order, others_cells, plan_step)
 from .slots import SlotTable
 from .splicing import Splicer
+from .system_prompt import SYSTEM_TRIES, SystemPrompt
+
+__all__ = ["EngineLoop", "Published", "SYSTEM_TRIES"]
 
 log = logging.getLogger("rag_budget.engine")
-# Quick loads of the pinned system prompt after a failure lost it, at the next turns (the loop does not
-# wait for work meanwhile). Chosen: a fault that passes at once (a busy disk, cells freed by the failure).
-SYSTEM_TRIES = 3
-# After those, a load is tried again at later turns with work, 1, 2, 4, ... turns apart and at most this
-# many (a turn is one step, or one pass that found none): never given up while one is pinned, never
-# in a tight loop. Chosen, counted in turns so that it means the same on a CPU and a GPU.
-SYSTEM_RETRY_TURNS = 64
 # Turns in a row that fail outside a step (or whose recovery fails) before the loop gives up: its
 # requests are told and new ones refused. Chosen: a fault that repeats at once is not passing.
 LOOP_FAILURES = 3
@@ -89,7 +85,7 @@ class EngineLoop:
         self.slots = SlotTable(slots)
         self.placement = Placement(ctx, self.slots, snapshots, kv_cells)
         self.splicer.make_room = self._make_room
-        self.system: list[int] = []  # the tokens sequence 0 holds
+        self.system_prompt = SystemPrompt()  # what sequence 0 holds, and its reloads once a failure lost it
         self.stats = StepStats()
         # Read by other threads without racing the loop: works, waiting works, free slots, idle prompts, warming.
         self._published = Published([], [], slots, [], 0)
@@ -97,9 +93,6 @@ class EngineLoop:
         self._ended: str | None = None  # why the loop ended (new requests are refused with it); under ``_cv``
         self._forget: list[threading.Event] = []  # asked to drop idle sequences' prompts
         self._turns = 0  # turns taken (each a step, or a pass that found none): the system prompt's retry clock
-        self._system_tries = 0  # quick loads left of a system prompt a failure lost (the loop does not wait)
-        self.system_retries = 0  # failed loads of the pinned system prompt since it was lost (0: not lost)
-        self._system_due: int | None = None  # the turn from which its next load is tried (None: none to try)
         self._thread = threading.Thread(target=self._run, name="rag-engine", daemon=True)
         self._thread.start()
 
@@ -146,17 +139,19 @@ class EngineLoop:
         with self._cv:
             return not self._stop and self._thread.is_alive()
 
+    @property
+    def system(self) -> list[int]:
+        """The tokens sequence 0 holds as the shared system prompt (empty: none, lost or being rebuilt)."""
+        return self.system_prompt.tokens
+
+    @property
+    def system_retries(self) -> int:
+        """Failed loads of the pinned system prompt since a failure lost it (0: not lost)."""
+        return self.system_prompt.retries
+
     def system_state(self) -> str:
-        """The shared system prompt as reports show it: ``held, N tokens``,
-        ``lost, N failed loads`` (prompts are evaluated without it, and no
-        passage is warmed or spliced, until a later load brings it back), or
-        ``none`` (none pinned, or it is being rebuilt)."""
-        system, retries = self.system, self.system_retries
-        if system:
-            return f"held, {len(system)} tokens"
-        if retries:
-            return f"lost, {retries} failed load{'s' if retries != 1 else ''}; tried again at later steps"
-        return "none"
+        """The shared system prompt as reports show it (see :meth:`SystemPrompt.state`)."""
+        return self.system_prompt.state()
 
     @property
     def published(self) -> Published:
@@ -263,7 +258,7 @@ class EngineLoop:
         asked, then plan and run one step; False once stopped."""
         with self._cv:
             while not (self._stop or self._inbox or self._active or self._waiting or self._can_warm()
-                       or self._forget or self._system_tries):
+                       or self._forget or self.system_prompt.quick_tries):
                 self._cv.wait()
             if self._stop:
                 return False
@@ -349,35 +344,16 @@ class EngineLoop:
     def _retry_system(self) -> None:
         """Load a lost system prompt again when its next try is due (never
         while sequence 0 is being rebuilt: that request sets it)."""
-        if (self._system_due is not None and self._turns >= self._system_due
-                and not any(a.seq == SYSTEM_SEQ for a in self._active.values())):
+        if self.system_prompt.due(self._turns) and not any(a.seq == SYSTEM_SEQ for a in self._active.values()):
             self._restore_system()
 
     def _restore_system(self) -> None:
-        """Load the system prompt again from its pinned snapshot (see :meth:`_hold_system`)."""
+        """Load the system prompt again from its pinned snapshot."""
         self.ctx.remove(SYSTEM_SEQ)
         self._hold_system(self.placement.restore_system())
 
     def _hold_system(self, tokens: Sequence[int]) -> None:
-        """Sequence 0 now holds ``tokens`` as the shared system prompt. Held
-        empty while one is pinned, it is lost: said once, then loaded again
-        ``SYSTEM_TRIES`` times at the next turns and after that at later
-        turns with work, further apart each time (up to ``SYSTEM_RETRY_TURNS``),
-        until it is back; :meth:`system_state` says which."""
-        self.system = [int(t) for t in tokens]
-        if self.system or self.snapshots.pinned() is None:
-            if self.system_retries:
-                log.warning("the shared system prompt is held again, after %d failed loads", self.system_retries)
-            self.system_retries, self._system_tries, self._system_due = 0, 0, None
-            return
-        if not self.system_retries:
-            log.warning("the shared system prompt could not be loaded again: prompts are evaluated without it, "
-                        "and no passage is warmed or spliced, until it loads (tried again at later steps)")
-            self._system_tries = SYSTEM_TRIES
-        self.system_retries += 1
-        self._system_tries = max(self._system_tries - 1, 0)
-        later = min(2 ** max(self.system_retries - SYSTEM_TRIES, 0), SYSTEM_RETRY_TURNS)
-        self._system_due = self._turns + (0 if self._system_tries else later)
+        self.system_prompt.held(tokens, pinned=self.snapshots.pinned() is not None, turn=self._turns)
 
     def _make_room(self) -> bool:
         """Give up every idle sequence's cache; whether at most one request holds cells."""
@@ -459,7 +435,7 @@ class EngineLoop:
             if active is DEFERRED:  # its snapshot is still on its way from disk: it waits, those behind it go on
                 continue
             if request.pin and active is not None:
-                self.system = []  # sequence 0 is being rebuilt
+                self.system_prompt.rebuilding()
             if active is None and request.released.is_set():  # refused outright: already told why
                 self._waiting.remove(request)
                 continue
