@@ -235,11 +235,7 @@ class PromptPlanner:
         summary, past = history.summary, self._turns_in_view(question, history, max_tokens)
         place = options.evidence if ranked is not None else "off"
 
-        def render(shown: Sequence[ContextPassage], quotes: Sequence[Quote] = ()) -> str:
-            text = backend.render(build_messages(question, shown, summary=summary, turns=past,
-                                                 evidence=quotes if place in ("last", "both") else ()))
-            return text + (answer_lead(quotes) if place in ("prefill", "both") else "")
-
+        render = self._renderer(question, summary, past, place)
         fixed_tokens = backend.tokenize(render([]))
         evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens)
         if len(fixed_tokens) > backend.n_ctx - max_tokens:
@@ -276,9 +272,44 @@ class PromptPlanner:
         bare = len(tokens)
         evidence, quotes, text, tokens = self._quoted(ranked, hits, chosen, shown, render, place, text, tokens,
                                                       max_tokens)
-        # Spliced passages are loaded, not evaluated: they cost their load time and count as cached.
+        held, extra_s = self._held_after_splice(tokens, shown, chosen, plan, candidates, cached, path, cost, load)
+        seconds = loaded(max(len(tokens) - held, 0), held) + extra_s
+        budget = Budget(
+            target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
+            chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
+            feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
+            safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
+            load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
+            predicted_prefill_s=seconds, behind=load.behind, coming=round(load.coming, 2),
+            evidence_s=round(ranked.seconds, 4) if ranked is not None else 0.0, evidence_tokens=len(tokens) - bare)
+        if self.forms is not None:
+            self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
+        user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else ())
+        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
+                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates),
+                             tuple(evidence), answer_lead(quotes) if place in ("prefill", "both") else "")
+
+    def _renderer(self, question: str, summary: str | None, past: Sequence, place: str
+                  ) -> Callable[..., str]:
+        """The prompt text for a choice of passages (and evidence quotes, shown where ``place`` says)."""
+        backend = self.backend
+
+        def render(shown: Sequence[ContextPassage], quotes: Sequence[Quote] = ()) -> str:
+            text = backend.render(build_messages(question, shown, summary=summary, turns=past,
+                                                 evidence=quotes if place in ("last", "both") else ()))
+            return text + (answer_lead(quotes) if place in ("prefill", "both") else "")
+
+        return render
+
+    def _held_after_splice(self, tokens: Sequence[int], shown: Sequence[ContextPassage], chosen: Sequence[int],
+                           plan, candidates, cached: int, path: bool, cost: PrefillCostModel,
+                           load: LoadPlan) -> tuple[int, float]:
+        """Prompt tokens the engine will not evaluate (cached, or stored
+        passages' KV reused) and the seconds reusing them costs. Spliced
+        passages are loaded, not evaluated: they cost their load time and
+        count as cached."""
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
-            held, _ = backend.held_prefix(tokens, [passage_body(p) for p in shown])
+            held, _ = self.backend.held_prefix(tokens, [passage_body(p) for p in shown])
             held = max(held, cached)
             extra_s = cost.splice_seconds(held - cached) + load.step_s if held > cached else 0.0
         else:
@@ -289,23 +320,7 @@ class PromptPlanner:
             # Nothing spliced: the whole prompt may share more with one the engine holds than its part
             # before the passages did (the passages' heading: 74 tokens cached where 66 were planned).
             held = max(self._cached(tokens), cached)
-        seconds = loaded(max(len(tokens) - held, 0), held) + extra_s
-        budget = Budget(
-            target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
-            chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
-            feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
-            safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
-            load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
-            predicted_prefill_s=seconds, behind=load.behind, coming=round(load.coming, 2),
-            evidence_s=round(ranked.seconds, 4) if ranked is not None else 0.0,
-            evidence_tokens=len(tokens) - bare,
-        )
-        if self.forms is not None:
-            self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
-        user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else ())
-        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
-                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates),
-                             tuple(evidence), answer_lead(quotes) if place in ("prefill", "both") else "")
+        return held, extra_s
 
     def _evidence_room(self, ranked: Ranked | None, hits: Sequence[Hit], place: str, fixed: int,
                        max_tokens: int) -> int:
