@@ -360,7 +360,7 @@ def _lose_system(engine, system, loads: int) -> None:
 
 def test_a_system_prompt_lost_to_quick_failed_loads_is_loaded_again_at_later_steps(engine, system):
     # Three quick failures and it was gone for the life of the process, warming and splicing with it.
-    from engine.llama_cpp.loop import SYSTEM_TRIES
+    from engine.llama_cpp.system_prompt import SYSTEM_TRIES
 
     loop, text = engine.loop, PASSAGE + " (kept after the loss)"
     _lose_system(engine, system, SYSTEM_TRIES + 1)

@@ -323,3 +323,20 @@ def test_a_snapshot_read_ahead_is_dropped_when_its_key_is_replaced_or_discarded(
     assert cache.get("a").data == bytes(50)
     cache.discard("b")
     assert not cache._read_back and cache.get("b") is None
+
+
+def test_a_snapshot_read_back_from_disk_is_marked_most_recently_used_for_every_process(tmp_path, caplog):
+    # Other processes evict the folder by file times: a file read back must look recently used to them.
+    import logging
+    import os
+
+    writer = SnapshotCache(disk_dir=tmp_path)
+    writer.put("a", snap([1, 2], 5000))
+    assert writer.flush()
+    (path,) = tmp_path.glob("*.kv")
+    os.utime(path, (1_000_000, 1_000_000))  # as if written long ago
+    cache = SnapshotCache(disk_dir=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="rag_budget.cache"):
+        assert cache.get("a") is not None
+    assert path.stat().st_mtime > 1_000_000
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]

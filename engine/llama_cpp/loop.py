@@ -39,9 +39,7 @@ from ..scheduler import (BACKGROUND_STEP_S, BACKGROUND_STEP_TOKENS, BUSY_STEP_S,
                          StepStats, admission_order, others_cells, plan_step)
 from .slots import SlotTable
 from .splicing import Splicer
-from .system_prompt import SYSTEM_TRIES, SystemPrompt
-
-__all__ = ["EngineLoop", "Published", "SYSTEM_TRIES"]
+from .system_prompt import SystemPrompt
 
 log = logging.getLogger("rag_budget.engine")
 # Turns in a row that fail outside a step (or whose recovery fails) before the loop gives up: its

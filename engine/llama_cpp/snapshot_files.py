@@ -235,6 +235,15 @@ def read_snapshot(path: Path) -> Snapshot | None:
     return None if found is None or found[2] is None else Snapshot(found[1], found[2])
 
 
+def touch(path: Path) -> None:
+    """Mark ``path`` as the most recently used, for every process's eviction
+    (one already gone is no error: it is a miss at the next look)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 def unlink_quietly(path: Path) -> None:
     """Delete ``path``; one already gone (or not ours to delete) is no error."""
     try:

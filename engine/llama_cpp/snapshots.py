@@ -314,10 +314,7 @@ class SnapshotCache:
         try:
             snap = snapshot_files.read_snapshot(read.entry.path)
             if snap is not None:
-                try:
-                    os.utime(read.entry.path)  # most recently used, for the other processes' eviction too
-                except OSError:
-                    pass
+                snapshot_files.touch(read.entry.path)  # most recently used, for the other processes' eviction too
         finally:
             with self._landed:
                 current = self._disk.get(read.key) is read.entry
