@@ -4,7 +4,7 @@ No model, no I/O: everything here is testable in milliseconds.
 """
 
 from .budgeter import BudgetRequest, Candidate, ContextTooSmall, Decision, Plan, fit_to_context, plan_budget
-from .cost import Fit, PrefillCostModel, PrefillSample, best_fit, fit_samples
+from .cost import Fit, PrefillCostModel, PrefillSample, PromptShape, best_fit, fit_samples
 from .history import HistoryPolicy, turns_to_fold, turns_to_skip
 from .layout import (SYSTEM_PROMPT, ContextPassage, PastTurn, Quote, answer_lead, build_messages, canonical_order,
                      format_passage, passage_body, system_message)
@@ -30,6 +30,7 @@ __all__ = [
     "Plan",
     "PrefillCostModel",
     "PrefillSample",
+    "PromptShape",
     "SYSTEM_PROMPT",
     "build_messages",
     "fit_to_context",

@@ -19,7 +19,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cost import FORMS, UNKNOWN_CONTEXT, Fit, PrefillCostModel, PrefillSample, features, plausible
+from .cost import FORMS, Fit, PrefillCostModel, PrefillSample, PromptShape, features, plausible
+from .margin import UNKNOWN_CONTEXT, Margin
+from .overhead import Overheads
 
 PROFILE_FORMAT = "rag-budget-prefill-profile"
 PROFILE_VERSION = 1
@@ -54,9 +56,9 @@ class Profile:
     def cost_model(self) -> PrefillCostModel:
         """A live cost model starting from this profile."""
         return PrefillCostModel(
-            self.fit, self.samples, anchors=self.anchors, ratios=self.ratios,
-            ratio_contexts=self.ratio_contexts, overheads=self.overheads,
-            splice_loads=self.splice_loads, splice_pieces=self.splice_pieces, sample_ratios=self.sample_ratios,
+            self.fit, self.samples, anchors=self.anchors, sample_ratios=self.sample_ratios,
+            margin=Margin(self.ratios, self.ratio_contexts),
+            overheads=Overheads(self.overheads, self.splice_loads, self.splice_pieces),
         ).settled()  # a profile saved by an older version may still hold a busy period
 
     def absorb(self, model: PrefillCostModel) -> None:
@@ -125,7 +127,7 @@ class Profile:
                 if d.get("form") not in FORMS:
                     raise ValueError(f"unknown form {d.get('form')!r}")
                 coef = tuple(finite(c) for c in d["coef"])
-                if len(coef) != len(features(str(d["form"]), 1, 0)):
+                if len(coef) != len(features(str(d["form"]), PromptShape(1))):
                     raise ValueError(f"{len(coef)} coefficients for the {d['form']} form")
                 return Fit(str(d["form"]), coef,
                            math.nan if mape is None else float(mape), int(d["samples"]), int(d.get("outliers", 0)))

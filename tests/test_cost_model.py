@@ -9,10 +9,9 @@ import random
 
 import pytest
 
-from prompt_budget.cost import (
-    SAFETY_QUANTILE, UNKNOWN_CONTEXT, PrefillCostModel, PrefillSample, alike, best_fit, fit_samples, plausible,
-    prior_fit, quantile,
-)
+from prompt_budget.cost import PrefillCostModel, PrefillSample, PromptShape, best_fit, fit_samples, plausible, prior_fit
+from prompt_budget.margin import SAFETY_QUANTILE, UNKNOWN_CONTEXT, alike
+from prompt_budget.recent import quantile
 from prompt_budget.profile import Profile, load_profile, profile_id, save_profile
 
 A, B, C = 0.015, 1 / 210, 2.5e-7  # seconds, s/token, s/token² (about 158 tok/s at 4k tokens)
@@ -55,7 +54,7 @@ def test_outliers_do_not_pull_the_fit():
     samples += [PrefillSample(0, 512, _truth(512, 0) * 5) for _ in range(5)]  # a few stalls
     fit = fit_samples(samples, "attention")
     assert fit.outliers >= 5
-    assert fit.predict(512) == pytest.approx(_truth(512, 0), rel=0.05)
+    assert fit.predict(PromptShape(512)) == pytest.approx(_truth(512, 0), rel=0.05)
 
 
 def test_online_learning_follows_a_slower_machine():
@@ -65,7 +64,7 @@ def test_online_learning_follows_a_slower_machine():
     for _ in range(200):  # the machine became 1.5x slower
         n = rng.choice([64, 256, 700, 1500])
         model.observe(PrefillSample(0, n, 1.5 * _truth(n, 0) * rng.uniform(0.97, 1.03)))
-    assert model.predict(700) == pytest.approx(1.5 * _truth(700, 0), rel=0.08)
+    assert model.predict(PromptShape(700)) == pytest.approx(1.5 * _truth(700, 0), rel=0.08)
     assert len(model.samples) == 64  # the window is bounded
 
 
@@ -79,8 +78,8 @@ def test_a_size_the_form_gets_wrong_is_corrected_from_recent_requests():
         n = rng.choice([700, 800])
         model.observe(PrefillSample(74, n, _truth(n, 74) * rng.uniform(0.99, 1.01)), refit=False)
     model.refit()
-    assert model.predict(100, 74) == pytest.approx(0.85 * _truth(100, 74), rel=0.03)
-    assert model.predict(750, 74) == pytest.approx(_truth(750, 74), rel=0.03)
+    assert model.predict(PromptShape(100, 74)) == pytest.approx(0.85 * _truth(100, 74), rel=0.03)
+    assert model.predict(PromptShape(750, 74)) == pytest.approx(_truth(750, 74), rel=0.03)
     assert model.correction(5000) == 1.0  # no requests that large: the form alone
 
 
@@ -107,8 +106,8 @@ def test_what_cached_context_costs_is_learned_after_a_calibration_that_had_none(
         n = rng.randrange(120, 480)
         model.observe(PrefillSample(700, n, truth(n, 700) * rng.uniform(0.98, 1.02)))
     assert model.fit.form == "attention"
-    assert model.predict(150, 74) == pytest.approx(truth(150, 74), rel=0.05)
-    assert model.predict(150, 700) == pytest.approx(truth(150, 700), rel=0.05)
+    assert model.predict(PromptShape(150, 74)) == pytest.approx(truth(150, 74), rel=0.05)
+    assert model.predict(PromptShape(150, 700)) == pytest.approx(truth(150, 700), rel=0.05)
 
 
 def test_what_other_sequences_cells_cost_is_learned_once_answers_show_it():
@@ -129,8 +128,8 @@ def test_what_other_sequences_cells_cost_is_learned_once_answers_show_it():
         n, cached, others = rng.randrange(150, 450), rng.randrange(60, 1800), rng.randrange(0, 6000)
         model.observe(PrefillSample(cached, n, truth(n, cached, others) * rng.uniform(0.98, 1.02), others))
     assert model.fit.form == "occupancy"
-    assert model.predict(400, 570, 5000) == pytest.approx(truth(400, 570, 5000), rel=0.05)
-    assert model.predict(400, 570, 0) == pytest.approx(truth(400, 570, 0), rel=0.05)
+    assert model.predict(PromptShape(400, 570, 5000)) == pytest.approx(truth(400, 570, 5000), rel=0.05)
+    assert model.predict(PromptShape(400, 570, 0)) == pytest.approx(truth(400, 570, 0), rel=0.05)
     # Saved and read back, the cells the others held stay with each sample.
     profile = Profile(key={"model": "m"}, fit=model.fit, anchors=anchors)
     profile.absorb(model)
@@ -147,7 +146,7 @@ def test_a_sudden_slowdown_is_followed_within_a_few_requests():
     for _ in range(6):  # then the machine runs 25 % slower
         n = rng.choice([250, 300, 350])
         model.observe(PrefillSample(74, n, 1.25 * _truth(n, 74) * rng.uniform(0.98, 1.02)))
-    assert model.predict(300, 74) == pytest.approx(1.25 * _truth(300, 74), rel=0.06)
+    assert model.predict(PromptShape(300, 74)) == pytest.approx(1.25 * _truth(300, 74), rel=0.06)
     assert model.level(3000) == 1.0  # no recent request of that size: no drift assumed
 
 
@@ -207,7 +206,7 @@ def test_cached_tokens_never_cost_more_than_uncached():
     fit = fit_samples(_samples(random.Random(7), 100), "attention")
     for total in (64, 512, 2000):
         for cached in (0, total // 4, total // 2, total - 1):
-            assert fit.predict(total - cached, cached) <= fit.predict(total, 0) + 1e-12
+            assert fit.predict(PromptShape(total - cached, cached)) <= fit.predict(PromptShape(total, 0)) + 1e-12
 
 
 def test_quantile_interpolates():
@@ -224,7 +223,7 @@ def test_profile_round_trips_and_is_keyed(tmp_path):
     assert json.loads(path.read_text())["version"] == 1
     loaded = load_profile(tmp_path, dict(key))
     assert loaded is not None and loaded.fit == best and loaded.anchors == samples[:10]
-    assert loaded.cost_model().predict(500, 100) == pytest.approx(profile.cost_model().predict(500, 100))
+    assert loaded.cost_model().predict(PromptShape(500, 100)) == pytest.approx(profile.cost_model().predict(PromptShape(500, 100)))
     # Ratios saved before their contexts were kept read back as of an unknown context.
     assert loaded.cost_model().ratio_contexts == (UNKNOWN_CONTEXT, UNKNOWN_CONTEXT)
     model = loaded.cost_model()
@@ -251,7 +250,7 @@ def test_a_spliced_request_teaches_the_splice_cost_not_the_prefill_rate(tmp_path
 
     keeper = CostKeeper(lambda: FakeBackend(), tmp_path, learn=True)
     model = keeper.model
-    before, prior = model.predict(150, 1100), model.splice_seconds(1000, 8)
+    before, prior = model.predict(PromptShape(150, 1100)), model.splice_seconds(1000, 8)
     assert prior > 0
     # Evaluated in pieces between its passages, its prefill took 0.8 s more than a plain one.
     t = Timings(prompt_tokens=1250, cached_tokens=1100, prefill_tokens=150, ttft_s=before + 0.9,
@@ -259,7 +258,7 @@ def test_a_spliced_request_teaches_the_splice_cost_not_the_prefill_rate(tmp_path
                 spliced_tokens=1000, spliced_passages=8, splice_s=0.01)
     for _ in range(3):
         keeper.observe(t, 0.0)
-    assert model.predict(150, 1100) == pytest.approx(before)  # the prefill rate is left as it was
+    assert model.predict(PromptShape(150, 1100)) == pytest.approx(before)  # the prefill rate is left as it was
     assert model.splice_seconds(1000, 8) == pytest.approx(0.81, rel=0.01)
     assert model.splice_seconds(500, 4) == pytest.approx(0.405, rel=0.01)
     # The pieces cost per passage, the load per token: two long passages cost less than eight.
@@ -274,14 +273,14 @@ def test_a_prompt_evaluated_beside_other_requests_teaches_nothing(tmp_path):
     keeper = CostKeeper(lambda: FakeBackend(), tmp_path, learn=True)
     model = keeper.model
     samples, ratios, overheads = model.samples, model.ratios, model.overheads
-    plain = model.predict(400, 70)
+    plain = model.predict(PromptShape(400, 70))
     # Beside seven decoding answers its 400 tokens took twice as long: the load, not this machine's prefill rate.
     t = Timings(prompt_tokens=470, cached_tokens=70, prefill_tokens=400, ttft_s=2 * plain + 0.5,
                 prefill_s=2 * plain, decode_tokens=1, decode_s=0.01, total_s=2 * plain + 0.6, shared_prefill=True)
     for _ in range(10):
         keeper.observe(t, 0.0)
     assert (model.samples, model.ratios, model.overheads) == (samples, ratios, overheads)
-    assert model.predict(400, 70) == plain
+    assert model.predict(PromptShape(400, 70)) == plain
     keeper.observe(replace(t, shared_prefill=False), 0.0)  # alone, the same figures are learned
     assert len(model.samples) == len(samples) + 1
 
@@ -314,7 +313,7 @@ def test_a_slow_repeat_on_a_busy_machine_does_not_bend_the_quick_calibration():
                 self.seconds_per_token = 0.005
 
     fit = calibrate(Busy(seconds_per_token=0.005), quick=True).fit
-    curve = [fit.predict(n) for n in range(1, 1025, 8)]
+    curve = [fit.predict(PromptShape(n)) for n in range(1, 1025, 8)]
     assert all(a < b for a, b in zip(curve, curve[1:])), fit
 
 
@@ -328,7 +327,7 @@ def test_an_online_refit_that_would_make_long_prompts_cheaper_is_not_kept():
         model.observe(PrefillSample(0, n, seconds))
     assert fit_samples(list(model.samples), "attention").coef[2] < 0  # the data would bend the curve down
     assert plausible(model.fit)
-    assert model.predict(100) < model.predict(1600) < model.predict(3000)
+    assert model.predict(PromptShape(100)) < model.predict(PromptShape(1600)) < model.predict(PromptShape(3000))
 
 
 def _calibrated() -> PrefillCostModel:
@@ -363,7 +362,7 @@ def _quiet_and_busy(busy: int, after: int = 20) -> tuple[PrefillCostModel, Prefi
 
 
 def _planned(model: PrefillCostModel) -> float:
-    return model.safety_factor(n_cached=98) * model.predict(500, 98)
+    return model.safety_factor(n_cached=98) * model.predict(PromptShape(500, 98))
 
 
 @pytest.mark.parametrize("busy", [48, 200])
@@ -372,7 +371,7 @@ def test_a_busy_period_stops_costing_passages_within_twenty_quiet_questions(busy
     assert _planned(during) > 1.3 * _planned(never)  # while busy, a prompt is planned slower
     never, seen = _quiet_and_busy(busy, after=20)
     assert seen.safety_factor(n_cached=98) == pytest.approx(never.safety_factor(n_cached=98), rel=0.10)
-    assert seen.predict(500, 98) == pytest.approx(never.predict(500, 98), rel=0.10)
+    assert seen.predict(PromptShape(500, 98)) == pytest.approx(never.predict(PromptShape(500, 98)), rel=0.10)
     assert _planned(seen) == pytest.approx(_planned(never), rel=0.10)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from prompt_budget import PromptShape
 from rag import Pipeline
 from rag.service import LoopbackServer, ServiceSettings, create_app
 
@@ -198,7 +199,7 @@ def test_an_unsound_profile_is_set_aside_and_measured_again(damage, tmp_path, ba
     notes: list[str] = []
     fresh = CostKeeper(lambda: backend, tmp_path, notice=notes.append).model  # measured again: sound
     assert notes and "calibration" in notes[0]
-    assert fresh.fit.coef[1] > 0 and fresh.predict(1000) > 0
+    assert fresh.fit.coef[1] > 0 and fresh.predict(PromptShape(1000)) > 0
 
 
 def test_lock_and_current_as_folders_and_an_uncreatable_data_folder_are_one_line_errors(run, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import gc
 
 import pytest
 
+from prompt_budget import PromptShape
 from rag import Answer, Pipeline, QuestionTooLong, RagError
 from rag.paths import sample_index_dir
 
@@ -147,7 +148,7 @@ def test_a_quick_calibration_on_the_real_model_gives_a_usable_profile(tmp_path, 
     assert len(profile_files) == 1
     model = p.cost_model
     assert model.calibrated and model.fit.samples >= 3
-    assert 0 < model.predict(100) < model.predict(400)
+    assert 0 < model.predict(PromptShape(100)) < model.predict(PromptShape(400))
     assert first.budget.target_ttft == 1.5 and first.budget.predicted_ttft_s > 0
 
     again = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend,

@@ -6,7 +6,7 @@ import pytest
 
 from engine import FakeBackend
 from prompt_budget import PastTurn, PrefillCostModel, system_message
-from prompt_budget.cost import fit_samples, PrefillSample
+from prompt_budget.cost import fit_samples, PrefillSample, PromptShape
 from rag.conversations import History
 from rag.errors import QuestionTooLong
 from rag.index.store import Hit
@@ -83,14 +83,14 @@ def test_cached_tokens_are_what_the_engine_holds():
     # The prediction counts what the engine holds of the whole prompt: here all of it but the last token
     # (measured on the real engine: 74 tokens cached where the prompt before its passages found 66).
     assert again.text == first.text
-    assert again.budget.predicted_prefill_s == pytest.approx(_cost().predict(1, len(backend.tokenize(first.text)) - 1))
+    assert again.budget.predicted_prefill_s == pytest.approx(_cost().predict(PromptShape(1, len(backend.tokenize(first.text)) - 1)))
 
 
 def test_the_margin_comes_from_prompts_on_a_like_cached_context():
     backend, cost = FakeBackend(n_ctx=4096), _cost()
     for _ in range(32):  # fresh questions on time; turns on about 1,000 cached tokens 30 % slow
-        cost.observe(PrefillSample(0, 300, cost.predict(300, 0)), refit=False)
-        cost.observe(PrefillSample(1000, 300, 1.3 * cost.predict(300, 1000)), refit=False)
+        cost.observe(PrefillSample(0, 300, cost.predict(PromptShape(300, 0))), refit=False)
+        cost.observe(PrefillSample(1000, 300, 1.3 * cost.predict(PromptShape(300, 1000))), refit=False)
     planner = PromptPlanner(backend)
 
     def ask(history: History):

@@ -8,6 +8,7 @@ import pytest
 from engine.backend import ContextOverflow, Message, Timings
 from engine.llama_cpp.memory import InsufficientMemory, ModelShape, check_fits, largest_context
 from engine.models import default_model_path
+from prompt_budget import PromptShape
 from engine.errors import EngineSettingsError, EngineUnreachable, ModelFileError
 from engine.remote.backend import RemoteBackend
 from rag import EngineUnavailable, Pipeline
@@ -79,7 +80,7 @@ def test_pipeline_over_the_remote_server_calibrates_answers_and_learns(remote, e
                         conversations=tmp_path / "c.sqlite")
     pipeline.ingest([corpus])
     profile = pipeline.calibrate(quick=True)
-    assert profile.key["engine"] == "remote:llama-server" and profile.cost_model().predict(500) > 0
+    assert profile.key["engine"] == "remote:llama-server" and profile.cost_model().predict(PromptShape(500)) > 0
     answer = pipeline.ask("What limits decode speed?", target_ttft=5.0, max_tokens=16)
     assert answer.sources and answer.timings.prompt_tokens > 0
     assert answer.timings.cached_tokens + answer.timings.prefill_tokens == answer.timings.prompt_tokens

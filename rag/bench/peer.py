@@ -36,7 +36,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from prompt_budget.cost import quantile
+from prompt_budget.recent import quantile
 from prompt_budget.layout import SYSTEM_PROMPT
 
 from ..errors import RagError

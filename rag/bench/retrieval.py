@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from prompt_budget.cost import quantile
+from prompt_budget.recent import quantile
 
 from . import setup
 from .setup import Harness

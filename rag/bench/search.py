@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from prompt_budget.cost import quantile
+from prompt_budget.recent import quantile
 
 from ..errors import redacted
 # APPROXIMATE_FROM: the store's switch to IVF, printed beside the figures.

@@ -55,13 +55,13 @@ def physical_bound(pipeline, question: str, target_ttft: float) -> dict[str, flo
     """How many questions with no passages this machine can start within one
     target window: the calibrated prefill rate x the target / the tokens such
     a question must prefill (its prompt less the cached system prefix)."""
-    from prompt_budget import build_messages
+    from prompt_budget import PromptShape, build_messages
 
     backend, cost = pipeline.backend, pipeline.cost_model
     tokens = backend.tokenize(backend.render(build_messages(question, [])))
     cached = backend.cached_prefix(tokens)
     new = len(tokens) - cached
-    rate = new / cost.predict(new, cached)
+    rate = new / cost.predict(PromptShape(new, cached))
     return {"bare_prompt_tokens": len(tokens), "bare_new_tokens": new, "prefill_tok_s": round(rate, 1),
             "requests_per_window": round(rate * target_ttft / new, 2)}
 

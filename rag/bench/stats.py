@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Callable, Iterable, Sequence
 
-from prompt_budget.cost import quantile
+from prompt_budget.recent import quantile
 
 __all__ = ["bootstrap_interval", "mean", "percentile", "quantile"]
 

@@ -115,7 +115,7 @@ def calibrate(
             "runs": len(measured[(s.n_cached, s.n_new)]),
             "median_s": round(s.seconds, 5),
             "tok_per_s": round(s.n_new / s.seconds, 1),
-            **{f"{form}_s": round(f.predict(s.n_new, s.n_cached), 5) for form, f in fits.items()},
+            **{f"{form}_s": round(f.predict(s.shape), 5) for form, f in fits.items()},
         }
         for s in medians
     ]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.backend import Backend, Timings
-from prompt_budget import PrefillCostModel, PrefillSample
+from prompt_budget import PrefillCostModel, PrefillSample, PromptShape
 from prompt_budget.profile import Profile, load_profile, save_profile
 
 from .passages import exact_reuse
@@ -69,7 +69,7 @@ class CostKeeper:
         fit, overhead = model.fit, model.overhead()
         points = [
             {"n_cached": s.n_cached, "n_new": s.n_new, "seconds": s.seconds, "kind": kind,
-             "predicted_s": model.predict(s.n_new, s.n_cached, s.n_others)}
+             "predicted_s": model.predict(s.shape)}
             for kind, samples in (("calibration", model.anchors), ("answer", model.samples)) for s in samples
         ]
         top = max([self._backend().n_ctx] + [s.n_new for s in model.anchors + model.samples])
@@ -82,7 +82,7 @@ class CostKeeper:
             "overhead_s": overhead,
             "safety": model.safety_factor(),
             "points": points,
-            "curve": [{"tokens": n, "prefill_s": model.predict(n, 0), "ttft_s": overhead + model.predict(n, 0)}
+            "curve": [{"tokens": n, "prefill_s": model.predict(PromptShape(n)), "ttft_s": overhead + model.predict(PromptShape(n))}
                       for n in sizes],
         }
 
@@ -110,7 +110,7 @@ class CostKeeper:
         if timings.spliced_tokens:
             # A spliced prompt is evaluated in pieces between its passages: what its prefill took beyond
             # a plain one of its new tokens is the splice's cost, not a sign that the prefill rate moved.
-            plain = model.predict(timings.prefill_tokens, timings.cached_tokens, timings.others_cells)
+            plain = model.predict(PromptShape(timings.prefill_tokens, timings.cached_tokens, timings.others_cells))
             model.observe_splice(timings.spliced_tokens, timings.spliced_passages, timings.splice_s,
                                  timings.prefill_s - plain)
         if not timings.spliced_tokens or exact_reuse(self._backend()):

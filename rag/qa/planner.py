@@ -31,6 +31,7 @@ from prompt_budget import (
     ContextPassage,
     ContextTooSmall,
     PrefillCostModel,
+    PromptShape,
     build_messages,
     canonical_order,
     format_passage,
@@ -116,9 +117,9 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
     if not isinstance(backend, LoadAware):
         return LoadPlan()
     load = backend.load()
-    wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.predict)
-    return LoadPlan(wait.seconds, slowdown(load, wait, cost.predict), max(behind, 0),
-                    step_beside(load, wait, cost.predict), load.cells, max(coming, 0.0))
+    wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.prefill_s)
+    return LoadPlan(wait.seconds, slowdown(load, wait, cost.prefill_s), max(behind, 0),
+                    step_beside(load, wait, cost.prefill_s), load.cells, max(coming, 0.0))
 
 
 def under_load(idle: BudgetRequest, load: LoadPlan, bare_s: float, idle_bare_s: float,
@@ -250,11 +251,11 @@ class PromptPlanner:
             safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
         )
         def loaded(n_new: int, n_cached: int) -> float:
-            return load.slowdown * cost.predict(n_new, n_cached, load.others(n_cached))
+            return load.slowdown * cost.predict(PromptShape(n_new, n_cached, load.others(n_cached)))
 
         new = max(len(fixed_tokens) - cached, 0)
         request, busy = under_load(idle, load, cost.overhead() + loaded(new, cached),
-                                   cost.overhead() + cost.predict(new, cached), options.refuse_late)
+                                   cost.overhead() + cost.predict(PromptShape(new, cached)), options.refuse_late)
         passages, candidates, path = self._candidates(question, hits, request, loaded,
                                                       lambda kept: cost.splice_seconds(kept) + load.step_s,
                                                       render, cached, ranked)
@@ -264,7 +265,7 @@ class PromptPlanner:
             plan, candidates = held_budget(candidates, path, request, loaded)
             cut = 0
             if busy:
-                cut = max(len(plan_budget(candidates, idle, cost.predict).chosen) - len(plan.chosen), 0)
+                cut = max(len(plan_budget(candidates, idle, cost.prefill_s).chosen) - len(plan.chosen), 0)
         except ContextTooSmall as exc:
             raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
         picked = self._picked(plan, passages, self._evidence_starts(ranked, hits, passages))
