@@ -30,7 +30,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from ..errors import ContextOverflow, EngineError, GenerationCancelled, GenerationFailed
-from .snapshots import Snapshot, SnapshotCache
+from .snapshots import SnapshotCache
 from .native import Entry, NativeContext, Sampler
 from .passage_kv import PassageStore
 from .placement import DEFERRED, SYSTEM_SEQ, Placement
@@ -39,12 +39,12 @@ from ..scheduler import (BACKGROUND_STEP_S, BACKGROUND_STEP_TOKENS, BUSY_STEP_S,
                          StepStats, admission_order, others_cells, plan_step)
 from .slots import SlotTable
 from .splicing import Splicer
+from .kept_state import keep_state
 from .system_prompt import SystemPrompt
+from .recovery import FailureStreak, told_error
+from .warming import warming_turn
 
 log = logging.getLogger("rag_budget.engine")
-# Turns in a row that fail outside a step (or whose recovery fails) before the loop gives up: its
-# requests are told and new ones refused. Chosen: a fault that repeats at once is not passing.
-LOOP_FAILURES = 3
 # How often a consumer waiting for its next event checks that the loop's thread is still alive (a
 # liveness guard, not in the timing path: an event wakes the consumer at once).
 LIVENESS_POLL_S = 1.0
@@ -223,28 +223,27 @@ class EngineLoop:
     def _run(self) -> None:
         """Turn after turn until stopped. Whatever a turn raises outside a
         step (a step's own failure is recovered from inside it) is recovered
-        from at once: every request held is told (those waiting are placed
-        afterwards, as after a failed step); at ``LOOP_FAILURES`` in a row
-        those waiting are told too (one of them may be the cause); one more,
-        or anything worse than an Exception, and the loop ends, telling every
+        from at once, as its :class:`FailureStreak` says: every request held
+        is told (those waiting are placed afterwards, as after a failed
+        step), at the streak's limit those waiting too; past it, or on
+        anything worse than an Exception, the loop ends, telling every
         request left and refusing new ones."""
-        failed, last, ended = 0, None, None
+        streak, ended = FailureStreak(), None
         try:
             while True:
                 try:
-                    if failed:
-                        self._recover(last)
-                        if failed == LOOP_FAILURES:  # a request still queued may be the cause: it is told, not tried again
-                            self._fail_waiting(last)
+                    if streak.recovering:
+                        self._recover(streak.last)
+                        if streak.tell_waiting:  # a request still queued may be the cause: told, not tried again
+                            self._fail_waiting(streak.last)
                         self._publish()  # what the engine holds now, before it waits for work
                     if not self._turn():
                         break
-                    failed = 0
+                    streak.passed()
                 except Exception as exc:  # noqa: BLE001 - no exception may end the thread untold
-                    failed, last = failed + 1, exc
-                    log.error("the engine loop failed outside a step (%d in a row): %r", failed, exc, exc_info=exc)
-                    if failed > LOOP_FAILURES:  # failing again with nothing held or queued: the loop itself
-                        raise
+                    log.error("the engine loop failed outside a step (%d in a row): %r", streak.count + 1, exc,
+                              exc_info=exc)
+                    streak.failed(exc)  # past its limit, with nothing held or queued: the loop itself
         except BaseException as exc:  # noqa: BLE001 - whatever it was, every request is told below
             ended = f"the engine loop failed and stopped ({exc!r}); restart the engine"
             log.critical("%s", ended, exc_info=exc)
@@ -321,7 +320,7 @@ class EngineLoop:
         to the sequences in it), or is loaded again from its pinned snapshot
         when it was being rebuilt, so splicing and warming go on."""
         log.warning("an engine step failed: %r", exc)
-        error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
+        error = told_error(exc)
         self.stats.abandon()  # a step that raised was not run, whatever it raised from
         for active in list(self._active.values()):
             self._finish(active, error=error)  # a system prompt being rebuilt is loaded again there
@@ -332,7 +331,7 @@ class EngineLoop:
 
     def _fail_waiting(self, exc: Exception) -> None:
         """Tell every request waiting for a sequence, or not yet taken in, that it failed with ``exc``."""
-        error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
+        error = told_error(exc)
         with self._cv:
             queued, self._inbox = self._inbox, []
         for request in [*self._waiting, *queued]:
@@ -370,19 +369,17 @@ class EngineLoop:
         return bool(self.system) and self.splicer.warm_size() > 0
 
     def _warm_or_give_way(self) -> None:
-        """Warming runs only while nothing else needs the engine: it gives
-        way to any other request (and is queued again), and starts when the
-        engine is otherwise idle."""
-        others = any(not r.idle for r in self._waiting) or any(not a.req.idle for a in self._active.values())
-        if others:
-            for a in [a for a in self._active.values() if a.req.idle]:
-                self.splicer.give_back(a.req, len(self.system))
-                self._finish(a, cancelled=True)
-            for r in [r for r in self._waiting if r.idle]:
-                self._waiting.remove(r)
-                self.splicer.give_back(r, len(self.system))
-                r.released.set()
-        elif not self._active and not self._waiting:
+        """Carry out this turn's :func:`warming_turn`: warming requests give
+        way (their passages queued again), or one starts."""
+        turn = warming_turn(self._active.values(), self._waiting)
+        for a in turn.stop:
+            self.splicer.give_back(a.req, len(self.system))
+            self._finish(a, cancelled=True)
+        for r in turn.unqueue:
+            self._waiting.remove(r)
+            self.splicer.give_back(r, len(self.system))
+            r.released.set()
+        if turn.start:
             request = self.splicer.next_warm(self.system)
             if request is not None:
                 with self._cv:
@@ -428,7 +425,7 @@ class EngineLoop:
             except Exception as exc:  # noqa: BLE001 - placing failed (a snapshot load): the sequence went back
                 log.warning("placing a request failed: %r", exc)
                 self._waiting.remove(request)
-                request.fail(exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})"))
+                request.fail(told_error(exc))
                 continue
             if active is DEFERRED:  # its snapshot is still on its way from disk: it waits, those behind it go on
                 continue
@@ -534,12 +531,11 @@ class EngineLoop:
             a.pending = token
 
     def _finish(self, a: Active, *, cancelled: bool = False, error: EngineError | None = None) -> None:
-        """End ``a``: its tail text, its state saved for its session, its
-        sequence left holding its tokens for the next prompt (the system
-        prompt's kept as the shared prefix), its timings. Whatever fails
-        here, the request is told and its sequence released: a snapshot
-        that cannot be saved is only a cache entry lost; a passage that
-        cannot be kept is the warming request's error."""
+        """End ``a``: its tail text, what it leaves for later prompts
+        (:func:`keep_state`), its sequence left holding its tokens for
+        the next prompt (the system prompt's kept as the shared prefix), its
+        timings. Whatever fails here, the request is told and its sequence
+        released."""
         self._active.pop(a.req.key, None)
         req, ok = a.req, error is None and not cancelled
         held = (req.tokens + a.generated)[: a.n_past] if ok else []
@@ -549,30 +545,11 @@ class EngineLoop:
                 tail = a.decoder.decode(b"", final=True)
                 if tail:
                     req.events.put(("piece", tail))
-                if req.session is not None and held:
-                    began = time.perf_counter()
-                    try:
-                        data = self.ctx.save(a.seq)
-                        if data:
-                            self.snapshots.put(req.session, Snapshot(np.asarray(held, dtype=np.int32), data),
-                                               pin=req.pin)
-                    except Exception as exc:  # noqa: BLE001 - the answer stands; its state is not kept
-                        log.warning("saving the state of %s failed: %r", req.session, exc)
-                    snapshot_s = time.perf_counter() - began
-            if ok and req.store is not None:
-                held = []
-                self.splicer.keep(a, self.system)
-            elif ok:
-                began = time.perf_counter()
-                try:
-                    self.splicer.keep_segments(a, self.system)
-                except Exception as exc:  # noqa: BLE001 - the answer stands; its segments are not kept
-                    log.warning("keeping the passages of a prompt failed: %r", exc)
-                snapshot_s += time.perf_counter() - began  # saving state, like a session's snapshot
+                held, snapshot_s = keep_state(self.ctx, self.snapshots, self.splicer, a, held, self.system)
         except Exception as exc:  # noqa: BLE001 - told below, never left hanging
             log.warning("finishing a request failed: %r", exc)
             ok, held = False, []
-            error = exc if isinstance(exc, EngineError) else GenerationFailed(f"the engine failed ({exc!r})")
+            error = told_error(exc)
         finally:
             try:
                 self._release(a, held)

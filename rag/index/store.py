@@ -15,12 +15,11 @@ Does not: read documents, chunk or embed (see ``rag.ingest``).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sqlite3
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 from urllib.parse import quote
@@ -28,7 +27,6 @@ from urllib.parse import quote
 import numpy as np
 
 from ..errors import IndexBusy, IndexDamaged
-from ..ingest.formats.document import CONTEXT_SEPARATOR
 from .generations import (
     choose,
     fsync_dir,
