@@ -4,7 +4,7 @@ Each step of the engine's loop evaluates one batch: one token for every
 sequence that is generating (on a GPU decode is bandwidth-bound and the
 step costs little more than one of them; on a small CPU it grows with the
 batch, which is why the estimates below use measured step times), then as many prompt tokens of sequences
-still prefilling as the step's budget allows (prefill is compute-bound, so
+still prefilling as the step's size allows (prefill is compute-bound, so
 it is spent where a deadline needs it). Prompts are served earliest
 deadline first; requests without a deadline after those with one, in
 arrival order; background work (a summary, a prefix prefilled ahead) last,
@@ -92,36 +92,36 @@ class Step:
         return len(self.decode) + sum(n for _, n in self.prefill)
 
 
-def plan_step(active: Sequence[Work], *, busy_budget: int, idle_budget: int, n_batch: int,
-              background_budget: int = BACKGROUND_STEP_TOKENS) -> Step:
+def plan_step(active: Sequence[Work], *, busy_step_tokens: int, idle_step_tokens: int, n_batch: int,
+              background_step_tokens: int = BACKGROUND_STEP_TOKENS) -> Step:
     """The next batch for the ``active`` requests (those holding a sequence).
 
-    Prompt tokens get ``busy_budget`` while others decode (so their streams
-    keep moving), ``idle_budget`` otherwise; the batch never exceeds
+    Prompt tokens get ``busy_step_tokens`` while others decode (so their streams
+    keep moving), ``idle_step_tokens`` otherwise; the batch never exceeds
     ``n_batch``. Background prompts only get what no foreground prompt wants,
-    at most ``background_budget`` a step, and background answers (a summary being written) pause while a
+    at most ``background_step_tokens`` a step, and background answers (a summary being written) pause while a
     foreground prompt is evaluated: their decode steps would cut its prompt
-    into busy-budget slices, each a step of its own. A step in which a
+    into slices of the busy step size, each a step of its own. A step in which a
     prompt with a deadline ends takes no prompt due more than
     ``SHARED_END_S`` after it.
 
     With one request decoding and two prefilling (deadlines 3.1 and 3), a
-    budget of 4 and prompts of 3 tokens each:
+    step size of 4 and prompts of 3 tokens each:
     ``plan_step(...) -> Step(decode=(1,), prefill=((3, 3), (2, 1)))``
     """
     foreground_prompt = any(w.to_prefill > 0 and not w.generating and not w.background for w in active)
     decode = tuple(w.key for w in active if w.generating and not (w.background and foreground_prompt))
-    budget = min(busy_budget if decode else idle_budget, n_batch - len(decode))
+    room = min(busy_step_tokens if decode else idle_step_tokens, n_batch - len(decode))
     waiting = sorted((w for w in active if w.to_prefill > 0 and not w.generating), key=Work.priority)
     foreground_waiting = any(not w.background for w in waiting)
     prefill: list[tuple[int, int]] = []
     ends = math.inf  # the deadline of the first prompt that ends in this step
     for w in waiting:
-        if budget <= 0 or (w.background and foreground_waiting) or w.deadline > ends + SHARED_END_S:
+        if room <= 0 or (w.background and foreground_waiting) or w.deadline > ends + SHARED_END_S:
             break
-        n = min(w.to_prefill, budget, background_budget if w.background else budget)
+        n = min(w.to_prefill, room, background_step_tokens if w.background else room)
         prefill.append((w.key, n))
-        budget -= n
+        room -= n
         if n == w.to_prefill and not w.background:
             ends = min(ends, w.deadline)
     return Step(decode, tuple(prefill))
@@ -166,14 +166,14 @@ def prefill_seconds(pieces: Sequence[tuple[int, int]], cells: int, cost: Cost) -
 class Load:
     """The engine as a new request finds it: the requests holding a
     sequence, those waiting for one, how many sequences requests may hold,
-    the step budgets, and the measured seconds of a decode-only step by
+    the step sizes (prompt tokens a step takes), and the measured seconds of a decode-only step by
     batch size."""
 
     active: tuple[Work, ...] = ()
     waiting: tuple[Work, ...] = ()
     slots: int = 1
-    busy_budget: int = BUSY_STEP_TOKENS
-    idle_budget: int = 512
+    busy_step_tokens: int = BUSY_STEP_TOKENS
+    idle_step_tokens: int = 512
     n_batch: int = 512
     decode_steps: tuple[tuple[int, float], ...] = ()  # (batch size, seconds), measured
     in_flight: "Step | None" = None  # the step running now, never interrupted (``active`` is as it was before it)
@@ -229,8 +229,8 @@ def expected_wait(load: Load, deadline: float, cost: Cost, *, max_steps: int = 4
         for w in admission_order(queue)[:max(load.slots - len(active), 0)]:
             active[w.key] = w
             queue.remove(w)
-        step = _in_pieces(plan_step(list(active.values()), busy_budget=load.busy_budget,
-                                    idle_budget=load.idle_budget, n_batch=load.n_batch), active)
+        step = _in_pieces(plan_step(list(active.values()), busy_step_tokens=load.busy_step_tokens,
+                                    idle_step_tokens=load.idle_step_tokens, n_batch=load.n_batch), active)
         keys = [key for key, _ in step.prefill]
         if _NEW in keys:
             # Prompts ahead of it in its first step are evaluated with it: their tokens are its wait too.
@@ -288,14 +288,14 @@ def slowdown(load: Load, wait: Wait, cost: Cost, *, least: int = 3) -> float:
     recent steps that evaluated prompt tokens beside about as many decodes,
     each step's seconds over :func:`prefill_seconds` of its prompt pieces
     (at least ``least`` of them); else each step is taken as
-    ``busy_budget`` of its prompt tokens plus a decode-only step of the others."""
-    busy = cost(load.busy_budget, 0, 0)
+    ``busy_step_tokens`` of its prompt tokens plus a decode-only step of the others."""
+    busy = cost(load.busy_step_tokens, 0, 0)
     if not wait.generating or busy <= 0:
         return 1.0
     measured = _mixed_ratio(load, wait.generating, cost, least)
     if measured is not None:
         return max(measured, 1.0)
-    return 1.0 + load.decode_s(wait.generating, busy / load.busy_budget) / busy
+    return 1.0 + load.decode_s(wait.generating, busy / load.busy_step_tokens) / busy
 
 
 def step_seconds(load: Load, pieces: Sequence[tuple[int, int]], decodes: int, cost: Cost, *, least: int = 3) -> float:
@@ -330,7 +330,7 @@ def step_beside(load: Load, wait: Wait, cost: Cost) -> float:
     request's prefill: those generating when it starts, or every foreground
     request ahead if more (those still prefilling decode beside most of it)."""
     others = max(wait.generating, sum(1 for w in (*load.active, *load.waiting) if not w.background))
-    return load.decode_s(others, cost(load.busy_budget, 0, 0) / max(load.busy_budget, 1))
+    return load.decode_s(others, cost(load.busy_step_tokens, 0, 0) / max(load.busy_step_tokens, 1))
 
 
 class StepStats:
@@ -374,7 +374,7 @@ class StepStats:
         prefilled = sum(n for n, _ in prefill)
         if decoded and prefilled:
             self._mixed.append(MixedStep(tuple(prefill), decoded, cells, seconds))
-        if decoded and prefilled >= RATE_MIN_TOKENS and seconds > 0:  # as the budgets are spent: beside decodes
+        if decoded and prefilled >= RATE_MIN_TOKENS and seconds > 0:  # as the step sizes are spent: beside decodes
             rate = prefilled / seconds
             self._prompt_rate = rate if self._prompt_rate is None else 0.8 * self._prompt_rate + 0.2 * rate
         c = self.counters

@@ -246,9 +246,9 @@ def test_profile_round_trips_and_is_keyed(tmp_path):
 def test_a_spliced_request_teaches_the_splice_cost_not_the_prefill_rate(tmp_path):
     from engine import FakeBackend
     from engine.backend import Timings
-    from rag.qa.costs import CostKeeper
+    from rag.qa.costs import CostLearner
 
-    keeper = CostKeeper(lambda: FakeBackend(), tmp_path, learn=True)
+    keeper = CostLearner(lambda: FakeBackend(), tmp_path, learn=True)
     model = keeper.model
     before, prior = model.predict(PromptShape(150, 1100)), model.splice_seconds(1000, 8)
     assert prior > 0
@@ -268,9 +268,9 @@ def test_a_spliced_request_teaches_the_splice_cost_not_the_prefill_rate(tmp_path
 def test_a_prompt_evaluated_beside_other_requests_teaches_nothing(tmp_path):
     from engine import FakeBackend
     from engine.backend import Timings
-    from rag.qa.costs import CostKeeper
+    from rag.qa.costs import CostLearner
 
-    keeper = CostKeeper(lambda: FakeBackend(), tmp_path, learn=True)
+    keeper = CostLearner(lambda: FakeBackend(), tmp_path, learn=True)
     model = keeper.model
     samples, ratios, overheads = model.samples, model.ratios, model.overheads
     plain = model.predict(PromptShape(400, 70))
@@ -377,14 +377,14 @@ def test_a_busy_period_stops_costing_passages_within_twenty_quiet_questions(busy
 
 def test_a_profile_saved_in_a_busy_period_starts_the_next_process_from_the_quiet_figures(tmp_path):
     from engine import FakeBackend
-    from rag.qa.costs import CostKeeper
+    from rag.qa.costs import CostLearner
 
     never, busy = _quiet_and_busy(48, after=0)  # saved while the neighbour still ran
     key = FakeBackend().profile_key()
     profile = Profile(key=key, fit=busy.fit, anchors=list(busy.anchors))
     profile.absorb(busy)
     save_profile(tmp_path, profile)
-    model = CostKeeper(lambda: FakeBackend(), tmp_path).model  # the next process
+    model = CostLearner(lambda: FakeBackend(), tmp_path).model  # the next process
     assert model.safety_factor(n_cached=98) == pytest.approx(never.safety_factor(n_cached=98), rel=0.10)
     assert _planned(model) == pytest.approx(_planned(never), rel=0.10)
     # The file itself holds no busy-period ratio: a person reading it sees the quiet machine.

@@ -16,7 +16,7 @@ from engine.llama_cpp.snapshots import SnapshotCache
 from prompt_budget import Candidate, ContextPassage, build_messages, system_message
 from prompt_budget.budgeter import prefer_stored
 from prompt_budget.layout import passage_body
-from rag.conversations.keeper import stable_prefix
+from rag.conversations.memory import stable_prefix
 from rag.qa.planner import held_first
 from tests.conftest import prepared_pipeline
 

@@ -17,7 +17,7 @@ def test_a_pipeline_opened_prepared_leaves_nothing_to_its_first_question(tmp_pat
 
     p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend, prepare=True)
     try:
-        assert p.desk.warmed  # the system prompt is prefilled and pinned before any question
+        assert p.engine_setup.warmed  # the system prompt is prefilled and pinned before any question
         calls = {"warm_up": 0, "rehearse": 0, "calibrate": 0}
         for name, attr in (("warm_up", "warm_up"), ("rehearse", "_rehearse")):
             original = getattr(p, attr)

@@ -108,14 +108,14 @@ def test_summarise_falls_back_when_the_model_fails():
 
 def test_a_failed_fold_is_logged_and_never_raised_by_a_later_reset(tmp_path):
     # reset() waits for background folds: one that failed earlier must not fail the reset of another session.
-    from rag.conversations.keeper import ConversationKeeper
+    from rag.conversations.memory import ConversationMemory
 
     class Broken(ConversationStore):
         def fold(self, *args, **kwargs):
             raise sqlite3.OperationalError("disk I/O error")
 
     store = Broken(tmp_path / "c.sqlite")
-    keeper = ConversationKeeper(lambda: store, FakeBackend, lambda: HistoryPolicy(recent_tokens=20, keep_tokens=0))
+    keeper = ConversationMemory(lambda: store, FakeBackend, lambda: HistoryPolicy(recent_tokens=20, keep_tokens=0))
     from engine.backend import Timings
 
     t = Timings(10, 0, 10, 0.1, 0.1, 2, 0.1, 0.2)

@@ -170,10 +170,10 @@ def test_a_manifest_of_nested_brackets_is_a_one_line_error_for_search(run, tmp_p
 def measured_profile(tmp_path_factory, backend) -> str:
     """A sound profile of the session's engine, measured once (quick)."""
     from prompt_budget.profile import profile_path
-    from rag.qa.costs import CostKeeper
+    from rag.qa.costs import CostLearner
 
     folder = tmp_path_factory.mktemp("profile")
-    CostKeeper(lambda: backend, folder).model  # noqa: B018 - measured now, and saved
+    CostLearner(lambda: backend, folder).model  # noqa: B018 - measured now, and saved
     return profile_path(folder, backend.profile_key()).read_text()
 
 
@@ -182,7 +182,7 @@ def test_an_unsound_profile_is_set_aside_and_measured_again(damage, tmp_path, ba
     import json
 
     from prompt_budget.profile import load_profile, profile_path
-    from rag.qa.costs import CostKeeper
+    from rag.qa.costs import CostLearner
 
     raw = json.loads(measured_profile)
     if damage == "nan ratio":
@@ -197,7 +197,7 @@ def test_an_unsound_profile_is_set_aside_and_measured_again(damage, tmp_path, ba
     assert path.with_name(path.name + ".damaged").exists()
     path.write_text(json.dumps(raw) if damage != "nested" else "[" * 50_000 + "]" * 50_000)
     notes: list[str] = []
-    fresh = CostKeeper(lambda: backend, tmp_path, notice=notes.append).model  # measured again: sound
+    fresh = CostLearner(lambda: backend, tmp_path, notice=notes.append).model  # measured again: sound
     assert notes and "calibration" in notes[0]
     assert fresh.fit.coef[1] > 0 and fresh.predict(PromptShape(1000)) > 0
 

@@ -187,8 +187,8 @@ def segments_on_disk(backend, tmp_path):
     tokens and passages."""
     from prompt_budget import ContextPassage, build_messages, system_message
     from prompt_budget.layout import passage_body
-    from rag.conversations.keeper import stable_prefix
-    from rag.qa.engines import SYSTEM_STATE_KEY
+    from rag.conversations.memory import stable_prefix
+    from rag.qa.engine_setup import SYSTEM_STATE_KEY
 
     backend.prefill(stable_prefix(backend, [system_message()]), session=SYSTEM_STATE_KEY, pin=True)
     passages = [ContextPassage("notes/cat.md", "The cat named Tom sleeps on the red mat every afternoon. " * 3),

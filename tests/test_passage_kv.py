@@ -15,7 +15,7 @@ from engine.llama_cpp.passage_kv import find_spans
 from engine.llama_cpp.requests import Trace
 from prompt_budget import ContextPassage, build_messages, system_message
 from prompt_budget.layout import PastTurn, passage_body
-from rag.conversations.keeper import stable_prefix
+from rag.conversations.memory import stable_prefix
 from tests.conftest import assert_clean_error
 
 PASSAGES = [

@@ -28,7 +28,7 @@ def work(key, deadline=math.inf, arrival=0.0, to_prefill=0, to_decode=8, generat
 def test_every_generating_request_decodes_and_prompts_go_earliest_deadline_first():
     active = [work(1, generating=True), work(2, deadline=3.1, to_prefill=3), work(3, deadline=3.0, to_prefill=3),
               work(4, generating=True)]
-    step = plan_step(active, busy_budget=4, idle_budget=512, n_batch=512)
+    step = plan_step(active, busy_step_tokens=4, idle_step_tokens=512, n_batch=512)
     assert step.decode == (1, 4) and step.prefill == ((3, 3), (2, 1)) and step.tokens == 6
 
 
@@ -37,38 +37,38 @@ def test_a_step_that_ends_a_prompt_takes_no_prompt_due_much_later():
     from engine.scheduler import SHARED_END_S
 
     ending, later = work(1, deadline=3.0, to_prefill=20), work(2, deadline=3.0 + 4 * SHARED_END_S, to_prefill=200)
-    assert plan_step([ending, later], busy_budget=256, idle_budget=256, n_batch=512).prefill == ((1, 20),)
+    assert plan_step([ending, later], busy_step_tokens=256, idle_step_tokens=256, n_batch=512).prefill == ((1, 20),)
     # Due about as soon (a burst), they share it.
     near = replace(later, deadline=3.0 + SHARED_END_S / 2)
-    assert plan_step([ending, near], busy_budget=256, idle_budget=256, n_batch=512).prefill == ((1, 20), (2, 200))
+    assert plan_step([ending, near], busy_step_tokens=256, idle_step_tokens=256, n_batch=512).prefill == ((1, 20), (2, 200))
     # A new request behind it waits for its own step, and the plan says so.
-    alone = expected_wait(Load((ending,), (), slots=4, idle_budget=256), 9.0, lambda n, c, o=0: 0.004 * n)
+    alone = expected_wait(Load((ending,), (), slots=4, idle_step_tokens=256), 9.0, lambda n, c, o=0: 0.004 * n)
     assert alone.seconds == pytest.approx(0.08)
 
 
 def test_an_idle_engine_takes_whole_prompts_and_never_more_than_a_batch():
-    step = plan_step([work(1, to_prefill=900)], busy_budget=64, idle_budget=512, n_batch=512)
+    step = plan_step([work(1, to_prefill=900)], busy_step_tokens=64, idle_step_tokens=512, n_batch=512)
     assert step.prefill == ((1, 512),)
     crowded = [work(i, generating=True) for i in range(500)] + [work(999, to_prefill=100)]
-    assert plan_step(crowded, busy_budget=64, idle_budget=512, n_batch=512).tokens == 512
+    assert plan_step(crowded, busy_step_tokens=64, idle_step_tokens=512, n_batch=512).tokens == 512
 
 
 def test_a_summary_being_written_pauses_while_a_question_is_prefilled():
     summary = work(9, generating=True, background=True)
     question = work(1, deadline=2.0, to_prefill=300)
-    step = plan_step([summary, question], busy_budget=64, idle_budget=512, n_batch=512)
+    step = plan_step([summary, question], busy_step_tokens=64, idle_step_tokens=512, n_batch=512)
     assert step.decode == () and step.prefill == ((1, 300),)  # the whole prompt in one step, not 64 at a time
     answering = work(2, generating=True)
-    step = plan_step([summary, answering, question], busy_budget=64, idle_budget=512, n_batch=512)
+    step = plan_step([summary, answering, question], busy_step_tokens=64, idle_step_tokens=512, n_batch=512)
     assert step.decode == (2,) and step.prefill == ((1, 64),)  # a foreground stream keeps moving
-    assert plan_step([summary, answering], busy_budget=64, idle_budget=512, n_batch=512).decode == (9, 2)
+    assert plan_step([summary, answering], busy_step_tokens=64, idle_step_tokens=512, n_batch=512).decode == (9, 2)
 
 
 def test_background_work_gives_way_to_any_request_with_a_prompt_waiting():
     fold = work(9, to_prefill=50, background=True)
-    assert plan_step([fold, work(1, deadline=2.0, to_prefill=10)], busy_budget=64, idle_budget=64,
+    assert plan_step([fold, work(1, deadline=2.0, to_prefill=10)], busy_step_tokens=64, idle_step_tokens=64,
                      n_batch=512).prefill == ((1, 10),)
-    assert plan_step([fold], busy_budget=64, idle_budget=64, n_batch=512).prefill == ((9, 50),)
+    assert plan_step([fold], busy_step_tokens=64, idle_step_tokens=64, n_batch=512).prefill == ((9, 50),)
     waiting = [work(1, background=True), work(2, deadline=9.0), work(3, deadline=1.0)]
     assert [w.key for w in admission_order(waiting)] == [3, 2]
 
@@ -78,7 +78,7 @@ def test_the_wait_a_request_meets_runs_the_scheduler_forward():
         return 0.005 * n
 
     def Load64(*args, **kwargs):  # the figures below were worked out for steps of 64 prompt tokens beside decodes
-        return Load(*args, busy_budget=64, **kwargs)
+        return Load(*args, busy_step_tokens=64, **kwargs)
 
     active = (work(1, generating=True, to_decode=5), work(2, deadline=1.0, to_prefill=100),
               work(3, deadline=9.0, to_prefill=300), work(4, to_prefill=50, background=True))
@@ -117,9 +117,9 @@ def test_a_background_step_already_running_is_waited_for_it_cannot_be_interrupte
     # A summary's prompt of 445 tokens on an idle engine: background work gets at most
     # BACKGROUND_STEP_TOKENS a step, so a question arriving meanwhile waits for that much at most.
     summary = work(4, to_prefill=445, to_decode=160, background=True)
-    step = plan_step([summary], busy_budget=256, idle_budget=512, n_batch=512)
+    step = plan_step([summary], busy_step_tokens=256, idle_step_tokens=512, n_batch=512)
     assert step.prefill == ((4, BACKGROUND_STEP_TOKENS),)
-    assert plan_step([summary], busy_budget=256, idle_budget=512, n_batch=512, background_budget=512).prefill == ((4, 445),)
+    assert plan_step([summary], busy_step_tokens=256, idle_step_tokens=512, n_batch=512, background_step_tokens=512).prefill == ((4, 445),)
     # The step is known as it runs (warming, which the load leaves out, alike): a new question waits
     # for what is left of it, then goes ahead of the rest of the background prompt.
     stats = StepStats()
@@ -168,7 +168,7 @@ def test_the_slowdown_beside_decodes_is_measured_from_steps_that_held_both():
         stats.count(6, [(256, 0)], seconds)
     stats.count(6, [], 0.05)  # a decode-only step is not one of them
     assert stats.mixed_steps() == tuple(MixedStep(((256, 0),), 6, 0, s) for s in (1.4, 1.5, 1.6))
-    measured = Load(busy_budget=256, decode_steps=((6, 0.05),), mixed_steps=stats.mixed_steps())
+    measured = Load(busy_step_tokens=256, decode_steps=((6, 0.05),), mixed_steps=stats.mixed_steps())
     assert slowdown(measured, Wait(0.0, 6), cost) == pytest.approx(1.5 / 1.024)
     assert slowdown(measured, Wait(0.0, 7), cost) == pytest.approx(1.5 / 1.024)  # about as many decodes
     # Beside 2 decodes nothing was measured: a prompt step plus a decode-only step, as before.
@@ -186,7 +186,7 @@ def test_steps_ahead_beside_decodes_are_waited_for_as_long_as_such_steps_measure
         # Two prompts of 256 tokens ahead, each a step of its own beside six long answers.
         active = (*(work(k, generating=True, to_decode=30) for k in range(6)),
                   work(6, deadline=1.0, to_prefill=256, to_decode=30), work(7, deadline=1.5, to_prefill=256, to_decode=30))
-        return Load(active, (), slots=9, busy_budget=256, decode_steps=((6, 0.05), (7, 0.05)), mixed_steps=mixed)
+        return Load(active, (), slots=9, busy_step_tokens=256, decode_steps=((6, 0.05), (7, 0.05)), mixed_steps=mixed)
 
     plain = expected_wait(load(()), 5.0, cost).seconds
     assert plain == pytest.approx(2 * (1.024 + 0.05))  # nothing measured: prefill plus a decode step, as before
@@ -204,7 +204,7 @@ def test_steps_ahead_are_costed_at_each_prompts_context_and_beside_the_cells_hel
 
     def load(context, cells, mixed=()):
         ahead = work(1, deadline=1.0, to_prefill=256, to_decode=30)
-        return Load((replace(ahead, context=context),), (), slots=4, busy_budget=256, idle_budget=256, cells=cells,
+        return Load((replace(ahead, context=context),), (), slots=4, busy_step_tokens=256, idle_step_tokens=256, cells=cells,
                     mixed_steps=mixed)
 
     assert expected_wait(load(0, 0), 5.0, cost).seconds == pytest.approx(cost(256, 0))
@@ -357,8 +357,8 @@ def test_the_busy_step_budget_has_one_default_everywhere():
     from engine.llama_cpp.loop import EngineLoop
     from engine.scheduler import BUSY_STEP_TOKENS
 
-    assert Load().busy_budget == BUSY_STEP_TOKENS
-    assert inspect.signature(EngineLoop).parameters["busy_budget"].default == BUSY_STEP_TOKENS
+    assert Load().busy_step_tokens == BUSY_STEP_TOKENS
+    assert inspect.signature(EngineLoop).parameters["busy_step_tokens"].default == BUSY_STEP_TOKENS
     assert inspect.signature(LlamaCppBackend).parameters["busy_step_tokens"].default == BUSY_STEP_TOKENS
 
 

@@ -165,7 +165,7 @@ def test_the_sessions_listed_are_those_of_the_index_served(tmp_path, embedder, b
         assert r.status_code == 200, r.text
         listed = {x["session"] for x in httpx.get(f"{s.url}/v1/sessions", timeout=60).json()["sessions"]}
         assert listed == {"asked-in-b", "before-indexes"}
-        assert [x["session"] for x in pipelines["a"].keeper.sessions()] == ["asked-in-a"]
+        assert [x["session"] for x in pipelines["a"].memory.sessions()] == ["asked-in-a"]
         every = {x["session"] for x in pipelines["a"].conversations.sessions()}
         assert every == {"asked-in-a", "asked-in-b", "before-indexes"}
         assert index_key(tmp_path / "b") == str((tmp_path / "b").resolve())

@@ -11,7 +11,7 @@ import pytest
 
 from engine.backend import Message
 from prompt_budget import ContextPassage, HistoryPolicy, PastTurn, build_messages, system_message
-from rag.conversations.keeper import folded_key, stable_prefix
+from rag.conversations.memory import folded_key, stable_prefix
 
 PASSAGES = [ContextPassage("a.md", "Prefill reads the whole prompt in one parallel pass."),
             ContextPassage("b.md", "Decode emits one token per forward pass.")]
@@ -222,7 +222,7 @@ def test_a_fold_is_stored_only_once_the_layout_it_leads_to_is_cached(chat_pipeli
         if self is not store:  # the class is patched: a fold of an earlier test's pipeline, still in the background
             return fold(self, session, through=through, summary=summary, **kwargs)
         current = self.load(session)
-        kept = p.keeper.history(replace(current, summary=summary,
+        kept = p.memory.history(replace(current, summary=summary,
                                         turns=tuple(t for t in current.turns if t.number > through)))
         prefix = stable_prefix(p.backend, [system_message(summary), *history_messages(kept.turns)])
         at_fold.append((p.backend.cached_prefix(prefix), len(prefix), current.summary))
@@ -251,10 +251,10 @@ def test_a_turn_answered_while_a_fold_prefills_is_in_the_layout_it_stores(chat_p
     from dataclasses import replace
 
     from prompt_budget.layout import history_messages
-    from rag.conversations.keeper import folded_key
+    from rag.conversations.memory import folded_key
 
     p = chat_pipeline(history=HistoryPolicy(recent_tokens=200, keep_tokens=0, summary_tokens=48))
-    store, backend, keeper = p.conversations, p.backend, p.keeper
+    store, backend, keeper = p.conversations, p.backend, p.memory
     prefill = type(backend).prefill
     answered: list[int] = []
     reading = threading.Event()

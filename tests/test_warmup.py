@@ -43,7 +43,7 @@ def test_the_service_says_warming_and_answers_only_once_warm(tmp_path, pipeline_
         assert answered and answered[0].status_code == 200, answered
         health = httpx.get(f"{server.url}/healthz").json()
         assert health["status"] == "ok" and health["warm_up_s"] > 0
-        assert p.desk.warmed
+        assert p.engine_setup.warmed
     finally:
         release.set()
         server.stop()
@@ -89,10 +89,10 @@ def test_a_warm_up_that_fails_says_so_refuses_at_once_and_heals_once_its_cause_i
     monkeypatch.setattr(warmup, "RETRY_BACKOFF_S", 0.0, raising=False)
     monkeypatch.setattr(warmup, "RETRY_BACKOFF_MAX_S", 0.0, raising=False)
     p = pipeline_factory(tmp_path / "index", conversations=tmp_path / "c.sqlite")
-    prepare, tried = p.desk.prepare, []
+    prepare, tried = p.engine_setup.prepare, []
     locked, retrying, release = [True], threading.Event(), threading.Event()
 
-    def desk_prepare():  # deep in the warm-up path: loading the engines' cost models
+    def setup_prepare():  # deep in the warm-up path: loading the engines' cost models
         tried.append(1)
         if len(tried) > warmup.WARM_UP_TRIES:  # a try after "error" was said: held until the test has looked
             retrying.set()
@@ -101,7 +101,7 @@ def test_a_warm_up_that_fails_says_so_refuses_at_once_and_heals_once_its_cause_i
             raise sqlite3.OperationalError("database is locked")
         prepare()
 
-    monkeypatch.setattr(p.desk, "prepare", desk_prepare)
+    monkeypatch.setattr(p.engine_setup, "prepare", setup_prepare)
     server = LoopbackServer(create_app(p), ready=True)
     try:
         health = httpx.get(f"{server.url}/healthz")
@@ -118,7 +118,7 @@ def test_a_warm_up_that_fails_says_so_refuses_at_once_and_heals_once_its_cause_i
         _until(lambda: httpx.get(f"{server.url}/healthz").json()["status"] == "ok", "healthy again")
         r = httpx.post(f"{server.url}/v1/ask", json={"question": "What is prefill?", "max_tokens": 2}, timeout=120)
         assert r.status_code != 503, r.text
-        assert len(tried) == warmup.WARM_UP_TRIES + 1 and p.desk.warmed  # healed by that one try
+        assert len(tried) == warmup.WARM_UP_TRIES + 1 and p.engine_setup.warmed  # healed by that one try
     finally:
         release.set()
         server.stop()
@@ -186,7 +186,7 @@ def test_an_os_error_in_the_warm_up_is_caught_and_a_later_try_succeeds(tmp_path,
     monkeypatch.setattr(warmup, "RETRY_BACKOFF_S", 0.0, raising=False)
     monkeypatch.setattr(warmup, "RETRY_BACKOFF_MAX_S", 0.0, raising=False)
     p = pipeline_factory(tmp_path / "index", conversations=tmp_path / "c.sqlite")
-    prepare, tried = p.desk.prepare, []
+    prepare, tried = p.engine_setup.prepare, []
 
     def flaky():  # the first try meets a full disk; the next one does not
         tried.append(1)
@@ -194,12 +194,12 @@ def test_an_os_error_in_the_warm_up_is_caught_and_a_later_try_succeeds(tmp_path,
             raise OSError(28, "No space left on device")
         prepare()
 
-    monkeypatch.setattr(p.desk, "prepare", flaky)
+    monkeypatch.setattr(p.engine_setup, "prepare", flaky)
     server = LoopbackServer(create_app(p), ready=True)
     try:
         health = httpx.get(f"{server.url}/healthz").json()
         assert health["status"] == "ok" and len(tried) == 2, health
-        assert p.desk.warmed
+        assert p.engine_setup.warmed
     finally:
         server.stop()
         p.close()
@@ -224,11 +224,11 @@ def test_a_failed_prefill_leaves_the_system_prompt_unwarmed_and_the_next_warm_up
             p.warm_up()
         except (OSError, RagError):
             pass
-        assert calls == [1] and not p.desk.warmed  # it did not happen: not marked as done
+        assert calls == [1] and not p.engine_setup.warmed  # it did not happen: not marked as done
     finally:
         monkeypatch.setattr(backend, "prefill", prefill)
     seen = []
     monkeypatch.setattr(backend, "prefill", lambda *a, **k: seen.append(1) or prefill(*a, **k))
     p.prepare(need_index=False)
-    assert seen == [1] and p.desk.warmed  # tried again, and now it holds
+    assert seen == [1] and p.engine_setup.warmed  # tried again, and now it holds
     p.close()

@@ -159,7 +159,7 @@ class LlamaCppBackend:
             self._ctx, slots=slots, kv_cells=self._ctx.n_ctx, snapshots=snapshots,
             detokenize=lambda t: self._llm.detokenize([t], special=False),
             is_end=lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t)), repeat_penalty=repeat_penalty,
-            busy_budget=busy_step_tokens, passages=self.passages,
+            busy_step_tokens=busy_step_tokens, passages=self.passages,
         )
         self.shelf = PassageShelf(self.loop, self.passages, self.tokenize)
 

@@ -67,15 +67,15 @@ class EngineLoop:
 
     def __init__(self, ctx: NativeContext, *, slots: int, kv_cells: int, snapshots: SnapshotCache,
                  detokenize: Callable[[int], bytes], is_end: Callable[[int], bool], repeat_penalty: float,
-                 busy_budget: int = BUSY_STEP_TOKENS, passages: PassageStore | None = None) -> None:
+                 busy_step_tokens: int = BUSY_STEP_TOKENS, passages: PassageStore | None = None) -> None:
         self.ctx, self.kv_cells, self.snapshots = ctx, kv_cells, snapshots
         self.splicer = Splicer(ctx, passages, scratch=ctx.n_seq_max - 1)  # the last sequence is its scratch
         self._detokenize, self._is_end, self._penalty = detokenize, is_end, repeat_penalty
         # Prompt tokens a step takes, while others decode and else: at least these, more where this
-        # engine's measured rate fits more in the same seconds (``_measured_budgets``).
-        self._least = (min(busy_budget, ctx.n_batch), min(BACKGROUND_STEP_TOKENS, ctx.n_batch))
-        self.busy_budget, self.idle_budget = self._least[0], ctx.n_batch
-        self.background_budget = self._least[1]
+        # engine's measured rate fits more in the same seconds (``_measured_step_sizes``).
+        self._least = (min(busy_step_tokens, ctx.n_batch), min(BACKGROUND_STEP_TOKENS, ctx.n_batch))
+        self.busy_step_tokens, self.idle_step_tokens = self._least[0], ctx.n_batch
+        self.background_step_tokens = self._least[1]
         self._cv = threading.Condition()
         self._inbox: list[Request] = []
         self._waiting: list[Request] = []
@@ -189,7 +189,7 @@ class EngineLoop:
     def load(self) -> Load:
         """The engine as a new request would find it now: what holds a
         sequence, what waits for one (less the shared system prefix each
-        will find cached), the step budgets and the measured decode steps."""
+        will find cached), the step sizes (prompt tokens a step takes) and the measured decode steps."""
         with self._cv:
             published = self._published  # one step's state, whole
             active, waiting = published.active, published.waiting
@@ -199,7 +199,7 @@ class EngineLoop:
             running, ran_s = self.stats.in_flight(now)
         shared = len(self.system)
         waiting = [replace(w, to_prefill=max(w.to_prefill - shared, 1), context=shared) for w in waiting]
-        return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_budget, self.idle_budget,
+        return Load(tuple(active), tuple(waiting), self.slots.size, self.busy_step_tokens, self.idle_step_tokens,
                     self.ctx.n_batch, steps, running, ran_s, self.stats.mixed_steps(), cells=published.cells)
 
     def warming(self) -> int:
@@ -280,9 +280,9 @@ class EngineLoop:
             self._drop_cancelled()
             self._admit()
             self._publish()
-            step = plan_step([a.work() for a in self._active.values()], busy_budget=self.busy_budget,
-                             idle_budget=self.idle_budget, n_batch=self.ctx.n_batch,
-                             background_budget=self.background_budget)
+            step = plan_step([a.work() for a in self._active.values()], busy_step_tokens=self.busy_step_tokens,
+                             idle_step_tokens=self.idle_step_tokens, n_batch=self.ctx.n_batch,
+                             background_step_tokens=self.background_step_tokens)
             if step.tokens:
                 self._execute(step)
         except Exception as exc:  # noqa: BLE001 - no request may hang on a failed step: all are told
@@ -449,7 +449,7 @@ class EngineLoop:
 
     def _execute(self, step: Step) -> None:
         """Evaluate one batch, share its time among its tokens, and sample."""
-        step = self.splicer.capped(step, self._active, self.busy_budget)
+        step = self.splicer.capped(step, self._active, self.busy_step_tokens)
         if not step.tokens:
             return
         entries, owners = [], []
@@ -475,7 +475,7 @@ class EngineLoop:
         seconds = share_step(owners, time.perf_counter() - started)
         self.stats.count(len(step.decode), [(n, self._active[key].n_past) for key, n in step.prefill], seconds,
                          self._published.cells)
-        self._measured_budgets()
+        self._measured_step_sizes()
         for key in step.decode:
             self._active[key].n_past += 1
         for key, n in step.prefill:
@@ -487,15 +487,15 @@ class EngineLoop:
         for a, token in samples:
             self._take(a, token)
 
-    def _measured_budgets(self) -> None:
-        """The step budgets after a step ran (any halving by ``_no_room``
+    def _measured_step_sizes(self) -> None:
+        """The step sizes after a step ran (any halving by ``_no_room``
         undone): as many prompt tokens as fit ``BUSY_STEP_S`` and
         ``BACKGROUND_STEP_S`` at this engine's measured rate, never fewer
-        than the budgets it was made with, never more than ``n_batch``."""
+        than those it was made with, never more than ``n_batch``."""
         n_batch = self.ctx.n_batch
-        self.busy_budget = self.stats.step_tokens(BUSY_STEP_S, self._least[0], n_batch)
-        self.idle_budget = n_batch
-        self.background_budget = self.stats.step_tokens(BACKGROUND_STEP_S, self._least[1], n_batch)
+        self.busy_step_tokens = self.stats.step_tokens(BUSY_STEP_S, self._least[0], n_batch)
+        self.idle_step_tokens = n_batch
+        self.background_step_tokens = self.stats.step_tokens(BACKGROUND_STEP_S, self._least[1], n_batch)
 
     def _sample(self, a: Active, index: int) -> int:
         """The next token of ``a`` from batch entry ``index`` (a traced request records it)."""
@@ -508,8 +508,8 @@ class EngineLoop:
         when even the decodes do not fit."""
         if self._give_up_idle():
             return  # the same step is tried again with their cells free
-        if step.prefill and self.busy_budget > 1:
-            self.busy_budget, self.idle_budget = max(self.busy_budget // 2, 1), max(self.idle_budget // 2, 1)
+        if step.prefill and self.busy_step_tokens > 1:
+            self.busy_step_tokens, self.idle_step_tokens = max(self.busy_step_tokens // 2, 1), max(self.idle_step_tokens // 2, 1)
             return
         newest = max(self._active.values(), key=lambda a: a.req.started)
         self._finish(newest, error=GenerationFailed("the engine's KV cache is full; try again"))

@@ -67,7 +67,7 @@ class Placement:
         while the snapshot it starts from is read from disk (others running
         meanwhile); None if the cache has no room for it now (or it was
         refused, and told why)."""
-        tokens, ctx, budget = request.tokens, self.ctx, len(request.tokens) + request.max_tokens + 1
+        tokens, ctx, cells = request.tokens, self.ctx, len(request.tokens) + request.max_tokens + 1
         if request.pin:
             ctx.remove(SYSTEM_SEQ)
             return Active(request, SYSTEM_SEQ, len(tokens), 0, 0, 0)
@@ -82,12 +82,12 @@ class Placement:
         if restore and reserved > 0 and not self.snapshots.read_ahead(key):
             return DEFERRED  # its snapshot is being read from disk: placed at a later step, others running meanwhile
         if idle_seq is not None and idle >= max(saved, shared) and idle > 0:
-            if not self.room(budget - idle, len(system), reserved):
+            if not self.room(cells - idle, len(system), reserved):
                 return None
             seq, _ = self.slots.take(idle_seq)
             ctx.remove(seq, idle, -1)
-            return Active(request, seq, budget - idle, idle, idle, idle)
-        if not self.room(budget - (shared if saved <= shared else 0), len(system), reserved):
+            return Active(request, seq, cells - idle, idle, idle, idle)
+        if not self.room(cells - (shared if saved <= shared else 0), len(system), reserved):
             return None
         seq, held = self.slots.take()
         try:
@@ -97,14 +97,14 @@ class Placement:
                 started = time.perf_counter()
                 if self._restore(seq, key, reserved):
                     ctx.remove(seq, saved, -1)  # what follows the common prefix is evaluated again
-                    return Active(request, seq, budget, saved, saved, saved, saved, time.perf_counter() - started)
+                    return Active(request, seq, cells, saved, saved, saved, saved, time.perf_counter() - started)
             if shared:
                 ctx.share(SYSTEM_SEQ, seq, 0, shared)
         except BaseException:
             self.slots.release(seq, [])  # the sequence goes back whatever failed; the caller tells the request
             ctx.remove(seq)
             raise
-        return Active(request, seq, budget - shared, shared, shared, shared)
+        return Active(request, seq, cells - shared, shared, shared, shared)
 
     def _restore(self, seq: int, key: str, reserved: int) -> bool:
         """Load snapshot ``key`` into the empty ``seq``; whether it is there.

@@ -73,18 +73,18 @@ class Splicer:
         found = self.store.splices(system, request.tokens, request.spans, len(system))
         return sum(sp.spliced for sp in found), len(found)
 
-    def capped(self, step: Step, active: dict[int, Active], busy_budget: int) -> Step:
+    def capped(self, step: Step, active: dict[int, Active], busy_step_tokens: int) -> Step:
         """``step`` with each prompt's tokens stopped at its next splice point,
-        and warming held to ``busy_budget`` (so it gives way within a step).
+        and warming held to ``busy_step_tokens`` (so it gives way within a step).
         The passages whose reads from disk have landed are placed first; a
         prompt whose passage is still being read stays out, unless nothing
         else would run: then the loop waits for that read (only that
         request is waiting anyway), so no request turns in place for ever."""
         self._land(active, wait=False)
-        found = self._cap(step, active, busy_budget)
+        found = self._cap(step, active, busy_step_tokens)
         if not found.tokens and self._reading:
             self._land(active, wait=True)
-            found = self._cap(step, active, busy_budget)
+            found = self._cap(step, active, busy_step_tokens)
         return found
 
     def _land(self, active: dict[int, Active], *, wait: bool) -> None:
@@ -99,13 +99,13 @@ class Splicer:
             wait = False
 
     @staticmethod
-    def _cap(step: Step, active: dict[int, Active], busy_budget: int) -> Step:
+    def _cap(step: Step, active: dict[int, Active], busy_step_tokens: int) -> Step:
         prefill = []
         for key, n in step.prefill:
             a = active[key]
             until = a.until_splice()
             n = min(n, until) if until is not None else n
-            n = min(n, busy_budget) if a.req.idle else n
+            n = min(n, busy_step_tokens) if a.req.idle else n
             if n > 0:
                 prefill.append((key, n))
         return Step(step.decode, tuple(prefill))

@@ -151,7 +151,7 @@ def bench_chat(
         "config": {
             "turns": turns, "sessions": sessions, "interleave": interleave, "max_tokens": max_tokens,
             "target_ttft_s": target_ttft, "naive_k": naive_k, "naive": naive, "back_to_back": back_to_back,
-            "history_mode": pipeline.keeper.history_mode,
+            "history_mode": pipeline.memory.history_mode,
             "history": {"recent_tokens": pipeline.components.history.recent_tokens, "keep_tokens": pipeline.components.history.keep_tokens,
                         "summary_tokens": pipeline.components.history.summary_tokens},
             "engine": pipeline.backend.name, "n_ctx": pipeline.backend.n_ctx, "index": str(pipeline.index_location),

@@ -196,7 +196,7 @@ class Conversations(abc.ABC):
         """Hold ``session`` against other processes sharing this store, from
         reading its history to storing its answer; yields whether it is held
         (always, when ``blocking``). Threads of one process are kept apart by
-        the caller (``ConversationKeeper.turn``)."""
+        the caller (``ConversationMemory.turn``)."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -1,5 +1,5 @@
 """Questions to answers: the :class:`Pipeline` facade, the options of a
-question, prompt planning, the answer stream, and the cost-model keeper.
+question, prompt planning, the answer stream, and the cost model that learns.
 
 The names below are imported on first use (see :func:`rag.lazy_exports`)."""
 

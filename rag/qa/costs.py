@@ -20,7 +20,7 @@ from prompt_budget.profile import Profile, load_profile, save_profile
 from .passages import exact_reuse
 
 
-class CostKeeper:
+class CostLearner:
     """The cost model of ``backend()``'s set-up, its profile under
     ``profile_dir``, and online learning (``learn``). Thread safe."""
 

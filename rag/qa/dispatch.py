@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 
 from engine.backend import Backend, Generation
 
-from ..conversations import Conversation, ConversationKeeper, kv_key
+from ..conversations import Conversation, ConversationMemory, kv_key
 from ..index.store import Hit
-from .engines import EngineDesk
+from .engine_setup import EngineSetup
 from .options import AskOptions
 from .passages import splicing, takes_passages
 from .arrivals import Arrival, Arrivals
@@ -37,10 +37,10 @@ def deadline_of(received: float, target: float | None) -> float | None:
 
 
 class Dispatcher:
-    """Plans and submits each question's prompt, for the engines of ``desk``."""
+    """Plans and submits each question's prompt, for the engine of ``engine_setup``."""
 
-    def __init__(self, desk: EngineDesk, keeper: ConversationKeeper, backend: Callable[[], Backend]) -> None:
-        self.desk, self.keeper, self._backend = desk, keeper, backend
+    def __init__(self, engine_setup: EngineSetup, memory: ConversationMemory, backend: Callable[[], Backend]) -> None:
+        self.engine_setup, self.memory, self._backend = engine_setup, memory, backend
         self._planning = threading.Lock()
         self._last_deadline: float | None = None  # of the prompt submitted last (guarded by _planning)
         self._arrivals = Arrivals()  # questions received and not yet submitted or answered
@@ -60,9 +60,9 @@ class Dispatcher:
         of ``deadline``, by default ``target`` seconds after ``received``),
         with the evidence ``ranked`` quoted where ``options`` say."""
         deadline = deadline if deadline is not None else deadline_of(received, target)
-        history = self.keeper.history(conversation)
+        history = self.memory.history(conversation)
         engine = self._backend()
-        cost = self.desk.main.model
+        cost = self.engine_setup.costs.model
         behind = max(self._arrivals.unplanned - 1, 0)  # other questions on their way, less this one
         now = time.perf_counter()
         coming = self._arrivals.expected(deadline - now, now) if deadline is not None else 0.0

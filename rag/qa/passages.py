@@ -37,7 +37,7 @@ def takes_passages(backend: Backend) -> bool:
     return splicing(backend) is not None or exact_reuse(backend) is not None
 
 
-class PassageKeeper:
+class PassageReuse:
     """The pipeline's side of passage KV reuse, over a backend and an index
     loaded on first use."""
 

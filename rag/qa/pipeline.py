@@ -2,8 +2,8 @@
 
 ``Pipeline`` is a facade over parts that each have one job: the document
 library (``rag.ingest.library``), retrieval (``rag.retrieval``), the prompt
-planner (``planner``), the cost-model keeper (``costs``), the conversation
-keeper (``rag.conversations.keeper``), the passage KV keeper (``passages``)
+planner (``planner``), the cost model that learns (``costs``), the conversation
+memory (``rag.conversations.memory``), passage KV reuse (``passages``)
 and the engine (``engine.Backend``).
 It wires them together, loads each on first use, and answers questions as
 :class:`AnswerStream` s. The CLI and the service are thin layers over it.
@@ -24,8 +24,8 @@ from engine.backend import Backend, Cancel, Timings
 from prompt_budget import PrefillCostModel, build_messages
 from prompt_budget.profile import Profile
 
-from ..conversations import Conversation, ConversationKeeper, Conversations
-from ..conversations.keeper import HistoryMode
+from ..conversations import Conversation, ConversationMemory, Conversations
+from ..conversations.memory import HistoryMode
 from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
 from ..index.language import QUESTION_WORDS, detect
@@ -40,13 +40,13 @@ from ..retrieval import RetrievalMode, Scope, check_mode, retrieve
 from ..settings import Settings
 from .answer import DECLINED, DECLINED_IN, Answer, Budget, Source
 from .citations import STOP_SEQUENCES, GroundedText, Grounding
-from .costs import CostKeeper
+from .costs import CostLearner
 from .dispatch import Dispatcher
 from .doctor import doctor_report
-from .engines import EngineDesk
+from .engine_setup import EngineSetup
 from .options import AskOptions, valid_search, valid_text
 from .components import Components
-from .passages import PassageKeeper
+from .passages import PassageReuse
 from .arrivals import Arrival
 from .planner import PlannedPrompt, check_fits
 from .stream import AnswerStream, Early
@@ -96,15 +96,15 @@ class Pipeline:
         self.components = Components(self.settings, self.index_location, use_sample=use_sample,
                            notice=lambda message: self.notice(message), **parts)
         # Ingest gives way to this pipeline's questions (an upload beside a served question).
-        self.library = DocumentLibrary(self.index_location, lambda: GivingWay(self.embedder, self.keeper.answering),
+        self.library = DocumentLibrary(self.index_location, lambda: GivingWay(self.embedder, self.memory.answering),
                                        self.components.index_changed, uploads_dir=self._uploads_dir())
-        # The engine's cost model (see EngineDesk).
-        self.desk = EngineDesk(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
+        # The engine's cost model (see EngineSetup).
+        self.engine_setup = EngineSetup(lambda: self.backend, profile_dir or self.settings.profile_folder, learn=learn,
                                notice=lambda message: self.notice(message))
-        self.passages = PassageKeeper(lambda: self.backend, self.index)
-        self.keeper = ConversationKeeper(lambda: self.conversations, lambda: self.backend, lambda: self.components.history,
+        self.passages = PassageReuse(lambda: self.backend, self.index)
+        self.memory = ConversationMemory(lambda: self.conversations, lambda: self.backend, lambda: self.components.history,
                                          history_mode=history_mode, index=lambda: index_key(self.index_location))
-        self.dispatcher = Dispatcher(self.desk, self.keeper, lambda: self.backend)
+        self.dispatcher = Dispatcher(self.engine_setup, self.memory, lambda: self.backend)
 
     @classmethod
     def open(
@@ -187,13 +187,13 @@ class Pipeline:
         return self.components.conversations
 
     @property
-    def costs(self) -> CostKeeper:
-        """The cost keeper of the engine (behind a router: of the router's address)."""
-        return self.desk.main
+    def costs(self) -> CostLearner:
+        """The cost learner of the engine (behind a router: of the router's address)."""
+        return self.engine_setup.costs
 
     @property
     def cost_model(self) -> PrefillCostModel:
-        """The prefill cost model of this machine set-up (see :class:`CostKeeper`)."""
+        """The prefill cost model of this machine set-up (see :class:`CostLearner`)."""
         return self.costs.model
 
     def index(self) -> IndexReader:
@@ -204,7 +204,7 @@ class Pipeline:
         """Measure prefill on this backend, fit the cost model, save the
         profile and use it from now on; the profile."""
         with engine_errors():
-            return self.desk.calibrate(quick=quick, progress=progress)
+            return self.engine_setup.calibrate(quick=quick, progress=progress)
 
     def prepare(self, *, need_index: bool = True) -> None:
         """Load what a question needs: the engine, the index (its BM25 part
@@ -219,10 +219,10 @@ class Pipeline:
                 if need_index:
                     raise
                 index = None
-            self.desk.prepare()
+            self.engine_setup.prepare()
             if index is not None and self.retrieval != "dense":
                 index.lexical()
-            if not self.desk.warmed:
+            if not self.engine_setup.warmed:
                 self.warm_up()
                 self._rehearse(index)
 
@@ -245,7 +245,7 @@ class Pipeline:
         every question, in any conversation, finds it cached; what that cost
         (None for an engine without a prefix cache)."""
         with engine_errors():
-            return self.desk.warm_up()
+            return self.engine_setup.warm_up()
 
     # -- documents -------------------------------------------------------------
 
@@ -376,9 +376,9 @@ class Pipeline:
     def _answer(self, question: str, options: AskOptions, received: float,
                 cancel: Cancel, arrival: Arrival, early: Early) -> Generator[str, None, Answer]:
         session = options.session
-        with arrival, engine_errors(), self.keeper.turn(session):
-            with self.keeper.question():
-                conversation = self.keeper.load(session) if session is not None else None
+        with arrival, engine_errors(), self.memory.turn(session):
+            with self.memory.question():
+                conversation = self.memory.load(session) if session is not None else None
                 self.prepare()
                 pieces: list[str] = []
                 target = options.target(self.settings.target_ttft)
@@ -421,7 +421,7 @@ class Pipeline:
             number = None
             if session is not None:
                 # The turn is replayed as it was prompted: the answer with the start written for it.
-                number = self.keeper.remember(session, question, prompt.user, prompt.lead + text,
+                number = self.memory.remember(session, question, prompt.user, prompt.lead + text,
                                               [s.to_dict() for s in sources], timings)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
                       session=session, turn=number, turns_shown=prompt.turns_shown,
@@ -439,7 +439,7 @@ class Pipeline:
         timings = Timings(0, 0, 0, ttft_s=waited, prefill_s=0.0, decode_tokens=0, decode_s=0.0, total_s=waited)
         budget = Budget(target_ttft=target, predicted_ttft_s=waited, candidates=len(hits), chosen=0,
                         evidence_s=round(ranked.seconds, 4))
-        number = self.keeper.remember(session, question, question, text, [], timings) if session else None
+        number = self.memory.remember(session, question, question, text, [], timings) if session else None
         return Answer(answer=text, sources=(), budget=budget, timings=timings, session=session, turn=number,
                       declined=True)
 
@@ -447,24 +447,24 @@ class Pipeline:
 
     def conversation(self, session: str) -> Conversation:
         """The stored conversation ``session``: summary and recent turns."""
-        return self.keeper.load(session)
+        return self.memory.load(session)
 
     def reset(self, session: str) -> None:
         """Forget conversation ``session``: its turns, summary and KV snapshot."""
-        self.keeper.reset(session)
+        self.memory.reset(session)
 
     @property
     def background_log(self) -> list[dict[str, object]]:
         """The latest background work (summaries, prefills), oldest first."""
-        return list(self.keeper.log)
+        return list(self.memory.log)
 
     def background_busy(self) -> bool:
         """Whether background work (a summary being written) is still running."""
-        return self.keeper.busy()
+        return self.memory.busy()
 
     def wait_idle(self) -> float:
         """Wait for background work (summaries) to finish; returns the seconds waited."""
-        return self.keeper.wait_idle()
+        return self.memory.wait_idle()
 
     # -- the rest --------------------------------------------------------------
 
@@ -476,6 +476,6 @@ class Pipeline:
     def close(self) -> None:
         """Finish background work and release the index, the conversation
         store, and the engine if the pipeline opened it (one given is the giver's)."""
-        self.keeper.close()
+        self.memory.close()
         self.components.close()
 

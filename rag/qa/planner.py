@@ -44,7 +44,7 @@ from prompt_budget.layout import evidence_block
 from prompt_budget.focus import best_window, focus_cap
 from prompt_budget.trim import sentence_ends, trim_to_tokens
 
-from ..conversations.keeper import History
+from ..conversations.memory import History
 from ..errors import Overloaded, QuestionTooLong
 from ..index.store import Hit
 from ..index.language import terms_in

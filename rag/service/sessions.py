@@ -27,7 +27,7 @@ async def list_sessions(state: ServiceState = Depends(service)):
     first. One stored before sessions recorded their index is listed once
     a question continues it here."""
     try:
-        return {"sessions": await run_in_threadpool(state.pipeline.keeper.sessions)}
+        return {"sessions": await run_in_threadpool(state.pipeline.memory.sessions)}
     except RagError as exc:
         return failure(exc)
 

@@ -18,35 +18,35 @@ from engine.backend import Backend, PrefixCache, Timings
 from prompt_budget import system_message
 from prompt_budget.profile import Profile
 
-from ..conversations.keeper import stable_prefix
-from .costs import CostKeeper
+from ..conversations.memory import stable_prefix
+from .costs import CostLearner
 
 SYSTEM_STATE_KEY = "system"  # the pinned KV snapshot of the system prompt
 
 
-class EngineDesk:
-    """The engine of ``backend()`` and its :class:`CostKeeper` (profiles
+class EngineSetup:
+    """The engine of ``backend()`` and its :class:`CostLearner` (profiles
     under ``profile_dir``), made when first asked for."""
 
     def __init__(self, backend: Callable[[], Backend], profile_dir: Path, *, learn: bool = True,
                  notice: Callable[[str], None] = lambda message: None) -> None:
         self._backend = backend
         self.profile_dir, self.learn, self.notice = Path(profile_dir), learn, notice
-        self._keeper: CostKeeper | None = None
+        self._learner: CostLearner | None = None
         self.warmed = False  # whether the system prompt was prefilled and pinned
         self._lock = threading.Lock()
 
     @property
-    def main(self) -> CostKeeper:
-        """The cost keeper of the engine."""
+    def costs(self) -> CostLearner:
+        """The engine's cost learner, made when first asked for."""
         with self._lock:
-            if self._keeper is None:
-                self._keeper = CostKeeper(self._backend, self.profile_dir, learn=self.learn, notice=self.notice)
-            return self._keeper
+            if self._learner is None:
+                self._learner = CostLearner(self._backend, self.profile_dir, learn=self.learn, notice=self.notice)
+            return self._learner
 
     def prepare(self) -> None:
         """Load the engine's cost model (a quick calibration where it has none)."""
-        _ = self.main.model
+        _ = self.costs.model
 
     def warm_up(self) -> Timings | None:
         """Prefill the system prompt now and keep its KV state pinned, so
@@ -61,4 +61,4 @@ class EngineDesk:
 
     def calibrate(self, *, quick: bool = False, progress=None) -> Profile:
         """Measure the engine and save its profile; the profile."""
-        return self.main.calibrate(quick=quick, progress=progress)
+        return self.costs.calibrate(quick=quick, progress=progress)

@@ -72,7 +72,7 @@ class History:
     turn_tokens: tuple[int, ...]
 
 
-class ConversationKeeper:
+class ConversationMemory:
     """Remembers turns in a store (:class:`Conversations`) and folds old ones
     into the summary on a background thread.
 
@@ -160,7 +160,7 @@ class ConversationKeeper:
         return self._store().load(session)
 
     def sessions(self) -> list[dict[str, object]]:
-        """The stored conversations of this keeper's index (see
+        """The stored conversations of this memory's index (see
         :meth:`Conversations.sessions`), newest first."""
         index = self._index()
         return self._store().sessions(index=index) if index is not None else self._store().sessions()
