@@ -278,10 +278,10 @@ class PrefillCostModel:
             self.costs.observe_overhead(seconds)
 
     @property
-    def splice_loads(self) -> tuple[float, ...]:
-        """Recent measured seconds per spliced token (load and placement), oldest first."""
+    def splice_reads(self) -> tuple[float, ...]:
+        """Recent measured seconds per spliced token (reading its KV and placing it), oldest first."""
         with self._lock:
-            return self.costs.splice_loads.values
+            return self.costs.splice_reads.values
 
     @property
     def splice_pieces(self) -> tuple[float, ...]:
@@ -298,10 +298,10 @@ class PrefillCostModel:
             call_s = max(self.fit.coef[0], 0.0) if self.fit.coef else 0.0
             return self.costs.splice_seconds(tokens, passages, call_s)
 
-    def observe_splice(self, tokens: int, passages: int, load_s: float, extra_s: float) -> None:
+    def observe_splice(self, tokens: int, passages: int, read_s: float, extra_s: float) -> None:
         """Record a spliced prompt (see :meth:`Overheads.observe_splice`)."""
         with self._lock:
-            self.costs.observe_splice(tokens, passages, load_s, extra_s)
+            self.costs.observe_splice(tokens, passages, read_s, extra_s)
 
     @property
     def calibrated(self) -> bool:
@@ -442,7 +442,7 @@ class PrefillCostModel:
             model = PrefillCostModel(
                 self.fit, [s for s, _ in pairs], anchors=self.anchors, window=self._samples.maxlen or 128,
                 sample_ratios=[r for _, r in pairs], margin=margin,
-                overheads=Overheads(costs.fixed.values, costs.splice_loads.values, costs.splice_pieces.values,
+                overheads=Overheads(costs.fixed.values, costs.splice_reads.values, costs.splice_pieces.values,
                                     recent=self.margin.recent),
             )
             if dropped:

@@ -21,13 +21,13 @@ PRIOR_OVERHEAD_S = 0.02
 class Overheads:
     """Recent seconds outside prefill, and recent splice costs."""
 
-    def __init__(self, overheads: Iterable[float] = (), splice_loads: Iterable[float] = (),
+    def __init__(self, overheads: Iterable[float] = (), splice_reads: Iterable[float] = (),
                  splice_pieces: Iterable[float] = (), *, recent: int = 64) -> None:
         self.fixed = Recent(overheads, recent)
-        # A spliced prompt costs the load of its stored cells (seconds per token) and, for each
+        # A spliced prompt costs reading its stored cells back (seconds per token) and, for each
         # stored passage, one more evaluation call: llama.cpp takes a sequence's tokens only right
         # after its last cell, so the prompt is evaluated in pieces between its passages.
-        self.splice_loads = Recent(splice_loads, recent)
+        self.splice_reads = Recent(splice_reads, recent)
         self.splice_pieces = Recent(splice_pieces, recent)
 
     def overhead(self, default: float = PRIOR_OVERHEAD_S) -> float:
@@ -41,19 +41,19 @@ class Overheads:
 
     def splice_seconds(self, tokens: int, passages: int, call_s: float) -> float:
         """Predicted seconds that ``tokens`` of ``passages`` stored passages
-        add to a prompt in place of their prefill: loading and placing the
+        add to a prompt in place of their prefill: reading and placing the
         tokens, and one more evaluation call per passage (the medians of
         recent splices; before any, a prior load rate and ``call_s``, the
         fixed cost of one evaluation call)."""
         if tokens <= 0 or passages <= 0:
             return 0.0
-        return tokens * self.splice_loads.median(PRIOR_SPLICE_S_PER_TOKEN) + passages * self.splice_pieces.median(call_s)
+        return tokens * self.splice_reads.median(PRIOR_SPLICE_S_PER_TOKEN) + passages * self.splice_pieces.median(call_s)
 
-    def observe_splice(self, tokens: int, passages: int, load_s: float, extra_s: float) -> None:
-        """Record a spliced prompt: ``load_s`` spent loading and placing
+    def observe_splice(self, tokens: int, passages: int, read_s: float, extra_s: float) -> None:
+        """Record a spliced prompt: ``read_s`` spent reading and placing
         ``tokens`` of ``passages`` stored passages, and ``extra_s`` its
         evaluation took beyond a plain prefill of its new tokens."""
-        if tokens > 0 and load_s >= 0:
-            self.splice_loads.add(load_s / tokens)
+        if tokens > 0 and read_s >= 0:
+            self.splice_reads.add(read_s / tokens)
         if passages > 0:
             self.splice_pieces.add(max(extra_s, 0.0) / passages)

@@ -48,7 +48,7 @@ class Profile:
     ratios: list[float] = field(default_factory=list)
     ratio_contexts: list[int] = field(default_factory=list)
     overheads: list[float] = field(default_factory=list)
-    splice_loads: list[float] = field(default_factory=list)
+    splice_reads: list[float] = field(default_factory=list)
     splice_pieces: list[float] = field(default_factory=list)
     table: list[dict[str, float]] = field(default_factory=list)
     quick: bool = False
@@ -58,7 +58,7 @@ class Profile:
         return PrefillCostModel(
             self.fit, self.samples, anchors=self.anchors, sample_ratios=self.sample_ratios,
             margin=Margin(self.ratios, self.ratio_contexts),
-            overheads=Overheads(self.overheads, self.splice_loads, self.splice_pieces),
+            overheads=Overheads(self.overheads, self.splice_reads, self.splice_pieces),
         ).settled()  # a profile saved by an older version may still hold a busy period
 
     def absorb(self, model: PrefillCostModel) -> None:
@@ -72,7 +72,7 @@ class Profile:
         self.ratios = list(model.ratios)
         self.ratio_contexts = list(model.ratio_contexts)
         self.overheads = list(model.overheads)
-        self.splice_loads = list(model.splice_loads)
+        self.splice_reads = list(model.splice_reads)
         self.splice_pieces = list(model.splice_pieces)
 
     def to_json(self) -> str:
@@ -99,7 +99,7 @@ class Profile:
                 "ratios": self.ratios,
                 "ratio_contexts": self.ratio_contexts,
                 "overheads": self.overheads,
-                "splice_loads": self.splice_loads,
+                "splice_loads": self.splice_reads,  # the key profiles have always had
                 "splice_pieces": self.splice_pieces,
                 "table": self.table,
                 "quick": self.quick,
@@ -177,7 +177,7 @@ class Profile:
                 ratios=[positive(x) for x in raw.get("ratios", [])],
                 ratio_contexts=[context(x) for x in raw.get("ratio_contexts", [])],
                 overheads=[nonnegative(x) for x in raw.get("overheads", [])],
-                splice_loads=[nonnegative(x) for x in raw.get("splice_loads", [])],
+                splice_reads=[nonnegative(x) for x in raw.get("splice_loads", [])],
                 splice_pieces=[nonnegative(x) for x in raw.get("splice_pieces", [])],
                 table=list(raw.get("table", [])),
                 quick=bool(raw.get("quick", False)),

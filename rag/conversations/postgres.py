@@ -113,13 +113,13 @@ class PostgresConversations(Conversations):
             if connection is None or connection.closed or connection.broken:
                 connection = self._connect()
             take = "pg_advisory_lock" if blocking else "pg_try_advisory_lock"
-            held = connection.execute(f"SELECT {take}(%s, %s)", (LOCK_CLASS, slot)).fetchone()[0]
+            locked = connection.execute(f"SELECT {take}(%s, %s)", (LOCK_CLASS, slot)).fetchone()[0]
         except self._psycopg.Error as exc:
             raise self._refused(exc) from None
         try:
-            yield held is not False
+            yield locked is not False
         finally:
-            self._release(connection, slot if held is not False else None)
+            self._release(connection, slot if locked is not False else None)
 
     def _release(self, connection, slot: int | None) -> None:
         """Unlock ``slot`` and keep the connection for the next turn (or close it)."""

@@ -80,5 +80,5 @@ class PassageReuse:
 def _per_passage(report: dict[str, int]) -> int:
     """Bytes one stored passage takes, on average (disk if kept there, else RAM)."""
     entries = report.get("entries", 0)
-    held = report.get("disk_bytes", 0) or report.get("ram_bytes", 0)
-    return round(held / entries) if entries else 0
+    stored = report.get("disk_bytes", 0) or report.get("ram_bytes", 0)
+    return round(stored / entries) if entries else 0
