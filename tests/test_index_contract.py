@@ -11,7 +11,7 @@ from rag.errors import IndexMismatch, IndexNotFound
 from rag.index.interface import IndexReader, IndexWriter
 from rag.index.location import index_exists, live_manifest, live_name, open_index, open_writer, store_for, verify
 from rag.ingest.run import ingest
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, write_corpus
 
 STORES = ("folder", "postgresql")
 
@@ -87,3 +87,57 @@ def test_another_embedder_is_refused(built):
 
 def test_each_location_has_one_store():
     assert type(store_for("postgresql://u@h/db")) is not type(store_for("/tmp/index"))
+
+
+CONTRACT = "Acme's maintenance contract renews every March at a price of 41,000 euros, signed by Dana Reyes."
+
+
+def _sources(hits) -> set[str]:
+    return {h.source for h in hits}
+
+
+def test_collections_keep_to_themselves(built, embedder, chunker, tmp_path):
+    from rag.retrieval.search import ScopeMatchesNothing, retrieve
+
+    location, index = built
+    index.close()
+    other = write_corpus(tmp_path / "customer", {"contract.md": CONTRACT})
+    ingest(location, [other], embedder=embedder, chunker=chunker, collection="acme")
+    # The same folder ingested into a third collection is that collection's own copy: nothing of the others moves.
+    ingest(location, [other], embedder=embedder, chunker=chunker, collection="acme-copy")
+    index = open_index(location, embedder=embedder.name, dim=embedder.dim)
+    try:
+        assert index.collections() == {"default": len(CORPUS), "acme": 1, "acme-copy": 1}
+        assert {s for _, s in index.files()} == set(CORPUS) and {s for _, s in index.files(collection="acme")} == \
+            {"contract.md"}
+        vector = lambda: embedder.embed([CONTRACT])[0]  # noqa: E731 - the other collection's text, word for word
+        for mode in ("dense", "bm25", "hybrid"):
+            assert "contract.md" not in _sources(retrieve(index, CONTRACT, vector, 20, mode))
+            assert _sources(retrieve(index, CONTRACT, vector, 20, mode, collection="acme")) == {"contract.md"}
+        with pytest.raises(ScopeMatchesNothing, match="holds no documents"):
+            retrieve(index, CONTRACT, vector, 5, "hybrid", collection="nobody")
+        assert index.stats()["collections"] == index.collections()
+    finally:
+        index.close()
+    with open_writer(location, live_manifest(location), collection="acme") as writer:
+        assert set(writer.files()) == {(str(other.resolve()), "contract.md")}
+        assert writer.remove_collection() == 1
+        writer.commit()
+    index = open_index(location, embedder=embedder.name, dim=embedder.dim)
+    try:
+        assert index.collections() == {"default": len(CORPUS), "acme-copy": 1}
+    finally:
+        index.close()
+
+
+def test_a_rebuild_never_drops_another_collection(built, embedder, chunker, tmp_path):
+    from rag.errors import RagError
+
+    location, index = built
+    index.close()
+    ingest(location, [write_corpus(tmp_path / "customer", {"contract.md": CONTRACT})], embedder=embedder,
+           chunker=chunker, collection="acme")
+    before = live_name(location)
+    with pytest.raises(RagError, match="would drop the collections acme"):
+        ingest(location, [tmp_path / "corpus"], embedder=embedder, chunker=chunker, rebuild=True)
+    assert live_name(location) == before

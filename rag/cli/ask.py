@@ -24,6 +24,7 @@ from ..errors import RagError
 from ..qa.answer import Answer, Evidence, where
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
 from .common import (
+    COLLECTION_OPTION,
     INDEX_OPTION,
     MODEL_OPTION,
     NO_SERVER_OPTION,
@@ -56,6 +57,7 @@ def search(
     retrieval: Optional[str] = RETRIEVAL_OPTION,
     source: List[str] = SOURCE_OPTION,
     file_type: List[str] = TYPE_OPTION,
+    collection: str = COLLECTION_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     no_server: bool = NO_SERVER_OPTION,
 ) -> None:
@@ -63,7 +65,7 @@ def search(
     with user_errors():
         scope = scope_of(source, file_type)
         pipeline = question_pipeline(settings(index=index, retrieval=retrieval, no_server=no_server or None))
-        hits = pipeline.search(query, k=k, scope=scope)
+        hits = pipeline.search(query, k=k, scope=scope, collection=collection)
     if as_json:
         echo_json({"results": [h.to_dict() for h in hits]})
         return
@@ -94,6 +96,7 @@ def ask(
     retrieval: Optional[str] = RETRIEVAL_OPTION,
     source: List[str] = SOURCE_OPTION,
     file_type: List[str] = TYPE_OPTION,
+    collection: str = COLLECTION_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the answer, sources, budget and timings as JSON."),
     explain: bool = typer.Option(False, "--explain", help="Show the budget decision for every candidate."),
     no_server: bool = NO_SERVER_OPTION,
@@ -102,7 +105,7 @@ def ask(
     --source and --type limit the documents it draws on."""
     with user_errors():
         options = AskOptions.of(max_tokens=max_tokens, max_k=max_k, candidates=candidates, session=session,
-                                explain=explain, scope=scope_of(source, file_type))
+                                explain=explain, scope=scope_of(source, file_type), collection=collection)
         pipeline = question_pipeline(settings(index=index, model=model, retrieval=retrieval, target_ttft=target_ttft,
                                               no_server=no_server or None))
         pipeline.prepare()  # loading the models is not part of the question's time to first token

@@ -64,6 +64,8 @@ TARGET_OPTION = typer.Option(
 SOURCE_OPTION = typer.Option(
     [], "--source", help="Only documents whose source matches this glob (repeatable), e.g. 'reports/**/*.pdf'.")
 TYPE_OPTION = typer.Option([], "--type", help="Only documents of this file type (repeatable), e.g. pdf or docx.")
+COLLECTION_OPTION = typer.Option(
+    "default", "--collection", "-c", help="The collection of documents to use: its documents only (default: default).")
 NO_SERVER_OPTION = typer.Option(
     False, "--no-server", help="Answer in this process instead of through the resident rag server ($RAG_NO_SERVER=1).")
 

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from ..errors import engine_errors
 from ..index.location import shown
-from .common import INDEX_OPTION, IngestBar, app, counting, echo_json, err, command_pipeline, settings, user_errors
+from .common import COLLECTION_OPTION, INDEX_OPTION, IngestBar, app, counting, echo_json, err, command_pipeline, settings, user_errors
 
 if TYPE_CHECKING:
     from ..ingest.run import IngestReport
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 def ingest(
     paths: List[Path] = typer.Argument(..., help="Files or folders to index."),
     index: Optional[str] = INDEX_OPTION,
+    collection: str = COLLECTION_OPTION,
     include: List[str] = typer.Option([], "--include", help="Only files matching this glob (repeatable), e.g. '*.md'."),
     exclude: List[str] = typer.Option([], "--exclude", help="Skip files matching this glob (repeatable)."),
     chunk_tokens: Optional[int] = typer.Option(None, help="Chunk size in embedding-model tokens (default: 200, or the index's)."),
@@ -37,7 +38,8 @@ def ingest(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (one line per ingest)."),
 ) -> None:
     """Index documents, incrementally: text, Markdown, reStructuredText, HTML,
-    PDF, Word, PowerPoint, Excel, CSV, EPUB and source code."""
+    PDF, Word, PowerPoint, Excel, CSV, EPUB and source code. --collection
+    puts them in a named collection; no other collection is touched."""
     options = dict(include=include, exclude=exclude, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens)
     stored = None
     with user_errors(interrupted="interrupted; the index is as it was before this command"):
@@ -45,7 +47,7 @@ def ingest(
         if precompute_kv:
             p.passages.check()  # before the ingest: say now that it cannot be done
         with IngestBar.shown(transient=as_json) as bar:
-            report = p.ingest(paths, rebuild=rebuild, progress=bar, **options)
+            report = p.ingest(paths, rebuild=rebuild, progress=bar, collection=collection, **options)
         if precompute_kv:
             stored = _precompute(p, transient=as_json)
     print_report(report, p.index_location, as_json, stored)
@@ -63,7 +65,7 @@ def ingest(
 
     with user_errors():
         try:
-            p.library.watch(paths, changed, max_file_bytes=p.settings.max_file_bytes, **options)
+            p.library.watch(paths, changed, max_file_bytes=p.settings.max_file_bytes, collection=collection, **options)
         except KeyboardInterrupt:  # the way to stop watching: a clean end, not an error
             pass
     err().print("stopped watching; the index holds the last change published")

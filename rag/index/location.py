@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Iterator, Union
 
 from ..errors import redacted
 from ..paths import is_database_url
+from .collection_names import DEFAULT_COLLECTION
 from .manifest import Manifest
 
 if TYPE_CHECKING:  # the client path reads settings, and must not import NumPy
@@ -69,10 +70,10 @@ class _FolderStore:
 
         return FolderIndex.open(Path(location), embedder=embedder, dim=dim)
 
-    def open_writer(self, location, manifest: Manifest, *, fresh: bool = False):
+    def open_writer(self, location, manifest: Manifest, *, fresh: bool = False, collection: str = DEFAULT_COLLECTION):
         from .store import open_writer
 
-        return open_writer(Path(location), manifest, fresh=fresh)
+        return open_writer(Path(location), manifest, fresh=fresh, collection=collection)
 
     def verify(self, location) -> dict[str, object]:
         from .generations import verify
@@ -103,10 +104,10 @@ class _PostgresStore:
 
         return PostgresIndex.open(str(location), embedder=embedder, dim=dim)
 
-    def open_writer(self, location, manifest: Manifest, *, fresh: bool = False):
+    def open_writer(self, location, manifest: Manifest, *, fresh: bool = False, collection: str = DEFAULT_COLLECTION):
         from . import postgres
 
-        return postgres.open_writer(str(location), manifest, fresh=fresh)
+        return postgres.open_writer(str(location), manifest, fresh=fresh, collection=collection)
 
     def verify(self, location) -> dict[str, object]:
         # A database holds one generation, the live one, whose integrity is the server's.
@@ -146,10 +147,11 @@ def open_index(location: IndexLocation, *, embedder: str, dim: int) -> IndexRead
 
 
 @contextlib.contextmanager
-def open_writer(location: IndexLocation, manifest: Manifest, *, fresh: bool = False) -> Iterator[IndexWriter]:
+def open_writer(location: IndexLocation, manifest: Manifest, *, fresh: bool = False,
+                collection: str = DEFAULT_COLLECTION) -> Iterator[IndexWriter]:
     """Changes to the index at ``location``, published only by ``commit()``
     (an :class:`IndexWriter`; see ``store.open_writer`` and ``postgres.open_writer``)."""
-    with store_for(location).open_writer(location, manifest, fresh=fresh) as writer:
+    with store_for(location).open_writer(location, manifest, fresh=fresh, collection=collection) as writer:
         yield writer
 
 

@@ -51,6 +51,7 @@ from . import language
 from .interface import HIT_COLUMNS, hit_of, stats_of, text_ending_at
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
+from .collection_names import DEFAULT_COLLECTION
 from .records import FileRecord, Hit, NewChunk, embedded_text, location_json, stored_location
 
 S = "rag_index"  # the schema every table lives in
@@ -73,13 +74,14 @@ CREATE SCHEMA IF NOT EXISTS {S};
 CREATE TABLE {S}.meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE {S}.files (
     id BIGSERIAL PRIMARY KEY,
+    collection TEXT NOT NULL DEFAULT 'default',  -- rag.index.collection_names
     root TEXT NOT NULL,           -- absolute path that was ingested
     source TEXT NOT NULL,         -- path relative to root, '/'-separated
     path TEXT NOT NULL,           -- absolute path of the file when read
     sha256 TEXT NOT NULL,
     size BIGINT NOT NULL,
     n_chunks INTEGER NOT NULL,
-    UNIQUE (root, source)
+    UNIQUE (collection, root, source)
 );
 CREATE TABLE {S}.chunks (
     id BIGSERIAL PRIMARY KEY,               -- never reused: a reader's ids stay valid or vanish
@@ -372,13 +374,23 @@ class PostgresIndex:
             rows = db.execute(_LEXICAL.format(where=where), params).fetchall()
         return [(int(i), float(s)) for i, s in rows if s > 0]
 
-    def chunk_ids_of(self, sources: Callable[[str], bool], key: object) -> np.ndarray:
-        """The ids of the chunks of every file whose source ``sources``
-        accepts, sorted; remembered under ``key`` (the last 64 scopes)."""
+    def collections(self) -> dict[str, int]:
+        """The files of each collection that has any, by its name."""
+        with self._access() as db:
+            return dict(db.execute(f"SELECT {_collection_column(db)}, COUNT(*) FROM {S}.files GROUP BY 1").fetchall())
+
+    def chunk_ids_of(self, sources: Callable[[str], bool], key: object, collection: str | None = None) -> np.ndarray:
+        """The ids of the chunks of every file (of ``collection``; None: of
+        any) whose source ``sources`` accepts, sorted; remembered under
+        ``key`` (the last 64 scopes)."""
+        key = (key, collection)
         found = self._scopes.get(key)
         if found is None:
             with self._access() as db:
-                files = [i for i, source in db.execute(f"SELECT id, source FROM {S}.files") if sources(source)]
+                rows = db.execute(f"SELECT id, source FROM {S}.files WHERE {_collection_column(db)} = %s",
+                                  (collection,)) if collection is not None else \
+                    db.execute(f"SELECT id, source FROM {S}.files")
+                files = [i for i, source in rows if sources(source)]
                 ids = [r[0] for r in db.execute(f"SELECT id FROM {S}.chunks WHERE file_id = ANY(%s::bigint[])",
                                                 (files,))]
             found = np.sort(np.asarray(ids, dtype=np.int64))
@@ -417,10 +429,11 @@ class PostgresIndex:
                 "AND p.position = c.position - 1 WHERE c.chunk_id = %s", (hit.chunk_id,)).fetchone()
         return text_ending_at(row, hit)
 
-    def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
-        """The ingested files, keyed by ``(root, source)``, optionally only those ingested from ``root``."""
+    def files(self, root: str | None = None, collection: str = DEFAULT_COLLECTION) -> dict[tuple[str, str], FileRecord]:
+        """The ingested files of ``collection``, keyed by ``(root, source)``,
+        optionally only those ingested from ``root``."""
         with self._access() as db:
-            return _files(db, root)
+            return _files(db, root, collection)
 
     def passages(self) -> list[tuple[str, str, int | None]]:
         """Every chunk as a prompt shows it: ``(source, text, page)``, in id order."""
@@ -450,7 +463,7 @@ class PostgresIndex:
             ).fetchone()[0]
         return stats_of(self, store="postgresql", generation=self.name, files=n_files, chunks=n_chunks,
                         tokens=n_tokens, vectors=n_chunks, vector_search=describe(self._meta), lexical=True,
-                        size=size, languages=dict(self._languages()))
+                        size=size, languages=dict(self._languages()), collections=self.collections())
 
 
 # -- writing --------------------------------------------------------------------
@@ -460,8 +473,10 @@ class PostgresWriter:
     """Changes to the index in one transaction until :meth:`commit`, as
     ``store.FolderWriter``; use :func:`open_writer`."""
 
-    def __init__(self, url: str, db, manifest: Manifest, *, approximate_from: int | None = None) -> None:
+    def __init__(self, url: str, db, manifest: Manifest, *, approximate_from: int | None = None,
+                 collection: str = DEFAULT_COLLECTION) -> None:
         self.url = url
+        self.collection = collection  # the one collection it reads and changes
         self.manifest = manifest
         self._db = db
         self.approximate_from = APPROXIMATE_FROM if approximate_from is None else approximate_from
@@ -470,8 +485,15 @@ class PostgresWriter:
         self._changed = 0  # chunks added and removed
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
-        """The files as this transaction sees them, as ``IndexReader.files``."""
-        return _files(self._db, root)
+        """The files of its collection as this transaction sees them, as ``IndexReader.files``."""
+        return _files(self._db, root, self.collection)
+
+    def remove_collection(self) -> int:
+        """Remove every file of its collection, with their chunks; how many files."""
+        records = list(self.files().values())
+        for record in records:
+            self.remove_file(record.id)
+        return len(records)
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks, vectors and postings."""
@@ -491,8 +513,9 @@ class PostgresWriter:
             raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
         db = self._db
         file_id = db.execute(
-            f"INSERT INTO {S}.files (root, source, path, sha256, size, n_chunks) VALUES (%s, %s, %s, %s, %s, %s) "
-            "RETURNING id", (root, source, path, sha256, size, len(chunks))).fetchone()[0]
+            f"INSERT INTO {S}.files (collection, root, source, path, sha256, size, n_chunks) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
+            (self.collection, root, source, path, sha256, size, len(chunks))).fetchone()[0]
         if not chunks:
             return
         self._changed += len(chunks)
@@ -588,10 +611,11 @@ def _create_extension(db, url: str) -> None:
 
 @contextlib.contextmanager
 def open_writer(url: str, manifest: Manifest, *, fresh: bool = False, wait_s: float | None = None,
-                approximate_from: int | None = None) -> Iterator[PostgresWriter]:
-    """Stage changes to the index at ``url`` in one transaction (the tables
-    created on first use; ``fresh``: replaced by empty ones, in the same
-    transaction). The caller calls ``commit()``; anything else (an
+                approximate_from: int | None = None, collection: str = DEFAULT_COLLECTION) -> Iterator[PostgresWriter]:
+    """Stage changes to ``collection`` of the index at ``url`` in one
+    transaction (the tables created on first use; ``fresh``: replaced by
+    empty ones, in the same transaction, refused with a RagError while they
+    hold other collections). The caller calls ``commit()``; anything else (an
     exception, a crash, a return without commit) rolls back, and readers
     never see a part of it. Raises IndexBusy if another writer holds the
     index past ``wait_s`` seconds, IndexMismatch if it was built with other
@@ -607,10 +631,13 @@ def open_writer(url: str, manifest: Manifest, *, fresh: bool = False, wait_s: fl
             _create_extension(db, url)
             _, register_vector = _modules()
             register_vector(db)
+            if _has_index(db) and fresh:
+                _refuse_dropping_others(db, collection)
             if _has_index(db) and not fresh:
                 meta = _meta(db)
                 check_manifest(_manifest(meta, url), redacted(url), embedder=manifest.embedder, dim=manifest.dim,
                                chunker=manifest.chunker)
+                _with_collections(db)
             else:
                 db.execute(f"DROP SCHEMA IF EXISTS {S} CASCADE")
                 db.execute(_SCHEMA % {"dim": int(manifest.dim)})
@@ -623,7 +650,7 @@ def open_writer(url: str, manifest: Manifest, *, fresh: bool = False, wait_s: fl
             raise _unreachable(url, exc) from None
         except psycopg.Error as exc:
             raise _failed(url, exc) from None
-        writer = PostgresWriter(url, db, manifest, approximate_from=approximate_from)
+        writer = PostgresWriter(url, db, manifest, approximate_from=approximate_from, collection=collection)
         try:
             yield writer
         except psycopg.OperationalError as exc:
@@ -638,10 +665,40 @@ def open_writer(url: str, manifest: Manifest, *, fresh: bool = False, wait_s: fl
             db.close()
 
 
-def _files(db, root: str | None) -> dict[tuple[str, str], FileRecord]:
-    query = f"SELECT id, root, source, sha256, n_chunks FROM {S}.files"
-    rows = db.execute(query + " WHERE root = %s", (root,)) if root is not None else db.execute(query)
+def _files(db, root: str | None, collection: str) -> dict[tuple[str, str], FileRecord]:
+    query = f"SELECT id, root, source, sha256, n_chunks FROM {S}.files WHERE {_collection_column(db)} = %s"
+    rows = db.execute(query + " AND root = %s", (collection, root)) if root is not None else \
+        db.execute(query, (collection,))
     return {(r[1], r[2]): FileRecord(*r) for r in rows}
+
+
+def _collection_column(db) -> str:
+    """What names a file's collection in queries: its column, or for an
+    index written before collections (until its next writer adds the
+    column), the default collection. Asked each time: a writer may add it
+    while a reader is open."""
+    found = db.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = 'files' "
+                       "AND column_name = 'collection'", (S,)).fetchone()
+    return "collection" if found else f"'{DEFAULT_COLLECTION}'"
+
+
+def _with_collections(db) -> None:
+    """Give an index written before collections its column, every file in
+    the default collection, unique per collection (in the writer's transaction)."""
+    if _collection_column(db) == "collection":
+        return
+    db.execute(f"ALTER TABLE {S}.files ADD COLUMN collection TEXT NOT NULL DEFAULT '{DEFAULT_COLLECTION}'")
+    db.execute(f"ALTER TABLE {S}.files DROP CONSTRAINT IF EXISTS files_root_source_key")
+    db.execute(f"ALTER TABLE {S}.files ADD CONSTRAINT files_collection_root_source_key UNIQUE (collection, root, source)")
+
+
+def _refuse_dropping_others(db, collection: str) -> None:
+    """A RagError when the index holds files of collections other than ``collection``."""
+    others = sorted(name for (name,) in db.execute(f"SELECT DISTINCT {_collection_column(db)} FROM {S}.files")
+                    if name != collection)
+    if others:
+        raise RagError(f"rebuilding starts from an empty index and would drop the collections {', '.join(others)}; "
+                       "delete them first (rag collections delete NAME), or rebuild into another database")
 
 
 def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:

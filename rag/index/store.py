@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from ..errors import IndexBusy, IndexDamaged
+from ..errors import IndexBusy, IndexDamaged, IndexNotFound, RagError
 from .generations import (
     choose,
     fsync_dir,
@@ -41,6 +41,7 @@ from .generations import (
 )
 from .lexical import LexicalIndex
 from .interface import HIT_COLUMNS, hit_of, stats_of, text_ending_at
+from .collection_names import DEFAULT_COLLECTION
 from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
 from .vectors import describe, fit_vectors, new_vectors, vector_search
@@ -48,18 +49,23 @@ from .vectors import describe, fit_vectors, new_vectors, vector_search
 LEXICAL_FOLDER = "bm25"  # optional in a generation: rebuilt when absent or stale, and saved again
 _DAMAGE = (RuntimeError, sqlite3.DatabaseError, OSError, ValueError, MemoryError)
 
-_SCHEMA = """
-CREATE TABLE files (
+# The files table, with each file's collection (rag.index.collection_names): an index written
+# before collections is given the column by its next writer (``_with_collections``).
+_FILES = """CREATE TABLE {name} (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
+    collection TEXT NOT NULL DEFAULT 'default',
     root TEXT NOT NULL,           -- absolute path that was ingested
     source TEXT NOT NULL,         -- path relative to root, '/'-separated
     path TEXT NOT NULL,           -- absolute path of the file when read
     sha256 TEXT NOT NULL,
     size INTEGER NOT NULL,
     n_chunks INTEGER NOT NULL,
-    UNIQUE (root, source)
+    UNIQUE (collection, root, source)
 );
-CREATE TABLE chunks (
+"""
+
+_SCHEMA = """
+{files}CREATE TABLE chunks (
     id INTEGER PRIMARY KEY AUTOINCREMENT,   -- the FAISS id
     chunk_id TEXT NOT NULL UNIQUE,
     file_id INTEGER NOT NULL REFERENCES files(id) ON DELETE CASCADE,
@@ -75,7 +81,7 @@ CREATE TABLE chunks (
     lang TEXT NOT NULL DEFAULT 'en'         -- ISO 639-1, detected at ingest: how BM25 and the evidence read it
 );
 CREATE INDEX chunks_file ON chunks(file_id);
-"""
+""".replace("{files}", _FILES.format(name="files"))
 
 
 def live_manifest(directory: Path) -> Manifest:
@@ -97,6 +103,8 @@ class FolderIndex:
         self._scopes: OrderedDict[object, np.ndarray] = OrderedDict()  # chunk ids in a scope, by the scope
         self.notes: list[str] = list(notes)  # what was wrong, for the user: damage, a stale BM25 folder
         self.on_note = lambda note: None  # told each note as it is found
+        self._collection = _collection_column(db)
+        self._counts = dict(db.execute(f"SELECT {self._collection}, COUNT(*) FROM files GROUP BY 1"))
 
     def _note(self, note: str) -> None:
         self.notes.append(note)
@@ -154,23 +162,30 @@ class FolderIndex:
         with ``query``, best first, among the chunk ids ``allowed`` (None: all)."""
         return self.lexical().search(query, k, allowed=allowed)
 
-    def chunk_ids_of(self, sources: Callable[[str], bool], key: object) -> np.ndarray:
-        """The ids of the chunks of every file whose source ``sources``
-        accepts, sorted; remembered under ``key`` (the last 64 scopes)."""
-        found = self._scopes.get(key)
+    def collections(self) -> dict[str, int]:
+        """The files of each collection that has any, by its name."""
+        return dict(self._counts)
+
+    def chunk_ids_of(self, sources: Callable[[str], bool], key: object, collection: str | None = None) -> np.ndarray:
+        """The ids of the chunks of every file (of ``collection``; None:
+        of any) whose source ``sources`` accepts, sorted; remembered under
+        ``key`` (the last 64 scopes)."""
+        found = self._scopes.get((key, collection))
         if found is None:
-            files = [i for i, source in self._db.execute("SELECT id, source FROM files") if sources(source)]
+            rows = self._db.execute(f"SELECT id, source FROM files WHERE {self._collection} = ?", (collection,)) \
+                if collection is not None else self._db.execute("SELECT id, source FROM files")
+            files = [i for i, source in rows if sources(source)]
             ids: list[int] = []
             for at in range(0, len(files), 500):  # SQLite bounds the parameters of one statement
                 part = files[at:at + 500]
                 ids += [r[0] for r in self._db.execute(
                     f"SELECT id FROM chunks WHERE file_id IN ({','.join('?' * len(part))})", part)]
             found = np.sort(np.asarray(ids, dtype=np.int64))
-            self._scopes[key] = found
+            self._scopes[(key, collection)] = found
             while len(self._scopes) > 64:
                 self._scopes.popitem(last=False)
         else:
-            self._scopes.move_to_end(key)
+            self._scopes.move_to_end((key, collection))
         return found
 
     def lexical(self) -> LexicalIndex:
@@ -292,10 +307,10 @@ class FolderIndex:
             "AND p.position = c.position - 1 WHERE c.chunk_id = ?", (hit.chunk_id,)).fetchone()
         return text_ending_at(row, hit)
 
-    def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
-        """The ingested files, keyed by ``(root, source)``, optionally only
-        those ingested from ``root``."""
-        return _files(self._db, root)
+    def files(self, root: str | None = None, collection: str = DEFAULT_COLLECTION) -> dict[tuple[str, str], FileRecord]:
+        """The ingested files of ``collection``, keyed by ``(root, source)``,
+        optionally only those ingested from ``root``."""
+        return _files(self._db, root, collection, self._collection)
 
     def stats(self) -> dict[str, object]:
         """Counts and sizes for ``rag doctor``."""
@@ -306,7 +321,7 @@ class FolderIndex:
         languages = dict(self._db.execute("SELECT lang, COUNT(*) FROM chunks GROUP BY lang ORDER BY lang"))
         return stats_of(self, files=n_files, chunks=n_chunks, tokens=n_tokens, vectors=len(self),
                         vector_search=describe(self._vectors), lexical=(self.generation / LEXICAL_FOLDER).is_dir(),
-                        size=size, languages=languages)
+                        size=size, languages=languages, collections=self.collections())
 
 
 class FolderWriter:
@@ -317,8 +332,9 @@ class FolderWriter:
     """
 
     def __init__(self, directory: Path, staged: Path, manifest: Manifest, vectors, db: sqlite3.Connection,
-                 live: Path | None = None):
+                 live: Path | None = None, collection: str = DEFAULT_COLLECTION):
         self.directory = directory
+        self.collection = collection  # the one collection it reads and changes
         self.staged = staged
         self.manifest = manifest
         self._vectors = vectors
@@ -330,8 +346,15 @@ class FolderWriter:
         self.committed = False
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]:
-        """The files in the staged generation, as :meth:`FolderIndex.files`."""
-        return _files(self._db, root)
+        """The files of its collection in the staged generation, as :meth:`FolderIndex.files`."""
+        return _files(self._db, root, self.collection)
+
+    def remove_collection(self) -> int:
+        """Remove every file of its collection, with their chunks; how many files."""
+        records = list(self.files().values())
+        for record in records:
+            self.remove_file(record.id)
+        return len(records)
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks and vectors."""
@@ -356,8 +379,8 @@ class FolderWriter:
         if len(chunks) != len(vectors):
             raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
         cur = self._db.execute(
-            "INSERT INTO files (root, source, path, sha256, size, n_chunks) VALUES (?, ?, ?, ?, ?, ?)",
-            (root, source, path, sha256, size, len(chunks)),
+            "INSERT INTO files (collection, root, source, path, sha256, size, n_chunks) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self.collection, root, source, path, sha256, size, len(chunks)),
         )
         file_id = cur.lastrowid
         ids = []
@@ -422,10 +445,12 @@ class FolderWriter:
 
 
 @contextlib.contextmanager
-def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> Iterator[FolderWriter]:
-    """Stage changes to the index in ``directory`` (created if missing),
-    starting from a copy of the generation it answers from (or, ``fresh``,
-    from an empty index).
+def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False,
+                collection: str = DEFAULT_COLLECTION) -> Iterator[FolderWriter]:
+    """Stage changes to ``collection`` of the index in ``directory``
+    (created if missing), starting from a copy of the generation it answers
+    from (or, ``fresh``, from an empty index: refused with a RagError while
+    the live one holds other collections, which it would drop).
 
     The caller calls ``commit()``; anything else (an exception, a crash, a
     return without commit) leaves the live generation as it was. Raises
@@ -443,6 +468,8 @@ def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> 
         if live is not None:
             check_manifest(Manifest.read(live / "manifest.json"), directory,
                            embedder=manifest.embedder, dim=manifest.dim, chunker=manifest.chunker)
+        if fresh:
+            _refuse_dropping_others(directory, collection)
         # Leftovers of interrupted writes go; the live one and the one kept to fall back to stay.
         keep = {g.name for g in generations(directory)[:2] if problem(g, full=False) is None}
         remove_others(directory, keep=keep | ({live.name} if live else set()))
@@ -458,13 +485,14 @@ def open_writer(directory: Path, manifest: Manifest, *, fresh: bool = False) -> 
                     src = _connect(live / "chunks.sqlite", readonly=True)
                     src.backup(db)
                     src.close()
+                    _with_collections(db)
                 except _DAMAGE as exc:
                     raise IndexDamaged(f"{live}: cannot be read ({exc}); rebuild the index with "
                                        f"`rag ingest --rebuild PATH --index {directory}`") from None
             else:
                 vectors = new_vectors(manifest.dim)
                 db.executescript(_SCHEMA)
-            writer = FolderWriter(directory, staged, manifest, vectors, db, live)
+            writer = FolderWriter(directory, staged, manifest, vectors, db, live, collection)
             writer.notes.extend(chosen.notes if chosen else ())
             yield writer
         finally:
@@ -514,7 +542,51 @@ def _connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     return db
 
 
-def _files(db: sqlite3.Connection, root: str | None) -> dict[tuple[str, str], FileRecord]:
-    query = "SELECT id, root, source, sha256, n_chunks FROM files"
-    rows = db.execute(query + " WHERE root = ?", (root,)) if root is not None else db.execute(query)
+def _files(db: sqlite3.Connection, root: str | None, collection: str,
+           column: str = "collection") -> dict[tuple[str, str], FileRecord]:
+    query = f"SELECT id, root, source, sha256, n_chunks FROM files WHERE {column} = ?"
+    rows = db.execute(query + " AND root = ?", (collection, root)) if root is not None else \
+        db.execute(query, (collection,))
     return {(r[1], r[2]): FileRecord(*r) for r in rows}
+
+
+def _collection_column(db: sqlite3.Connection) -> str:
+    """What names a file's collection in ``db``'s queries: its column, or
+    for an index written before collections, the default collection."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(files)")}
+    return "collection" if "collection" in columns else f"'{DEFAULT_COLLECTION}'"
+
+
+def _with_collections(db: sqlite3.Connection) -> None:
+    """Give an index written before collections its column: the files
+    table is made again with it (SQLite cannot change a UNIQUE constraint in
+    place), every file in the default collection, ids kept."""
+    if _collection_column(db) == "collection":
+        return
+    db.commit()
+    db.execute("PRAGMA foreign_keys = OFF")  # the chunks' references go to the new table once it is renamed
+    db.executescript(_FILES.format(name="files_new") + """
+        INSERT INTO files_new (id, root, source, path, sha256, size, n_chunks)
+            SELECT id, root, source, path, sha256, size, n_chunks FROM files;
+        DROP TABLE files;
+        ALTER TABLE files_new RENAME TO files;
+    """)
+    db.execute("PRAGMA foreign_keys = ON")
+
+
+def _refuse_dropping_others(directory: Path, collection: str) -> None:
+    """A RagError when the live generation of ``directory`` holds files of
+    collections other than ``collection`` (one that cannot be read holds
+    nothing to keep)."""
+    try:
+        db = _connect(choose(directory).generation / "chunks.sqlite", readonly=True)
+        try:
+            column = _collection_column(db)
+            others = sorted(name for (name,) in db.execute(f"SELECT DISTINCT {column} FROM files") if name != collection)
+        finally:
+            db.close()
+    except (*_DAMAGE, IndexDamaged, IndexNotFound):
+        return
+    if others:
+        raise RagError(f"rebuilding starts from an empty index and would drop the collections {', '.join(others)}; "
+                       f"delete them first (rag collections delete NAME), or rebuild into a new --index")

@@ -21,6 +21,7 @@ try:
 except ImportError:  # not on Windows: uploads are then serialised by the service alone
     fcntl = None  # type: ignore[assignment]
 
+from ..index.collection_names import DEFAULT_COLLECTION
 from ..errors import DocumentNotFound, RagError
 from ..index.generations import open_lock_file
 from ..index.location import IndexLocation, folder_of, index_exists, as_index_location, live_manifest, open_index, \
@@ -172,15 +173,18 @@ class DocumentLibrary:
         progress: IngestProgress | None = None,
         follow_links: bool = True,
         cancel: threading.Event | None = None,
+        collection: str = DEFAULT_COLLECTION,
     ) -> IngestReport:
-        """Add, update and remove documents under ``paths``, incrementally
-        and atomically; see :func:`rag.ingest.run.ingest` (``cancel``, or
-        :meth:`stop_ingests`, stops it: IngestCancelled, nothing published)."""
+        """Add, update and remove documents under ``paths`` in
+        ``collection``, incrementally and atomically (no other collection's
+        documents are read or touched); see :func:`rag.ingest.run.ingest`
+        (``cancel``, or :meth:`stop_ingests`, stops it: IngestCancelled,
+        nothing published)."""
         chunker = self.chunker(chunk_tokens, overlap_tokens, fresh=rebuild)
         with self._cancellable(cancel) as cancel:
             report = ingest(self.index_location, paths, embedder=self._embedder(), chunker=chunker, include=include,
                             exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress,
-                            follow_links=follow_links, cancel=cancel)
+                            follow_links=follow_links, cancel=cancel, collection=collection)
         self._changed()
         return report
 
@@ -320,6 +324,20 @@ class DocumentLibrary:
         if Path(record.root).resolve() == self.uploads_dir.resolve() and uploaded.is_file():
             uploaded.unlink()
         return {"id": doc_id, "source": record.source, "chunks": record.n_chunks}
+
+    def remove_collection(self, collection: str) -> int:
+        """Remove every document of ``collection`` from the index, atomically,
+        with its chunks (uploaded files stay on disk); how many documents.
+        DocumentNotFound when it holds none."""
+        if not index_exists(self.index_location):
+            raise DocumentNotFound(f"no collection {collection!r}: the index is empty")
+        with open_writer(self.index_location, live_manifest(self.index_location), collection=collection) as writer:
+            removed = writer.remove_collection()
+            if not removed:
+                raise DocumentNotFound(f"no collection {collection!r} (rag collections lists them)")
+            writer.commit()
+        self._changed()
+        return removed
 
     def locate(self, doc_id: str, files: dict) -> DocumentFile:
         """The file of the document ``doc_id`` among the files of an open

@@ -23,6 +23,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..errors import DocumentError, RagError
+from ..index.collection_names import DEFAULT_COLLECTION
 from ..index.language import languages_of
 from ..index.manifest import Manifest
 from ..index.location import IndexLocation, index_exists, open_writer
@@ -129,9 +130,12 @@ class IngestReport:
         }
 
 
-def chunk_id(root: str, source: str, position: int, chunk: TextChunk) -> str:
-    """A stable id for a chunk: the same file content gives the same ids."""
-    digest = hashlib.sha256(f"{root}\0{source}\0{position}\0{chunk.start}\0{chunk.text}".encode("utf-8"))
+def chunk_id(root: str, source: str, position: int, chunk: TextChunk, collection: str = DEFAULT_COLLECTION) -> str:
+    """A stable id for a chunk: the same file content in the same collection
+    gives the same ids (those of the default collection are what they were
+    before collections)."""
+    within = "" if collection == DEFAULT_COLLECTION else f"{collection}\0"
+    digest = hashlib.sha256(f"{within}{root}\0{source}\0{position}\0{chunk.start}\0{chunk.text}".encode("utf-8"))
     return digest.hexdigest()[:16]
 
 
@@ -157,6 +161,7 @@ def ingest(
     progress: IngestProgress | None = None,
     follow_links: bool = True,
     cancel: threading.Event | None = None,
+    collection: str = DEFAULT_COLLECTION,
 ) -> IngestReport:
     """Bring the index in ``index_location`` (a folder, or a PostgreSQL URL: see
     ``rag.index.location``) up to date with the files under
@@ -181,6 +186,8 @@ def ingest(
     instead of the live one (a damaged index is repaired so). Symbolic
     links in a folder are read only when they lead to a file inside it, and
     never with ``follow_links`` False (see :func:`~rag.ingest.files.find_files`).
+    Everything happens within ``collection``: the files of other
+    collections are neither compared, removed nor rebuilt.
     """
     started = time.perf_counter()
     report = IngestReport()
@@ -192,7 +199,7 @@ def ingest(
     manifest = Manifest(embedder=embedder.name, dim=embedder.dim, chunker=chunker.settings.to_dict())
     if progress:
         progress.start(len(found.files), sum(f.size for f in found.files))
-    with open_writer(index_location, manifest, fresh=rebuild) as writer:
+    with open_writer(index_location, manifest, fresh=rebuild, collection=collection) as writer:
         report.notes.extend(writer.notes)
         known = writer.files()
         pending: list[_Pending] = []
@@ -328,7 +335,7 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
         writer.add_file(
             root=p.file.root, source=p.file.source, path=safe_name(str(p.file.path)), sha256=p.sha256, size=p.size,
             chunks=[
-                NewChunk(chunk_id(p.file.root, p.file.source, i, c), i, c.start, c.end, c.page, c.n_tokens, c.text,
+                NewChunk(chunk_id(p.file.root, p.file.source, i, c, writer.collection), i, c.start, c.end, c.page, c.n_tokens, c.text,
                          context=c.context, location=c.location.to_dict(), lang=lang)
                 for i, (c, lang) in enumerate(zip(p.chunks, langs))
             ],

@@ -12,12 +12,13 @@ retrieval mode default to the pipeline's settings when left None).
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..conversations.store import check_session_id
 from ..errors import RagError
+from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name
 from ..retrieval.scope import Scope
 
 DEFAULT_MAX_TOKENS = 256
@@ -59,6 +60,17 @@ def valid_search(query: object, k: int, scope: "Scope | dict | None") -> tuple[s
     return query, scope
 
 
+def _valid_collection(value: str) -> str:
+    try:
+        return check_collection_name(value)
+    except RagError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# A collection's name wherever a request names one (asks, searches, uploads): checked the same way.
+CollectionName = Annotated[str, AfterValidator(_valid_collection)]
+
+
 class AskOptions(BaseModel):
     """How to answer one question.
 
@@ -68,7 +80,8 @@ class AskOptions(BaseModel):
     ``min_k``/``max_k``: fewest and most of them in the prompt.
     ``retrieval``: hybrid, dense or bm25 (None: the pipeline's). ``scope``:
     the documents to draw on (source globs and file types; default all),
-    applied inside retrieval, before the budget. ``session``:
+    applied inside retrieval, before the budget. ``collection``: the
+    collection those documents are in (retrieval never leaves it). ``session``:
     the conversation it continues. ``explain``: the caller wants the budget
     decisions shown. ``expected_wait_s``: time the request is expected to
     wait for the engine behind others; the budget plans for it.
@@ -104,6 +117,8 @@ class AskOptions(BaseModel):
     scope: Scope = Field(Scope(), description=(
         'Only these documents: {"sources": [glob, ...], "types": ["pdf", ...]}; applied inside retrieval, '
         "before the budget"))
+    collection: CollectionName = Field(DEFAULT_COLLECTION,
+                                       description="The collection to draw on: its documents only")
     session: Optional[str] = Field(None, max_length=128, description="Continue (or start) the conversation with this id")
     explain: bool = False
     expected_wait_s: float = Field(0.0, ge=0)

@@ -31,6 +31,7 @@ from ..errors import IndexNotFound, engine_errors
 from ..index.language import QUESTION_WORDS, detect
 from ..index.location import IndexLocation, folder_of, index_exists, as_index_location
 from ..index.interface import IndexReader
+from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name
 from ..index.records import Hit
 from ..ingest.embed import Embedder, GivingWay
 from ..ingest.content import DocumentFile
@@ -251,15 +252,28 @@ class Pipeline:
 
     def ingest(self, paths_: Sequence[str | os.PathLike[str]], *, include: Sequence[str] = (),
                exclude: Sequence[str] = (), chunk_tokens: int | None = None, overlap_tokens: int | None = None,
-               rebuild: bool = False, progress: IngestProgress | None = None) -> IngestReport:
-        """Add, update and remove documents under ``paths_`` in this
-        pipeline's index, incrementally and atomically (``rebuild``: from an
-        empty index); see :func:`rag.ingest.run.ingest`. Unreadable files are
-        listed in the report's ``failed``, files not read in ``ignored``;
-        neither stops the rest."""
+               rebuild: bool = False, progress: IngestProgress | None = None,
+               collection: str = DEFAULT_COLLECTION) -> IngestReport:
+        """Add, update and remove documents under ``paths_`` in
+        ``collection`` of this pipeline's index, incrementally and
+        atomically (``rebuild``: from an empty index); see
+        :func:`rag.ingest.run.ingest`. Unreadable files are listed in the
+        report's ``failed``, files not read in ``ignored``; neither stops the rest."""
         return self.library.ingest(paths_, include=include, exclude=exclude, chunk_tokens=chunk_tokens,
                                    overlap_tokens=overlap_tokens, max_file_bytes=self.settings.max_file_bytes,
-                                   rebuild=rebuild, progress=progress)
+                                   rebuild=rebuild, progress=progress, collection=check_collection_name(collection))
+
+    def remove_collection(self, collection: str) -> int:
+        """Remove ``collection`` and every document in it (their chunks with
+        them), atomically; how many documents. DocumentNotFound when it holds none."""
+        return self.library.remove_collection(check_collection_name(collection))
+
+    def collections(self) -> dict[str, int]:
+        """The collections of the index with the documents each holds (none: no index yet)."""
+        try:
+            return self.index().collections()
+        except IndexNotFound:
+            return {}
 
     def documents(self) -> list[dict[str, object]]:
         """The files in the index: ``id`` (stable, opaque), ``source``,
@@ -282,16 +296,19 @@ class Pipeline:
     # -- questions -------------------------------------------------------------
 
     def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None,
-               scope: Scope | dict | None = None) -> list[Hit]:
+               scope: Scope | dict | None = None, collection: str = DEFAULT_COLLECTION) -> list[Hit]:
         """The ``k`` chunks that best match ``query``, best first, each
         scored by its cosine similarity to it; ``mode`` (default: the
         settings') is how they are found: ``"hybrid"`` (dense and BM25 fused
         by rank), ``"dense"`` or ``"bm25"``; ``scope`` (a :class:`Scope`, or
         ``{"sources": [glob, ...], "types": ["pdf", ...]}``) the documents
-        searched, a RagError when no indexed document is in it."""
+        searched, those of ``collection`` only; a RagError when no indexed
+        document is in them."""
         query, scope = valid_search(query, k, scope)
+        collection = check_collection_name(collection)
         mode = check_mode(mode) if mode is not None else self.retrieval
-        return retrieve(self.index(), query, lambda: self.components.query_cache.vector(query), k, mode, scope=scope)
+        return retrieve(self.index(), query, lambda: self.components.query_cache.vector(query), k, mode, scope=scope,
+                        collection=collection)
 
     def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:
         """Answer ``question`` from the index, with sources, budget and
@@ -354,7 +371,8 @@ class Pipeline:
         question = valid_text(question)
         with engine_errors():
             self.prepare()
-            hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
+            hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope,
+                               collection=options.collection)
             hits, ranked = self.evidence(question, hits, options).leading(hits)
             return self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
                                         received, None, ranked=ranked)
@@ -382,7 +400,8 @@ class Pipeline:
                 self.prepare()
                 pieces: list[str] = []
                 target = options.target(self.settings.target_ttft)
-                hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope)
+                hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope,
+                               collection=options.collection)
                 hits, ranked = self.evidence(question, hits, options).leading(hits)
                 floor = options.evidence_floor if options.evidence_floor is not None else self.settings.evidence_floor
                 if ranked.declines(floor) and not (conversation and (conversation.turns or conversation.summary)):

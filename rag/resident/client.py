@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from ..conversations.store import Conversation, Turn
 from ..errors import RagError
+from ..index.collection_names import DEFAULT_COLLECTION
 from ..qa.answer import Answer, Evidence
 from ..qa.options import AskOptions
 from ..qa.stream import AnswerStream, Early
@@ -91,10 +92,11 @@ class ResidentClient:
 
     def _ask_body(self, question: str, options: AskOptions) -> dict:
         target = options.target(self.settings.target_ttft)
+        from ..service.schemas import ASK_BODY_OPTIONS  # the options the body takes: one list for both ends
+
         body = {"question": question, "stream": True, "session": options.session, "max_tokens": options.max_tokens,
-                "max_k": options.max_k, "candidates": options.candidates,
-                "retrieval": options.retrieval or self.settings.retrieval, "evidence": options.evidence,
-                "evidence_floor": options.evidence_floor, "evidence_embed": options.evidence_embed}
+                **{name: getattr(options, name) for name in ASK_BODY_OPTIONS if name != "no_target"},
+                "retrieval": options.retrieval or self.settings.retrieval}
         if options.scope != Scope():
             body["scope"] = options.scope.model_dump(mode="json")
         return body | ({"no_target": True} if target is None else {"target_ttft_s": target})
@@ -122,12 +124,13 @@ class ResidentClient:
                 raise self._gone(exc) from None
         raise RagError(f"the rag server ended the answer without its sources and timings; its log: {self.address.log}")
 
-    def search(self, query: str, k: int = 5, *, mode: str | None = None, scope: Scope | None = None) -> list:
+    def search(self, query: str, k: int = 5, *, mode: str | None = None, scope: Scope | None = None,
+               collection: str = DEFAULT_COLLECTION) -> list:
         """The ``k`` chunks that best match ``query``, as
         :meth:`~rag.qa.pipeline.Pipeline.search` gives them."""
         from ..index.store import Hit  # numpy comes with it; a question does not need it
 
-        body = {"query": query, "k": k, "retrieval": mode or self.settings.retrieval}
+        body = {"query": query, "k": k, "retrieval": mode or self.settings.retrieval, "collection": collection}
         if scope is not None and scope != Scope():
             body["scope"] = scope.model_dump(mode="json")
         return [Hit(**r) for r in self._call("POST", "/v1/search", body)["results"]]

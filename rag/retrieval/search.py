@@ -23,6 +23,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 
 from ..errors import RagError
+from ..index.collection_names import DEFAULT_COLLECTION
 from ..index.interface import IndexReader
 from ..index.records import Hit
 from .scope import Scope
@@ -89,14 +90,20 @@ class ScopeMatchesNothing(RagError):
     """No document in the index is in the scope a question asked for."""
 
 
-def scoped_ids(index: IndexReader, scope: Scope | None) -> np.ndarray | None:
-    """The chunk ids in ``scope`` (None: no restriction); a
-    ScopeMatchesNothing error when no indexed document is in it."""
-    if scope is None or scope.everything:
+def scoped_ids(index: IndexReader, scope: Scope | None, collection: str = DEFAULT_COLLECTION) -> np.ndarray | None:
+    """The chunk ids in ``scope`` within ``collection`` (None: no
+    restriction, the index holding that collection only); a
+    ScopeMatchesNothing error when no indexed document of the collection is
+    in it, or the collection holds none."""
+    everything = scope is None or scope.everything
+    if everything and set(index.collections()) <= {collection}:
         return None
-    allowed = index.chunk_ids_of(scope.allows, scope)
+    allowed = index.chunk_ids_of(scope.allows if scope is not None else _anything, scope, collection)
     if len(allowed) == 0:
-        n = len(index.files())
+        n = len(index.files(collection=collection))
+        if everything or n == 0:
+            raise ScopeMatchesNothing(f"the collection {collection!r} holds no documents yet: "
+                                      f"rag ingest PATH --collection {collection}")
         raise ScopeMatchesNothing(
             f"no document in the index matches {scope.describe()} ({n} document{'s' if n != 1 else ''} indexed; "
             "globs match a source's path relative to the folder ingested, or its name)"
@@ -104,15 +111,19 @@ def scoped_ids(index: IndexReader, scope: Scope | None) -> np.ndarray | None:
     return allowed
 
 
+def _anything(source: str) -> bool:
+    return True
+
+
 def retrieve(
     index: IndexReader, query: str, vector: Callable[[], np.ndarray], k: int, mode: RetrievalMode, *, rrf_k: int = RRF_K,
-    scope: Scope | None = None,
+    scope: Scope | None = None, collection: str = DEFAULT_COLLECTION,
 ) -> list[Hit]:
     """The ``k`` best chunks of ``index`` for ``query`` under ``mode``,
-    only from the documents in ``scope`` (None: all); ``vector()`` gives the
+    only from the documents of ``collection`` in ``scope`` (None: all); ``vector()`` gives the
     query's unit vector when a mode needs it. ScopeMatchesNothing when no
     document is in the scope."""
-    allowed = scoped_ids(index, scope)
+    allowed = scoped_ids(index, scope, collection)
     if mode == "dense":
         return index.search(vector(), k, allowed)
     if mode == "bm25":

@@ -215,7 +215,7 @@ async def search(body: SearchBody, request: Request, state: ServiceState = Depen
         return waited
     try:
         hits = await run_in_threadpool(lambda: state.pipeline.search(body.query, body.k, mode=body.retrieval,
-                                                                     scope=body.scope))
+                                                                     scope=body.scope, collection=body.collection))
     except RagError as exc:
         return failure(exc)
     return {"results": [h.to_dict() for h in hits]}

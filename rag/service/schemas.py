@@ -13,14 +13,16 @@ from pydantic.fields import FieldInfo
 
 from ..conversations.store import valid_session_id
 
-from ..qa.options import DEFAULT_MAX_TOKENS, MAX_CANDIDATES, AskOptions
+from ..index.collection_names import DEFAULT_COLLECTION
+from ..qa.options import DEFAULT_MAX_TOKENS, MAX_CANDIDATES, AskOptions, CollectionName
 from ..retrieval.scope import Scope
 
 
 SCOPE_FIELD = Field(None, description=AskOptions.describe("scope"))
 # The question's options a request may give, declared in AskOptions: here each is optional (None: the
 # service's default), with AskOptions' bounds and words.
-ASK_BODY_OPTIONS = ("no_target", "max_k", "candidates", "retrieval", "evidence", "evidence_floor", "evidence_embed")
+ASK_BODY_OPTIONS = ("no_target", "max_k", "candidates", "retrieval", "evidence", "evidence_floor", "evidence_embed",
+                    "collection")
 
 
 class _AskBase(BaseModel):
@@ -59,6 +61,7 @@ class SearchBody(BaseModel):
     k: int = Field(5, ge=1, le=MAX_CANDIDATES)
     retrieval: Literal["dense", "bm25", "hybrid"] | None = None
     scope: Scope | None = SCOPE_FIELD
+    collection: CollectionName = Field(DEFAULT_COLLECTION, description=AskOptions.describe("collection"))
 
 
 class TextPart(BaseModel):
