@@ -68,6 +68,11 @@ class DocumentNotFound(RagError):
     """No document with that id in the index."""
 
 
+class CollectionNotFound(RagError):
+    """No collection of that name holds documents (or, to a caller that may
+    not read it, none that it may see: the two are told alike)."""
+
+
 class EngineMisconfigured(RagError):
     """Engine options that cannot work together, such as a quantised KV
     cache without flash attention."""

@@ -97,7 +97,8 @@ def _sources(hits) -> set[str]:
 
 
 def test_collections_keep_to_themselves(built, embedder, chunker, tmp_path):
-    from rag.retrieval.search import ScopeMatchesNothing, retrieve
+    from rag.errors import CollectionNotFound
+    from rag.retrieval.search import retrieve
 
     location, index = built
     index.close()
@@ -114,7 +115,7 @@ def test_collections_keep_to_themselves(built, embedder, chunker, tmp_path):
         for mode in ("dense", "bm25", "hybrid"):
             assert "contract.md" not in _sources(retrieve(index, CONTRACT, vector, 20, mode))
             assert _sources(retrieve(index, CONTRACT, vector, 20, mode, collection="acme")) == {"contract.md"}
-        with pytest.raises(ScopeMatchesNothing, match="holds no documents"):
+        with pytest.raises(CollectionNotFound, match="holds no documents"):
             retrieve(index, CONTRACT, vector, 5, "hybrid", collection="nobody")
         assert index.stats()["collections"] == index.collections()
     finally:

@@ -22,3 +22,9 @@ def check_collection_name(name: str, where: str = "") -> str:
         raise RagError(f"{where + ': ' if where else ''}{name!r} cannot name a collection: use 1-64 lowercase letters, digits, "
                        "'_' or '-', starting with a letter or digit")
     return name
+
+
+def missing_collection(name: str) -> str:
+    """What a request for a collection that holds no documents is told, in
+    the same words whether it holds none or the caller may not read it."""
+    return f"the collection {name!r} holds no documents (rag ingest PATH --collection {name} adds some)"

@@ -198,19 +198,29 @@ class DocumentLibrary:
         watch(paths, lambda: self.ingest(paths, **options), on_report,
               ignore=[p.resolve() for p in (folder_of(self.index_location), self.uploads_dir) if p is not None], stop=stop)
 
-    def documents(self, files: dict) -> list[dict[str, object]]:
-        """The files of an open index (``IndexReader.files()``) as documents:
-        ``id`` (stable, opaque), ``source``, ``root``, ``chunks`` and ``sha256``."""
+    def documents(self, files: dict, collection: str = DEFAULT_COLLECTION) -> list[dict[str, object]]:
+        """The files of an open index (``IndexReader.files()``, of
+        ``collection``) as documents: ``id`` (stable, opaque), ``source``,
+        ``root``, ``collection``, ``chunks`` and ``sha256``."""
         return [
-            {"id": document_id(r.root, r.source), "source": r.source, "root": r.root,
+            {"id": document_id(r.root, r.source), "source": r.source, "root": r.root, "collection": collection,
              "chunks": r.n_chunks, "sha256": r.sha256}
             for r in files.values()
         ]
 
-    def add(self, name: str, data: bytes, *, cancel: threading.Event | None = None) -> IngestReport:
+    def upload_folder(self, collection: str = DEFAULT_COLLECTION) -> Path:
+        """Where uploads to ``collection`` are kept: the uploads folder for
+        the default one, a folder beside it for each other (never inside:
+        ingesting one collection's folder must not walk into another's)."""
+        if collection == DEFAULT_COLLECTION:
+            return self.uploads_dir
+        return self.uploads_dir.with_name(f"{self.uploads_dir.name}-{collection}")
+
+    def add(self, name: str, data: bytes, *, cancel: threading.Event | None = None,
+            collection: str = DEFAULT_COLLECTION) -> IngestReport:
         """Save ``data`` as the file ``name`` (sanitised: a bare file name,
-        no folders, a type that can be read) in the uploads folder and ingest
-        that folder. The file is written under a temporary name and renamed
+        no folders, a type that can be read) in the uploads folder of
+        ``collection`` (:meth:`upload_folder`) and ingest that folder into it. The file is written under a temporary name and renamed
         when complete; when it cannot be indexed (unreadable, over the size
         limit: in ``failed``), or the ingest fails, it is removed again (or
         its previous version restored): the folder never keeps what the index
@@ -219,12 +229,12 @@ class DocumentLibrary:
         left behind: see :meth:`sweep_uploads`; symbolic links in the folder
         are never followed. ``cancel`` (its client left) stops the ingest:
         IngestCancelled, the file removed or its previous version restored."""
-        folder = self.uploads_dir
+        folder = self.upload_folder(collection)
         safe = safe_file_name(name)
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / safe
         with _folder_lock(folder):
-            notes = self.sweep_uploads()
+            notes = self.sweep_uploads(collection)
             tmp = folder / f".{safe}.{os.getpid()}.{threading.get_ident()}{PART_SUFFIX}"
             backup = folder / f".{safe}{PREVIOUS_SUFFIX}"
             try:
@@ -232,7 +242,7 @@ class DocumentLibrary:
                 if target.is_file() and not target.is_symlink():
                     _keep_copy(target, backup)  # restored by the next upload if this process dies
                 os.replace(tmp, target)
-                report = self.ingest([folder], follow_links=False, cancel=cancel)
+                report = self.ingest([folder], follow_links=False, cancel=cancel, collection=collection)
             except BaseException:
                 self._restore(target, backup)
                 raise
@@ -249,15 +259,16 @@ class DocumentLibrary:
             report.notes.extend(notes)
         return report
 
-    def sweep_uploads(self) -> list[str]:
+    def sweep_uploads(self, collection: str = DEFAULT_COLLECTION) -> list[str]:
         """Account for what uploads that did not finish left in the uploads
         folder, and say what was done, a line each: partial files removed,
         a replaced file's indexed version restored, and files the index does
         not hold (and symbolic links) removed, so the next ingest of the
         folder does not index them unasked. With no index yet nothing is
         removed: those files are indexed, and said so. Call it with the
-        folder locked (:meth:`add` does)."""
-        folder = self.uploads_dir
+        folder locked (:meth:`add` does). ``collection``: the one whose
+        uploads folder it is."""
+        folder = self.upload_folder(collection)
         if not folder.is_dir():
             return []
         notes: list[str] = []
@@ -270,7 +281,7 @@ class DocumentLibrary:
                 original = name[1:-len(PREVIOUS_SUFFIX)]
                 os.replace(entry, folder / original)
                 notes.append(f"restored {safe_name(original)} as indexed: an upload replacing it did not finish")
-        indexed = self._indexed_uploads()
+        indexed = self._indexed_uploads(collection)
         for entry in sorted(folder.iterdir()):
             if entry.name.startswith(".") or (entry.is_dir() and not entry.is_symlink()):
                 continue
@@ -286,15 +297,15 @@ class DocumentLibrary:
                              "(never indexed); upload it again")
         return notes
 
-    def _indexed_uploads(self) -> set[str] | None:
-        """The sources the index holds from the uploads folder (None: no index)."""
+    def _indexed_uploads(self, collection: str = DEFAULT_COLLECTION) -> set[str] | None:
+        """The sources the index holds from ``collection``'s uploads folder (None: no index)."""
         if not index_exists(self.index_location):
             return None
         manifest = live_manifest(self.index_location)
         index = open_index(self.index_location, embedder=manifest.embedder, dim=manifest.dim)
         try:
-            root = safe_name(str(self.uploads_dir.resolve()))
-            return {source for _, source in index.files(root)}
+            root = safe_name(str(self.upload_folder(collection).resolve()))
+            return {source for _, source in index.files(root, collection)}
         finally:
             index.close()
 
@@ -305,14 +316,14 @@ class DocumentLibrary:
         else:
             target.unlink(missing_ok=True)
 
-    def remove(self, doc_id: str) -> dict[str, object]:
+    def remove(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, object]:
         """Remove the document ``doc_id`` from the index, atomically, and its
         file if it was uploaded; what was removed. DocumentNotFound if there
         is no such document."""
         manifest = live_manifest(self.index_location) if index_exists(self.index_location) else None
         if manifest is None:
             raise DocumentNotFound(f"no document {doc_id}: the index is empty")
-        with open_writer(self.index_location, manifest) as writer:
+        with open_writer(self.index_location, manifest, collection=collection) as writer:
             found = [r for r in writer.files().values() if document_id(r.root, r.source) == doc_id]
             if not found:
                 raise DocumentNotFound(f"no document {doc_id}; GET /v1/documents lists them")
@@ -321,7 +332,7 @@ class DocumentLibrary:
             writer.commit()
         self._changed()
         uploaded = Path(record.root) / record.source
-        if Path(record.root).resolve() == self.uploads_dir.resolve() and uploaded.is_file():
+        if Path(record.root).resolve() == self.upload_folder(collection).resolve() and uploaded.is_file():
             uploaded.unlink()
         return {"id": doc_id, "source": record.source, "chunks": record.n_chunks}
 
@@ -349,5 +360,6 @@ class DocumentLibrary:
         raise DocumentNotFound(f"no document {doc_id}; GET /v1/documents lists them")
 
     def is_upload(self, document: dict[str, object]) -> bool:
-        """Whether ``document`` (of :meth:`documents`) lies in the uploads folder."""
-        return Path(str(document["root"])).resolve() == self.uploads_dir.resolve()
+        """Whether ``document`` (of :meth:`documents`) lies in the uploads folder of its collection."""
+        folder = self.upload_folder(str(document.get("collection", DEFAULT_COLLECTION)))
+        return Path(str(document["root"])).resolve() == folder.resolve()

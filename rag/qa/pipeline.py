@@ -275,23 +275,24 @@ class Pipeline:
         except IndexNotFound:
             return {}
 
-    def documents(self) -> list[dict[str, object]]:
-        """The files in the index: ``id`` (stable, opaque), ``source``,
-        ``root`` (the folder it was ingested from), ``chunks`` and ``sha256``."""
-        return self.library.documents(self.index().files())
+    def documents(self, collection: str = DEFAULT_COLLECTION) -> list[dict[str, object]]:
+        """The files of ``collection`` in the index: ``id`` (stable, opaque), ``source``,
+        ``root`` (the folder it was ingested from), ``collection``, ``chunks`` and ``sha256``."""
+        collection = check_collection_name(collection)
+        return self.library.documents(self.index().files(collection=collection), collection)
 
-    def add_document(self, name: str, data: bytes) -> IngestReport:
-        """Upload ``data`` as the document ``name``; see :meth:`DocumentLibrary.add`."""
-        return self.library.add(name, data)
+    def add_document(self, name: str, data: bytes, collection: str = DEFAULT_COLLECTION) -> IngestReport:
+        """Upload ``data`` as the document ``name`` into ``collection``; see :meth:`DocumentLibrary.add`."""
+        return self.library.add(name, data, collection=check_collection_name(collection))
 
-    def remove_document(self, doc_id: str) -> dict[str, object]:
-        """Remove the document ``doc_id``; see :meth:`DocumentLibrary.remove`."""
-        return self.library.remove(doc_id)
+    def remove_document(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, object]:
+        """Remove the document ``doc_id`` of ``collection``; see :meth:`DocumentLibrary.remove`."""
+        return self.library.remove(doc_id, check_collection_name(collection))
 
-    def document(self, doc_id: str) -> DocumentFile:
-        """The file of the document ``doc_id``, to read its text (chunk spans
-        point into it) or bytes; DocumentNotFound if the index has none."""
-        return self.library.locate(doc_id, self.index().files())
+    def document(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> DocumentFile:
+        """The file of the document ``doc_id`` of ``collection``, to read its text (chunk spans
+        point into it) or bytes; DocumentNotFound if it holds none."""
+        return self.library.locate(doc_id, self.index().files(collection=check_collection_name(collection)))
 
     # -- questions -------------------------------------------------------------
 

@@ -22,8 +22,8 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from ..errors import RagError
-from ..index.collection_names import DEFAULT_COLLECTION
+from ..errors import CollectionNotFound, RagError
+from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..index.interface import IndexReader
 from ..index.records import Hit
 from .scope import Scope
@@ -94,7 +94,7 @@ def scoped_ids(index: IndexReader, scope: Scope | None, collection: str = DEFAUL
     """The chunk ids in ``scope`` within ``collection`` (None: no
     restriction, the index holding that collection only); a
     ScopeMatchesNothing error when no indexed document of the collection is
-    in it, or the collection holds none."""
+    in it, CollectionNotFound when the collection holds none."""
     everything = scope is None or scope.everything
     if everything and set(index.collections()) <= {collection}:
         return None
@@ -102,8 +102,7 @@ def scoped_ids(index: IndexReader, scope: Scope | None, collection: str = DEFAUL
     if len(allowed) == 0:
         n = len(index.files(collection=collection))
         if everything or n == 0:
-            raise ScopeMatchesNothing(f"the collection {collection!r} holds no documents yet: "
-                                      f"rag ingest PATH --collection {collection}")
+            raise CollectionNotFound(missing_collection(collection))
         raise ScopeMatchesNothing(
             f"no document in the index matches {scope.describe()} ({n} document{'s' if n != 1 else ''} indexed; "
             "globs match a source's path relative to the folder ingested, or its name)"

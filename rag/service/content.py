@@ -20,7 +20,10 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import DocumentError, DocumentNotFound, IndexNotFound, RagError
 from .errors import error, failure
-from .state import ServiceState, service
+from ..qa.options import CollectionName
+from .keys import Caller
+from .rights import COLLECTION_QUERY, refusal
+from .state import ServiceState, caller, service
 
 router = APIRouter()
 
@@ -36,14 +39,18 @@ def _refused(exc: RagError):
 
 
 @router.get("/v1/documents/{doc_id}/text")
-async def document_text(doc_id: str = DOC_ID, state: ServiceState = Depends(service)):
+async def document_text(doc_id: str = DOC_ID, collection: CollectionName = COLLECTION_QUERY,
+                        state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """The document's text as the index holds it: ``text``, ``pages``
     (``[page, offset]`` pairs, empty without pages) and ``current`` (false
     when its file changed since it was indexed: spans may be off)."""
+    refused = refusal(who, collection)
+    if refused is not None:
+        return refused
     limit = state.pipeline.settings.max_file_bytes
 
     def read() -> dict:
-        return state.pipeline.document(doc_id).text(limit).to_dict()
+        return state.pipeline.document(doc_id, collection).text(limit).to_dict()
 
     try:
         return await run_in_threadpool(read)
@@ -56,13 +63,17 @@ FILE_RESPONSES = {200: {"description": "The file: a PDF as application/pdf, any 
 
 
 @router.get("/v1/documents/{doc_id}/file", response_class=Response, responses=FILE_RESPONSES)
-async def document_file(doc_id: str = DOC_ID, state: ServiceState = Depends(service)):
+async def document_file(doc_id: str = DOC_ID, collection: CollectionName = COLLECTION_QUERY,
+                        state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """The document's file as it lies now: PDFs as ``application/pdf``,
     every other type as plain text (an HTML page is shown, never run)."""
+    refused = refusal(who, collection)
+    if refused is not None:
+        return refused
     limit = state.pipeline.settings.max_file_bytes
 
     def read():
-        found = state.pipeline.document(doc_id)
+        found = state.pipeline.document(doc_id, collection)
         return found, found.read(limit)
 
     try:

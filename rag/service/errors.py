@@ -21,7 +21,7 @@ from contextvars import ContextVar
 
 from fastapi.responses import JSONResponse
 
-from ..errors import (EngineUnavailable, IndexBusy, IndexDamaged, IndexMismatch, IndexNotFound, Overloaded,
+from ..errors import (CollectionNotFound, DocumentNotFound, EngineUnavailable, IndexBusy, IndexDamaged, IndexMismatch, IndexNotFound, Overloaded,
                       QuestionTooLong, RagError)
 from ..retrieval import ScopeMatchesNothing
 from .warmup import WarmUpFailed
@@ -111,6 +111,8 @@ def failure(exc: RagError) -> JSONResponse:
         return error(409, message, "no_documents")
     if isinstance(exc, IndexDamaged):
         return error(503, message, "index_damaged")
+    if isinstance(exc, (CollectionNotFound, DocumentNotFound)):
+        return error(404, message, "not_found")
     if isinstance(exc, ScopeMatchesNothing):
         return error(400, message, "scope_matches_nothing")
     return error(413 if isinstance(exc, QuestionTooLong) else 400, message, "invalid_request")

@@ -20,7 +20,6 @@ Does not: answer requests (the routes do).
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 from typing import Callable
@@ -89,13 +88,12 @@ class Gate:
     def __init__(self, app, state: ServiceState) -> None:
         self.app, self.state = app, state
 
-    def _key_ok(self, header: bytes) -> tuple[bool, str]:
-        """Whether an ``Authorization`` header carries one of the keys, and the key."""
+    def _caller(self, header: bytes):
+        """The holder of the key an ``Authorization`` header carries, or None."""
         scheme, _, key = header.partition(b" ")
-        key = key.strip()
-        good = scheme.lower() == b"bearer" and any(
-            hmac.compare_digest(key, k.encode("utf-8")) for k in self.state.settings.api_keys)
-        return good, key.decode("latin-1")
+        if scheme.lower() != b"bearer":
+            return None
+        return self.state.keys.caller(key.strip().decode("latin-1"))
 
     def _refusal(self, scope) -> tuple[int, str, str, dict] | None:
         """Why the request may not go on (status, message, kind, headers), or None."""
@@ -103,25 +101,26 @@ class Gate:
         headers = dict(scope.get("headers") or ())
         # Keyless (so loopback): browsers' other sites are kept out. A Unix socket
         # (the resident server) is beyond any browser's reach; file modes guard it.
-        if not settings.api_keys and not _over_unix_socket(scope):
+        if not settings.keyed and not _over_unix_socket(scope):
             why = origin.refusal(headers, settings.host)
             if why is not None:
                 return 403, why, "forbidden", {}
         if path in PUBLIC or path.startswith(STATIC_PREFIX) or \
-                (path in DOCS and (settings.public_docs or not settings.api_keys)):
+                (path in DOCS and (settings.public_docs or not settings.keyed)):
             return None
         address = f"addr:{scope['client'][0] if scope.get('client') else '?'}"
         caller = address
-        if settings.api_keys:
-            good, key = self._key_ok(headers.get(b"authorization", b""))
-            if not good:
+        if settings.keyed:
+            holder = self._caller(headers.get(b"authorization", b""))
+            if holder is None:
                 wait = self.state.limits.auth_failures.take(address)
                 if wait > 0:
                     return 429, f"too many wrong API keys from this address; retry in {math.ceil(wait)} s", \
                         "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))}
                 return 401, "missing or wrong API key: send Authorization: Bearer KEY", "unauthorized", \
                     {"WWW-Authenticate": "Bearer"}
-            caller = f"key:{key}"
+            caller = f"key:{holder.holder}"
+            scope["rag.rights"] = holder  # what the routes let it read and write (``state.caller``)
         if _over_unix_socket(scope):
             return None  # one user's command line: no caller limits
         scope["rag.caller"] = caller  # whose in-flight requests ``_hold`` counts

@@ -125,6 +125,10 @@ class KeyRing:
             entries[digest] = Caller(str(holder), dict(rights))
         return cls(entries)
 
+    def merged(self, other: "KeyRing") -> "KeyRing":
+        """These keys and ``other``'s (a key in both keeps ``other``'s rights)."""
+        return KeyRing({**self._by_hash, **other._by_hash})
+
     def caller(self, presented: str) -> Caller | None:
         """The caller whose key is ``presented``, or None. Every stored hash
         is compared, in constant time, so the time taken says nothing of

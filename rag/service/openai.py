@@ -21,16 +21,23 @@ from ..qa.options import DEFAULT_MAX_TOKENS
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
-from .state import ServiceState, service
+from .keys import Caller
+from .rights import refusal
+from .state import ServiceState, caller, service
 from .uploads import first_index
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(body: ChatBody, request: Request, state: ServiceState = Depends(service)):
+async def chat_completions(body: ChatBody, request: Request, state: ServiceState = Depends(service),
+                           who: Caller = Depends(caller)):
     """OpenAI-compatible chat completion of the last user message,
-    answered from the index; ``sources`` lists what it came from."""
+    answered from the index (its ``collection``, an extension; default the
+    default one); ``sources`` lists what it came from."""
+    refused = refusal(who, body.collection)
+    if refused is not None:
+        return refused
     users = [m for m in body.messages if m.role == "user" and m.text().strip()]
     if not users:
         return error(400, "no user message with text in messages", "invalid_request")
@@ -41,7 +48,8 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
     try:
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s,
-                                       session=body.session_id(), max_tokens=max_tokens, scope=body.scope)
+                                       session=body.session_id(), max_tokens=max_tokens, scope=body.scope,
+                                       collection=body.collection)
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return reply.completion(done) if done is not None else Response(status_code=499)

@@ -17,13 +17,17 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import DocumentNotFound, IndexNotFound, RagError, engine_errors
+from ..errors import CollectionNotFound, DocumentNotFound, IndexNotFound, RagError, engine_errors
 from ..ingest.run import IngestCancelled
+from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.answer import Answer
+from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, SearchBody
-from .state import ServiceState, service
+from .rights import COLLECTION_QUERY, readable, refusal
+from .keys import Caller
+from .state import ServiceState, caller, service
 from .uploads import first_index
 
 public = APIRouter()  # no key needed
@@ -72,14 +76,19 @@ async def profile(state: ServiceState = Depends(service)):
 @router.post("/v1/ask", response_model=Answer,
              responses={200: {"content": {"text/event-stream": {}},
                               "description": "The answer (``rag ask --json``), or with ``stream`` its events"}})
-async def ask(body: AskBody, request: Request, state: ServiceState = Depends(service)):
+async def ask(body: AskBody, request: Request, state: ServiceState = Depends(service),
+              who: Caller = Depends(caller)):
     """Answer a question from the index: the ``rag ask --json`` object,
     or with ``stream`` server-sent events: ``{"evidence": [...]}`` once the
     prompt is planned (before the first token), ``{"delta": text}``, then
     ``{"answer": {...}}`` (or ``{"error": {...}}`` if it fails midway).
     Errors before the prompt is planned are HTTP statuses. Asked while there
     is no index yet but a first upload is on its way, it waits for that
-    upload's ingest (see ``uploads.first_index``)."""
+    upload's ingest (see ``uploads.first_index``). A collection the key may
+    not read is 404, as one that holds no documents."""
+    refused = refusal(who, body.collection or DEFAULT_COLLECTION)
+    if refused is not None:
+        return refused
     waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
     if waited is not None:
         return waited
@@ -136,13 +145,14 @@ UPLOAD_LINKS = {"responses": {"200": {"links": {
 DISCONNECT_POLL_S = 0.25  # how often an upload's ingest asks whether its client is still there (chosen)
 
 
-async def _ingest_while_connected(state: ServiceState, request: Request, name: str, data: bytes):
+async def _ingest_while_connected(state: ServiceState, request: Request, name: str, data: bytes, collection: str):
     """``name`` uploaded and ingested on a worker thread; the ingest is
     cancelled (before its next batch embedded) when the client leaves or
     this coroutine is cancelled (a server shutting down), and waited for, so
     the next upload finds the folder and the index as they were."""
     cancel = threading.Event()
-    work = asyncio.ensure_future(run_in_threadpool(state.pipeline.library.add, name, data, cancel=cancel))
+    work = asyncio.ensure_future(run_in_threadpool(state.pipeline.library.add, name, data, cancel=cancel,
+                                                   collection=collection))
     try:
         while not work.done():
             if await request.is_disconnected():
@@ -158,10 +168,15 @@ async def _ingest_while_connected(state: ServiceState, request: Request, name: s
 @router.post("/v1/documents", openapi_extra=UPLOAD_LINKS)
 async def upload(request: Request,
                  file: UploadFile = File(..., description="A document of a type rag-budget reads (.pdf, .docx, .md, ...)"),
-                 state: ServiceState = Depends(service)):
-    """Upload a document and ingest it (incremental and atomic: queries
-    meanwhile run on the index as it was). A client that leaves before the
-    answer stops its ingest: nothing of the file is kept."""
+                 collection: CollectionName = COLLECTION_QUERY,
+                 state: ServiceState = Depends(service), who: Caller = Depends(caller)):
+    """Upload a document into ``collection`` and ingest it (incremental and
+    atomic: queries meanwhile run on the index as it was). A client that
+    leaves before the answer stops its ingest: nothing of the file is kept.
+    404 for a collection the key may not read, 403 for one it may only read."""
+    refused = refusal(who, collection, write=True)
+    if refused is not None:
+        return refused
     limit = state.settings.max_upload_bytes
     data = await file.read(limit + 1)
     if len(data) > limit:
@@ -169,24 +184,28 @@ async def upload(request: Request,
     pipeline = state.pipeline
     async with state.ingesting:
         try:
-            report = await _ingest_while_connected(state, request, file.filename or "", data)
+            report = await _ingest_while_connected(state, request, file.filename or "", data, collection)
         except IngestCancelled:
             return Response(status_code=499)
         except RagError as exc:
             return failure(exc)
     if report.failed:
         return error(422, f"{report.failed[0][0]}: {report.failed[0][1]}", "unreadable_document")
-    docs = await run_in_threadpool(pipeline.documents)
+    docs = await run_in_threadpool(pipeline.documents, collection)
     touched = set(report.added + report.updated + report.skipped)
     mine = [d for d in docs if pipeline.library.is_upload(d) and d["source"] in touched]
     return {"documents": mine, "report": report.counts()}
 
 
 @router.get("/v1/documents")
-async def list_documents(state: ServiceState = Depends(service)):
-    """Every document in the index."""
+async def list_documents(collection: CollectionName = COLLECTION_QUERY, state: ServiceState = Depends(service),
+                         who: Caller = Depends(caller)):
+    """Every document of ``collection``."""
+    refused = refusal(who, collection)
+    if refused is not None:
+        return refused
     try:
-        return {"documents": await run_in_threadpool(state.pipeline.documents)}
+        return {"documents": await run_in_threadpool(state.pipeline.documents, collection)}
     except IndexNotFound:
         return error(404, NO_DOCUMENTS, "not_found")
     except RagError as exc:
@@ -194,11 +213,17 @@ async def list_documents(state: ServiceState = Depends(service)):
 
 
 @router.delete("/v1/documents/{doc_id}")
-async def delete_document(doc_id: str, state: ServiceState = Depends(service)):
-    """Remove a document from the index (atomically) and, if uploaded, its file."""
+async def delete_document(doc_id: str, collection: CollectionName = COLLECTION_QUERY,
+                          state: ServiceState = Depends(service), who: Caller = Depends(caller)):
+    """Remove a document of ``collection`` from the index (atomically) and,
+    if uploaded, its file (404 where the key may not read the collection,
+    403 where it may only read it)."""
+    refused = refusal(who, collection, write=True)
+    if refused is not None:
+        return refused
     async with state.ingesting:
         try:
-            return {"deleted": await run_in_threadpool(state.pipeline.remove_document, doc_id)}
+            return {"deleted": await run_in_threadpool(state.pipeline.remove_document, doc_id, collection)}
         except DocumentNotFound as exc:
             return error(404, str(exc), "not_found")
         except RagError as exc:
@@ -206,10 +231,14 @@ async def delete_document(doc_id: str, state: ServiceState = Depends(service)):
 
 
 @router.post("/v1/search")
-async def search(body: SearchBody, request: Request, state: ServiceState = Depends(service)):
+async def search(body: SearchBody, request: Request, state: ServiceState = Depends(service),
+                 who: Caller = Depends(caller)):
     """The chunks that best match ``query``, best first, without the model:
     the ``rag search --json`` object (waiting, as ``/v1/ask`` does, for a
     first upload still being indexed)."""
+    refused = refusal(who, body.collection)
+    if refused is not None:
+        return refused
     waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
     if waited is not None:
         return waited
@@ -219,3 +248,31 @@ async def search(body: SearchBody, request: Request, state: ServiceState = Depen
     except RagError as exc:
         return failure(exc)
     return {"results": [h.to_dict() for h in hits]}
+
+
+@router.get("/v1/collections")
+async def list_collections(state: ServiceState = Depends(service), who: Caller = Depends(caller)):
+    """The collections this key may read, with the documents each holds."""
+    try:
+        found = await run_in_threadpool(state.pipeline.collections)
+    except RagError as exc:
+        return failure(exc)
+    return {"collections": [{"name": name, "documents": found[name]} for name in readable(who, sorted(found))]}
+
+
+@router.delete("/v1/collections/{name}")
+async def delete_collection(name: CollectionName, state: ServiceState = Depends(service),
+                            who: Caller = Depends(caller)):
+    """Delete the collection ``name`` with every document in it (404 where
+    the key may not read it, 403 where it may only read it)."""
+    refused = refusal(who, name, write=True)
+    if refused is not None:
+        return refused
+    async with state.ingesting:
+        try:
+            return {"deleted": {"collection": name,
+                                "documents": await run_in_threadpool(state.pipeline.remove_collection, name)}}
+        except DocumentNotFound:
+            return failure(CollectionNotFound(missing_collection(name)))
+        except RagError as exc:
+            return failure(exc)

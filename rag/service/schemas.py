@@ -114,6 +114,7 @@ class ChatBody(BaseModel):
     session: str | None = Field(None, max_length=128)
     target_ttft_s: float | None = Field(None, gt=0, le=600)
     scope: Scope | None = SCOPE_FIELD
+    collection: CollectionName = Field(DEFAULT_COLLECTION, description=AskOptions.describe("collection"))
 
     def session_id(self) -> str | None:
         """The conversation this request continues: ``session``, else the

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -25,6 +25,9 @@ class ServiceSettings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Bearer keys, comma-separated or a JSON list; required off loopback")
+    keys_file: Optional[Path] = Field(
+        None, description="A TOML or JSON file of keys: each key's holder and its rights per collection "
+                          "(rag.service.keys); beside any api_keys")
     public_docs: bool = Field(False, description="Serve /metrics, /docs and /openapi.json without a key when keys are set")
     auth_failures_per_minute: int = Field(10, ge=1, description="Wrong keys a client address may send a minute")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body")
@@ -71,11 +74,25 @@ class ServiceSettings(BaseSettings):
     def check(self) -> None:
         """Refuse settings that would expose the service: a non-loopback
         address without API keys."""
-        if not is_loopback(self.host) and not self.api_keys:
+        if not is_loopback(self.host) and not self.api_keys and self.keys_file is None:
             raise RagError(
                 f"binding {self.host} exposes the service beyond this machine: set API keys "
-                "(RAG_SERVE_API_KEYS=key1,key2) or bind 127.0.0.1"
+                "(RAG_SERVE_API_KEYS=key1,key2, or a key file in RAG_SERVE_KEYS_FILE) or bind 127.0.0.1"
             )
+
+    @property
+    def keyed(self) -> bool:
+        """Whether requests need a key (plain API keys or a key file)."""
+        return bool(self.api_keys) or self.keys_file is not None
+
+    def keyring(self):
+        """The keys accepted (:class:`~rag.service.keys.KeyRing`): the key
+        file's, and the plain API keys with every right; a RagError naming
+        a key file that cannot be read."""
+        from .keys import KeyRing
+
+        ring = KeyRing.plain(self.api_keys)
+        return ring.merged(KeyRing.read(self.keys_file)) if self.keys_file is not None else ring
 
 
 def listed(value, name: str):

@@ -14,6 +14,7 @@ from fastapi import Request
 
 from ..qa.pipeline import Pipeline
 from .answering import Answering
+from .keys import LOCAL_USER, Caller, KeyRing
 from .metrics import Metrics
 from .ratelimit import CallerLimits
 from .settings import ServiceSettings
@@ -31,6 +32,7 @@ class ServiceState:
     answering: Answering
     limits: CallerLimits  # in flight and against floods, per caller; wrong API keys, per address
     warmup: WarmUp
+    keys: KeyRing  # the keys accepted and what each may do (empty: no key needed, loopback)
     ingesting: asyncio.Lock = field(default_factory=asyncio.Lock)  # one ingest at a time; queries go on
     uploads: Uploads = field(default_factory=Uploads)  # in flight: a question with no index yet waits for them
 
@@ -39,12 +41,19 @@ class ServiceState:
         """The parts of a new service over ``pipeline``."""
         metrics = Metrics()
         return cls(pipeline, settings, metrics, Answering(pipeline, settings, metrics),
-                   CallerLimits.of(settings), WarmUp(pipeline))
+                   CallerLimits.of(settings), WarmUp(pipeline), settings.keyring())
 
 
 def service(request: Request) -> ServiceState:
     """The state of the app serving ``request`` (a FastAPI dependency)."""
     return request.app.state.service
+
+
+def caller(request: Request) -> Caller:
+    """Who is asking and what it may do (a FastAPI dependency): the key's
+    holder the gate found, or with no keys (loopback, the resident
+    server's socket) the local user, with every right."""
+    return request.scope.get("rag.rights", LOCAL_USER)
 
 
 async def warmed(request: Request) -> None:

@@ -1,0 +1,39 @@
+"""What a caller may do with a collection, as the routes answer it: a
+collection the caller may not read is 404 in the very words of one that
+holds no documents (a 403 would say that it exists); one it may read but
+not change is 403 on uploads and deletes.
+
+Does not: find the caller (``gate`` does, from its key) or keep the rights
+(``keys`` does).
+"""
+
+from __future__ import annotations
+
+from fastapi import Query
+from fastapi.responses import JSONResponse
+
+from ..errors import CollectionNotFound
+from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
+from ..qa.options import AskOptions
+from .errors import error, failure
+from .keys import Caller
+
+
+# ``?collection=NAME`` on the document routes (uploads, lists, deletes, reads).
+COLLECTION_QUERY = Query(DEFAULT_COLLECTION, description=AskOptions.describe("collection"))
+
+
+def refusal(caller: Caller, collection: str, *, write: bool = False) -> JSONResponse | None:
+    """The response refusing ``caller`` this use of ``collection`` (reading,
+    or with ``write`` changing it), or None when it may."""
+    if not caller.may_read(collection):
+        return failure(CollectionNotFound(missing_collection(collection)))
+    if write and not caller.may_write(collection):
+        return error(403, f"{caller.holder} may search and ask in the collection {collection!r}, not change it",
+                     "forbidden")
+    return None
+
+
+def readable(caller: Caller, names) -> list[str]:
+    """Those of ``names`` that ``caller`` may read, in their order."""
+    return [name for name in names if caller.may_read(name)]

@@ -1,0 +1,135 @@
+"""A team on one service (issue 46): two keys with different rights over
+collections, on the real HTTP server in front of the real PostgreSQL index.
+Every route is tried with every key and collection, and what each must get
+is worked out from the key's rights (a table generated, not hand-picked)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import httpx
+import pytest
+
+from rag import Pipeline
+from rag.service import LoopbackServer, ServiceSettings, create_app
+from rag.service.keys import key_hash, new_key
+
+from .conftest import CORPUS, write_corpus
+
+BOARD = "The board approved the merger with Borealis Shipping on 3 June; the vote was seven to two."
+ACME = "Acme's maintenance contract renews every March at a price of 41,000 euros, signed by Dana Reyes."
+COLLECTIONS = ("default", "acme", "board", "nosuch")
+ALICE, _ = new_key()
+BOB, _ = new_key()
+KEYS = {"alice": ALICE, "bob": BOB, "nobody": "rag_not-a-key", None: None}
+# alice may change acme and read the default collection; bob may read board only.
+RIGHTS = {"alice": {"acme": "write", "default": "read"}, "bob": {"board": "read"}}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, pgvector_cluster, embedder, backend):
+    root = tmp_path_factory.mktemp("team")
+    p = Pipeline.open(pgvector_cluster.new_database(), embedder=embedder, backend=backend,
+                      conversations=root / "c.sqlite")
+    p.ingest([write_corpus(root / "corpus")])
+    p.ingest([write_corpus(root / "acme", {"contract.md": ACME})], collection="acme")
+    p.ingest([write_corpus(root / "board", {"minutes.md": BOARD})], collection="board")
+    keys = root / "keys.json"
+    keys.write_text(json.dumps({"keys": {name: {"sha256": key_hash(KEYS[name]), "collections": rights}
+                                         for name, rights in RIGHTS.items()}}), encoding="utf-8")
+    server = LoopbackServer(create_app(p, ServiceSettings(keys_file=keys, rate_limit_per_minute=0,
+                                                                auth_failures_per_minute=100_000)))
+    yield server, p
+    server.stop()
+    p.close()
+
+
+def _right(holder: str | None, collection: str) -> str | None:
+    return RIGHTS.get(holder or "", {}).get(collection)
+
+
+# Each route: how to call it for a collection, and whether it changes the collection.
+ROUTES = {
+    "search": (False, lambda c: ("POST", "/v1/search", {"json": {"query": "contract", "collection": c}})),
+    "ask": (False, lambda c: ("POST", "/v1/ask", {"json": {"question": "What is it about?", "collection": c,
+                                                          "max_tokens": 4}})),
+    "chat": (False, lambda c: ("POST", "/v1/chat/completions", {"json": {
+        "model": "rag", "messages": [{"role": "user", "content": "What is it about?"}], "collection": c,
+        "max_tokens": 4}})),
+    "list": (False, lambda c: ("GET", "/v1/documents", {"params": {"collection": c}})),
+    "text": (False, lambda c: ("GET", "/v1/documents/0000000000000000/text", {"params": {"collection": c}})),
+    "upload": (True, lambda c: ("POST", "/v1/documents", {"params": {"collection": c},
+                                                         "files": {"file": (f"note-{c}.md", b"A short note.")}})),
+    "delete": (True, lambda c: ("DELETE", "/v1/documents/0000000000000000", {"params": {"collection": c}})),
+}
+# The outcome a request must get: the key's holder may not use the collection at all, may only read it, or may.
+TABLE = [(route, holder, collection) for route, holder, collection in itertools.product(ROUTES, KEYS, COLLECTIONS)]
+
+
+def expected(route: str, holder: str | None, collection: str) -> int | str:
+    writes, _ = ROUTES[route]
+    if holder not in RIGHTS:
+        return 401
+    right = _right(holder, collection)
+    if right is None:
+        return 404
+    if writes and right != "write":
+        return 403
+    return "allowed"
+
+
+@pytest.mark.parametrize("route, holder, collection", TABLE, ids=[f"{r}-{h}-{c}" for r, h, c in TABLE])
+def test_every_route_with_every_key_and_collection(served, route, holder, collection):
+    server, _ = served
+    method, path, options = ROUTES[route][1](collection)
+    headers = {"Authorization": f"Bearer {KEYS[holder]}"} if KEYS[holder] else {}
+    r = httpx.request(method, f"{server.url}{path}", headers=headers, timeout=120, **options)
+    want = expected(route, holder, collection)
+    if want == "allowed":
+        assert r.status_code not in (401, 403), r.text
+        if route in ("search", "ask", "chat", "list"):
+            assert r.status_code == 200, r.text
+    else:
+        assert r.status_code == want, r.text
+    if want == 404:  # told as one that holds nothing: the words do not say it exists
+        assert "holds no documents" in r.json()["error"]["message"]
+
+
+def test_a_collection_the_key_may_not_read_is_told_as_one_that_does_not_exist(served):
+    server, _ = served
+    as_alice = {"Authorization": f"Bearer {ALICE}"}
+    hidden = httpx.post(f"{server.url}/v1/search", json={"query": "merger", "collection": "board"}, headers=as_alice)
+    absent = httpx.post(f"{server.url}/v1/search", json={"query": "merger", "collection": "nosuch"}, headers=as_alice)
+    assert hidden.status_code == absent.status_code == 404
+    assert hidden.json()["error"]["message"].replace("board", "X") == absent.json()["error"]["message"].replace(
+        "nosuch", "X")
+    listed = httpx.get(f"{server.url}/v1/collections", headers=as_alice).json()["collections"]
+    assert {c["name"] for c in listed} == {"acme", "default"}
+
+
+def test_no_question_retrieves_another_collections_text(served):
+    server, _ = served
+    as_alice = {"Authorization": f"Bearer {ALICE}"}
+    for collection in ("default", "acme"):  # the two alice may read; BOARD is the other's text word for word
+        found = httpx.post(f"{server.url}/v1/search", headers=as_alice,
+                           json={"query": BOARD, "k": 20, "collection": collection}).json()["results"]
+        assert "minutes.md" not in {h["source"] for h in found}
+        answer = httpx.post(f"{server.url}/v1/ask", headers=as_alice, timeout=120,
+                            json={"question": BOARD, "collection": collection, "max_tokens": 8}).json()
+        assert "minutes.md" not in {s["source"] for s in answer["sources"]}
+        assert "Borealis" not in json.dumps(answer["evidence"])
+    mine = httpx.post(f"{server.url}/v1/search", headers={"Authorization": f"Bearer {BOB}"},
+                      json={"query": BOARD, "collection": "board"}).json()["results"]
+    assert {h["source"] for h in mine} == {"minutes.md"}
+
+
+def test_an_upload_lands_in_its_collection_only(served):
+    server, p = served
+    as_alice = {"Authorization": f"Bearer {ALICE}"}
+    r = httpx.post(f"{server.url}/v1/documents", params={"collection": "acme"}, headers=as_alice, timeout=120,
+                   files={"file": ("renewal.md", b"The renewal notice goes out in January.")})
+    assert r.status_code == 200, r.text
+    assert {d["source"] for d in p.documents("acme")} >= {"contract.md", "renewal.md"}
+    assert "renewal.md" not in {d["source"] for d in p.documents()} | {d["source"] for d in p.documents("board")}
+    assert {d["source"] for d in p.documents()} == set(CORPUS)
