@@ -133,3 +133,33 @@ def test_an_upload_lands_in_its_collection_only(served):
     assert {d["source"] for d in p.documents("acme")} >= {"contract.md", "renewal.md"}
     assert "renewal.md" not in {d["source"] for d in p.documents()} | {d["source"] for d in p.documents("board")}
     assert {d["source"] for d in p.documents()} == set(CORPUS)
+
+
+def test_a_conversation_belongs_to_the_key_and_the_collection_it_was_opened_in(served):
+    server, _ = served
+    alice, bob = ({"Authorization": f"Bearer {k}"} for k in (ALICE, BOB))
+
+    def ask(headers, collection, question="When does the contract renew?"):
+        r = httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120,
+                       json={"question": question, "collection": collection, "session": "s1", "max_tokens": 8})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first = ask(alice, "acme")
+    assert first["session"] == "s1" and first["turn"] == 1
+    assert ask(alice, "acme", "And its price?")["turn"] == 2
+    url = f"{server.url}/v1/sessions"
+    assert httpx.get(f"{url}/s1", params={"collection": "acme"}, headers=alice).json()["session"] == "s1"
+    assert [s["session"] for s in httpx.get(url, params={"collection": "acme"}, headers=alice).json()["sessions"]] \
+        == ["s1"]
+    # The same id in another collection is another conversation: it does not cross over.
+    assert ask(alice, "default")["turn"] == 1
+    # Bob, in the collection he may read: reading, listing, deleting alice's session find nothing of it.
+    assert httpx.get(f"{url}/s1", params={"collection": "board"}, headers=bob).status_code == 404
+    assert httpx.get(url, params={"collection": "board"}, headers=bob).json()["sessions"] == []
+    assert httpx.delete(f"{url}/s1", params={"collection": "board"}, headers=bob).status_code == 404
+    # Continuing it is starting his own: turn 1, none of alice's turns in it.
+    mine = ask(bob, "board", "What did the board approve?")
+    assert mine["turn"] == 1 and mine["session"] == "s1"
+    assert len(httpx.get(f"{url}/s1", params={"collection": "acme"}, headers=alice).json()["turns"]) == 2
+    assert httpx.get(f"{url}/s1", params={"collection": "acme"}, headers=bob).status_code == 404  # no right: 404

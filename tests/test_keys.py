@@ -64,3 +64,18 @@ def test_a_missing_or_empty_key_file_is_refused(tmp_path):
         KeyRing.read(tmp_path / "absent.json")
     with pytest.raises(RagError, match="names no keys"):
         _ring(tmp_path, {})
+
+
+def test_rag_keys_new_prints_a_key_and_the_entry_that_accepts_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from rag.cli import _app
+
+    result = CliRunner().invoke(_app(), ["keys", "new", "erin", "--collection", "docs:write", "--collection", "*:read"])
+    assert result.exit_code == 0, result.output
+    key, *entry = result.stdout.strip().splitlines()
+    path = tmp_path / "keys.toml"
+    path.write_text("\n".join(entry) + "\n", encoding="utf-8")
+    erin = KeyRing.read(path).caller(key)
+    assert erin.holder == "erin" and erin.may_write("docs") and erin.may_read("other") and not erin.may_write("other")
+    assert key not in path.read_text(encoding="utf-8")

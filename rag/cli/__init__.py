@@ -1,7 +1,7 @@
 """The ``rag`` command: a thin layer over :class:`rag.Pipeline`.
 
 Each module holds a few commands: ``documents`` (ingest), ``ask`` (search,
-ask, chat), ``collections`` (list, delete), ``admin`` (calibrate, serve, doctor), ``mcp`` (the MCP server), ``server`` (the resident
+ask, chat), ``collections`` (list, delete), ``keys`` (new), ``admin`` (calibrate, serve, doctor), ``mcp`` (the MCP server), ``server`` (the resident
 server's status, start and stop), ``bench_answers``, ``bench_grade``, ``bench_single``,
 ``bench_page`` and ``bench_splice`` (the benchmarks, each over ``rag.bench.NAME.run``,
 ``bench_harness`` their side of it); ``common`` what they share, ``seen`` the clock of
@@ -20,7 +20,7 @@ import importlib
 import sys
 
 COMMANDS = ("admin", "ask", "bench_answers", "bench_grade", "bench_page", "bench_single", "bench_splice", "collections",
-            "documents", "mcp", "server")
+            "documents", "keys", "mcp", "server")
 MODULES = COMMANDS + ("bench_harness", "bench_pool", "common", "seen")
 
 

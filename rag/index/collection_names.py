@@ -11,7 +11,8 @@ import re
 
 from ..errors import RagError
 
-DEFAULT_COLLECTION = "default"  # where documents go when none is named: one user's index as before
+DEFAULT_COLLECTION = "default"
+EVERY_COLLECTION_NAME = "*"  # in a key file: every collection  # where documents go when none is named: one user's index as before
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 

@@ -71,6 +71,12 @@ def _valid_collection(value: str) -> str:
 CollectionName = Annotated[str, AfterValidator(_valid_collection)]
 
 
+# The question's options a request body may give (POST /v1/ask; the resident client sends them), declared in
+# AskOptions: in the body each is optional (None: the service's default), with AskOptions' bounds and words.
+ASK_BODY_OPTIONS = ("no_target", "max_k", "candidates", "retrieval", "evidence", "evidence_floor", "evidence_embed",
+                    "collection")
+
+
 class AskOptions(BaseModel):
     """How to answer one question.
 

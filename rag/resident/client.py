@@ -21,7 +21,7 @@ from ..conversations.store import Conversation, Turn
 from ..errors import RagError
 from ..index.collection_names import DEFAULT_COLLECTION
 from ..qa.answer import Answer, Evidence
-from ..qa.options import AskOptions
+from ..qa.options import ASK_BODY_OPTIONS, AskOptions
 from ..qa.stream import AnswerStream, Early
 from ..retrieval.scope import Scope
 from ..settings import Settings
@@ -92,8 +92,6 @@ class ResidentClient:
 
     def _ask_body(self, question: str, options: AskOptions) -> dict:
         target = options.target(self.settings.target_ttft)
-        from ..service.schemas import ASK_BODY_OPTIONS  # the options the body takes: one list for both ends
-
         body = {"question": question, "stream": True, "session": options.session, "max_tokens": options.max_tokens,
                 **{name: getattr(options, name) for name in ASK_BODY_OPTIONS if name != "no_target"},
                 "retrieval": options.retrieval or self.settings.retrieval}

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Literal, Mapping
 
 from ..errors import RagError
-from ..index.collection_names import check_collection_name
+from ..index.collection_names import EVERY_COLLECTION_NAME, check_collection_name
 
 Right = Literal["read", "write"]
-EVERY_COLLECTION = "*"
+EVERY_COLLECTION = EVERY_COLLECTION_NAME
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -22,6 +22,7 @@ from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .keys import Caller
+from .owners import stored_session
 from .rights import refusal
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -48,7 +49,8 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
     try:
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s,
-                                       session=body.session_id(), max_tokens=max_tokens, scope=body.scope,
+                                       session=stored_session(who, body.collection, body.session_id()),
+                                       max_tokens=max_tokens, scope=body.scope,
                                        collection=body.collection)
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)

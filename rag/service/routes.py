@@ -25,6 +25,7 @@ from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, SearchBody
+from .owners import stored_session
 from .rights import COLLECTION_QUERY, readable, refusal
 from .keys import Caller
 from .state import ServiceState, caller, service
@@ -38,13 +39,21 @@ router = APIRouter()  # behind the API keys
 async def healthz(state: ServiceState = Depends(service)) -> dict:
     """Liveness and readiness: "warming" (503) until the service has warmed
     up, "ok" once it answers, "error" (503, with why) if it could not warm
-    up; with its queue depth (and, behind a router, the router's workers)."""
+    up; with its queue depth, how many collections and documents the index
+    holds (never their names), and, behind a router, the router's workers."""
     warmup = state.warmup
     found: dict[str, object] = {"status": warmup.status, "queue_depth": state.answering.queue.depth}
     if warmup.error is not None:
         found["error"] = for_the_web(str(warmup.error))
     if warmup.seconds is not None:
         found["warm_up_s"] = round(warmup.seconds, 3)
+    if warmup.status == "ok":
+        # Counts only: /healthz needs no key, and a collection's name would tell that it exists.
+        try:
+            held = await run_in_threadpool(state.pipeline.collections)
+            found["collections"], found["documents"] = len(held), sum(held.values())
+        except RagError:
+            pass  # the index is another check's (doctor); liveness does not depend on it
     backend = state.pipeline.components.loaded_backend
     router = getattr(backend, "router_facts", dict)()
     if router and warmup.status == "ok":
@@ -86,18 +95,21 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     is no index yet but a first upload is on its way, it waits for that
     upload's ingest (see ``uploads.first_index``). A collection the key may
     not read is 404, as one that holds no documents."""
-    refused = refusal(who, body.collection or DEFAULT_COLLECTION)
+    collection = body.collection or DEFAULT_COLLECTION
+    refused = refusal(who, collection)
     if refused is not None:
         return refused
     waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
     if waited is not None:
         return waited
+    shown = {"session": body.session} if body.session is not None else {}  # the id the caller gave, not the stored one
     try:
-        answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=body.session,
+        session = stored_session(who, collection, body.session)
+        answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=session,
                                        max_tokens=body.max_tokens, scope=body.scope, **body.options())
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
-            return done.to_dict() if done is not None else Response(status_code=499)
+            return done.to_dict() | shown if done is not None else Response(status_code=499)
         first = await answer.first_unless(request.is_disconnected)  # errors before it are still HTTP errors
     except StopAsyncIteration:
         first = None  # an empty answer: straight to the final event
@@ -108,10 +120,10 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     except RagError as exc:
         state.metrics.requests.labels("ask", outcome(exc)).inc()
         return failure(exc)
-    return StreamingResponse(_ask_events(answer, first, request.is_disconnected), media_type="text/event-stream")
+    return StreamingResponse(_ask_events(answer, first, request.is_disconnected, shown), media_type="text/event-stream")
 
 
-async def _ask_events(answer: ThreadedAnswer, first: str | None, gone) -> AsyncIterator[str]:
+async def _ask_events(answer: ThreadedAnswer, first: str | None, gone, shown: dict) -> AsyncIterator[str]:
     try:
         if answer.evidence is not None:
             yield sse({"evidence": [e.to_dict() for e in answer.evidence]})
@@ -122,7 +134,7 @@ async def _ask_events(answer: ThreadedAnswer, first: str | None, gone) -> AsyncI
             async for piece in answer:
                 if piece:
                     yield sse({"delta": piece})
-        yield sse({"answer": answer.answer.to_dict()})
+        yield sse({"answer": answer.answer.to_dict() | shown})
     except ClientGone:
         return  # it left while its prompt was evaluated: the generation is stopped
     except Exception as exc:  # noqa: BLE001 - the stream has started: its end says what failed

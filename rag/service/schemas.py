@@ -14,16 +14,11 @@ from pydantic.fields import FieldInfo
 from ..conversations.store import valid_session_id
 
 from ..index.collection_names import DEFAULT_COLLECTION
-from ..qa.options import DEFAULT_MAX_TOKENS, MAX_CANDIDATES, AskOptions, CollectionName
+from ..qa.options import ASK_BODY_OPTIONS, DEFAULT_MAX_TOKENS, MAX_CANDIDATES, AskOptions, CollectionName
 from ..retrieval.scope import Scope
 
 
 SCOPE_FIELD = Field(None, description=AskOptions.describe("scope"))
-# The question's options a request may give, declared in AskOptions: here each is optional (None: the
-# service's default), with AskOptions' bounds and words.
-ASK_BODY_OPTIONS = ("no_target", "max_k", "candidates", "retrieval", "evidence", "evidence_floor", "evidence_embed",
-                    "collection")
-
 
 class _AskBase(BaseModel):
     model_config = ConfigDict(extra="forbid")

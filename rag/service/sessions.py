@@ -12,7 +12,11 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import RagError
 from .errors import error, failure
-from .state import ServiceState, service
+from ..qa.options import CollectionName
+from .keys import Caller
+from .owners import own_sessions, stored_session
+from .rights import COLLECTION_QUERY, refusal
+from .state import ServiceState, caller, service
 
 router = APIRouter()
 
@@ -20,25 +24,33 @@ SESSION = PathParam(..., max_length=128, description="A session id, as given to 
 
 
 @router.get("/v1/sessions")
-async def list_sessions(state: ServiceState = Depends(service)):
+async def list_sessions(collection: CollectionName = COLLECTION_QUERY, state: ServiceState = Depends(service),
+                        who: Caller = Depends(caller)):
     """The stored conversations of the index this service answers from
     (a conversation store may be shared by services over other indexes):
     ``session``, ``turns`` and ``updated`` (seconds since the epoch), newest
     first. One stored before sessions recorded their index is listed once
-    a question continues it here."""
+    a question continues it here. Only the key's own, of ``collection``."""
+    refused = refusal(who, collection)
+    if refused is not None:
+        return refused
     try:
-        return {"sessions": await run_in_threadpool(state.pipeline.memory.sessions)}
+        return {"sessions": own_sessions(who, collection, await run_in_threadpool(state.pipeline.memory.sessions))}
     except RagError as exc:
         return failure(exc)
 
 
 @router.get("/v1/sessions/{session}")
-async def show_session(session: str = SESSION, state: ServiceState = Depends(service)):
+async def show_session(session: str = SESSION, collection: CollectionName = COLLECTION_QUERY,
+                       state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """One conversation: its ``summary`` of older turns, how many turns
     were ``folded`` into it, and the recent ``turns`` (number, question,
-    answer, sources), oldest first; 404 if it has none."""
+    answer, sources), oldest first; 404 if it has none (or it is another key's)."""
+    refused = refusal(who, collection)
+    if refused is not None:
+        return refused
     try:
-        conversation = await run_in_threadpool(state.pipeline.conversation, session)
+        conversation = await run_in_threadpool(state.pipeline.conversation, stored_session(who, collection, session))
     except RagError as exc:
         return failure(exc)
     if not conversation.turns and not conversation.folded:
@@ -51,9 +63,15 @@ async def show_session(session: str = SESSION, state: ServiceState = Depends(ser
 
 
 @router.delete("/v1/sessions/{session}")
-async def reset_session(session: str = SESSION, state: ServiceState = Depends(service)):
-    """Forget a conversation: its turns, summary and KV snapshot; 404 if it has none."""
+async def reset_session(session: str = SESSION, collection: CollectionName = COLLECTION_QUERY,
+                        state: ServiceState = Depends(service), who: Caller = Depends(caller)):
+    """Forget a conversation: its turns, summary and KV snapshot; 404 if it
+    has none (or it is another key's)."""
     pipeline = state.pipeline
+    refused = refusal(who, collection)
+    if refused is not None:
+        return refused
+    shown, session = session, stored_session(who, collection, session)
 
     def reset() -> bool:
         known = any(s["session"] == session for s in pipeline.conversations.sessions())
@@ -63,7 +81,7 @@ async def reset_session(session: str = SESSION, state: ServiceState = Depends(se
 
     try:
         if not await run_in_threadpool(reset):
-            return error(404, f"no conversation {session}; GET /v1/sessions lists them", "not_found")
+            return error(404, f"no conversation {shown}; GET /v1/sessions lists them", "not_found")
     except RagError as exc:
         return failure(exc)
-    return {"reset": session}
+    return {"reset": shown}

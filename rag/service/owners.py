@@ -1,0 +1,61 @@
+"""Whose a conversation is: the service stores each session under an id of
+its own for the key that opened it and the collection it was opened in, so
+one key can neither read, continue, list nor delete another's, and a
+session never crosses into another collection.
+
+A session id another key uses names that key's own conversation (a new one
+if it has none): nothing of the first is read, and the answer does not say
+that the id is taken. The local user (no keys) and plain API keys, which
+may do everything, keep today's ids in the default collection.
+
+Does not: store conversations (``rag.conversations``) or find the caller (``gate``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..errors import RagError
+from ..index.collection_names import DEFAULT_COLLECTION
+from .keys import Caller
+
+_TAG = 12  # hex digits of a holder's tag; a collection's is 8: 12 + 1 + 8 + 1 ahead of the session id
+MAX_OWNED_SESSION = 128 - _TAG - 1 - 8 - 1  # the stored id stays within a session id's 128 characters
+
+
+def _tag(text: str, digits: int) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:digits]
+
+
+def _prefix(caller: Caller, collection: str) -> str:
+    if caller.everything and collection == DEFAULT_COLLECTION:
+        return ""
+    holder = "" if caller.everything else caller.holder
+    return f"{_tag('holder:' + holder, _TAG)}.{_tag('collection:' + collection, 8)}:"
+
+
+def stored_session(caller: Caller, collection: str, session: str | None) -> str | None:
+    """The id ``session`` is stored under for ``caller`` in ``collection``
+    (None stays None); a RagError for an id too long to carry its owner."""
+    if session is None:
+        return None
+    prefix = _prefix(caller, collection)
+    if prefix and len(session) > MAX_OWNED_SESSION:
+        raise RagError(f"session id of {len(session)} characters: use at most {MAX_OWNED_SESSION} with a key")
+    return prefix + session
+
+
+def own_sessions(caller: Caller, collection: str, listed: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Those of ``listed`` (the store's sessions) that ``caller`` opened in
+    ``collection``, each under the id the caller gave it."""
+    prefix = _prefix(caller, collection)
+    if not prefix:  # everything's own ids: all but those stored for an owner or another collection
+        return [s for s in listed if not _owned(str(s["session"]))]
+    return [s | {"session": str(s["session"])[len(prefix):]} for s in listed if str(s["session"]).startswith(prefix)]
+
+
+def _owned(stored: str) -> bool:
+    head, colon, _ = stored.partition(":")
+    tag, dot, ctag = head.partition(".")
+    return bool(colon and dot and len(tag) == _TAG and len(ctag) == 8
+                and all(c in "0123456789abcdef" for c in tag + ctag))
