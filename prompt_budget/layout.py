@@ -93,13 +93,19 @@ def evidence_block(evidence: Sequence[Quote]) -> str:
     return f"{EVIDENCE_HEADING}\n" + "\n".join(quote_line(q) for q in evidence)
 
 
-def user_message(question: str, passages: Sequence[ContextPassage], evidence: Sequence[Quote] = ()) -> str:
+def user_message(question: str, passages: Sequence[ContextPassage], evidence: Sequence[Quote] = (),
+                 collection: str | None = None) -> str:
     """The user turn: the numbered passages, the evidence quoted from them
-    (after the passages, so it changes no cached prefix), then the question."""
+    (after the passages, so it changes no cached prefix), then the question.
+    Passages of a named ``collection`` are headed by its name, ahead of
+    them: a prompt from one collection then shares no cached prefix, and so
+    no passage KV held behind one, with a prompt from another (whose
+    answer's speed would tell that the other holds the same text)."""
+    head = "Context" if collection is None else f"Context (collection {collection})"
     if not passages:
-        return f"Context: (no passages found)\n\nQuestion: {question.strip()}"
+        return f"{head}: (no passages found)\n\nQuestion: {question.strip()}"
     quoted = f"\n\n{evidence_block(evidence)}" if evidence else ""
-    return f"Context:\n\n{passage_blocks(passages)}{quoted}\n\nQuestion: {question.strip()}"
+    return f"{head}:\n\n{passage_blocks(passages)}{quoted}\n\nQuestion: {question.strip()}"
 
 
 def answer_lead(evidence: Sequence[Quote]) -> str:
@@ -146,14 +152,16 @@ def build_messages(
     turns: Sequence[PastTurn] = (),
     system: str = SYSTEM_PROMPT,
     evidence: Sequence[Quote] = (),
+    collection: str | None = None,
 ) -> list[Message]:
     """The chat messages of one request: the system prompt (with the
     conversation summary), the recent turns, then one user turn holding the
-    passages, the evidence quoted from them and the question."""
+    passages (headed by their ``collection``'s name where it is named), the
+    evidence quoted from them and the question."""
     return [
         system_message(summary, system),
         *history_messages(turns),
-        Message("user", user_message(question, passages, evidence)),
+        Message("user", user_message(question, passages, evidence, collection)),
     ]
 
 

@@ -163,3 +163,20 @@ def test_a_conversation_belongs_to_the_key_and_the_collection_it_was_opened_in(s
     assert mine["turn"] == 1 and mine["session"] == "s1"
     assert len(httpx.get(f"{url}/s1", params={"collection": "acme"}, headers=alice).json()["turns"]) == 2
     assert httpx.get(f"{url}/s1", params={"collection": "acme"}, headers=bob).status_code == 404  # no right: 404
+
+
+def test_another_collections_cached_passages_are_never_reused(served, tmp_path):
+    # Another collection's document, word for word and under its very name, uploaded where this caller may
+    # write: its prompt must not reuse the cells (llama.cpp's prefix cache, exact passage KV) that the
+    # other's prompts left, or the first token's time would tell that the other holds the text. Without the
+    # collection's heading ahead of the passages, the two prompts are the same bytes. The measure is the
+    # engine's own count of cached prompt tokens.
+    _, p = served
+    for collection in ("first", "twin"):  # two collections of their own, so the other tests' uploads are not in them
+        p.ingest([write_corpus(tmp_path / "acme", {"contract.md": ACME})], collection=collection)
+    question = "When does the maintenance contract renew?"
+    p.ask(question, collection="first", max_tokens=4)
+    again = p.ask(question, collection="first", max_tokens=4).timings
+    twin = p.ask(question, collection="twin", max_tokens=4).timings
+    assert again.cached_tokens > twin.cached_tokens + 20  # the same collection reuses its passage; the twin cannot
+    assert abs(twin.prompt_tokens - again.prompt_tokens) <= 2  # the same prompt but for the collection's name

@@ -46,6 +46,7 @@ from prompt_budget.trim import sentence_ends, trim_to_tokens
 
 from ..conversations.memory import History
 from ..errors import Overloaded, QuestionTooLong
+from ..index.collection_names import DEFAULT_COLLECTION
 from ..index.store import Hit
 from ..index.language import terms_in
 from .answer import Budget, BudgetDecision
@@ -236,7 +237,9 @@ class PromptPlanner:
         summary, past = history.summary, self._turns_in_view(question, history, max_tokens)
         place = options.evidence if ranked is not None else "off"
 
-        render = self._renderer(question, summary, past, place)
+        # The default collection's prompts stay as they were; a named one is headed by its name (layout).
+        collection = None if options.collection == DEFAULT_COLLECTION else options.collection
+        render = self._renderer(question, summary, past, place, collection)
         fixed_tokens = backend.tokenize(render([]))
         evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens)
         if len(fixed_tokens) > backend.n_ctx - max_tokens:
@@ -285,18 +288,19 @@ class PromptPlanner:
             evidence_s=round(ranked.seconds, 4) if ranked is not None else 0.0, evidence_tokens=len(tokens) - bare)
         if self.forms is not None:
             self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
-        user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else ())
+        user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else (),
+                              collection=collection)
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
                              tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates),
                              tuple(evidence), answer_lead(quotes) if place in ("prefill", "both") else "")
 
-    def _renderer(self, question: str, summary: str | None, past: Sequence, place: str
+    def _renderer(self, question: str, summary: str | None, past: Sequence, place: str, collection: str | None
                   ) -> Callable[..., str]:
         """The prompt text for a choice of passages (and evidence quotes, shown where ``place`` says)."""
         backend = self.backend
 
         def render(shown: Sequence[ContextPassage], quotes: Sequence[Quote] = ()) -> str:
-            text = backend.render(build_messages(question, shown, summary=summary, turns=past,
+            text = backend.render(build_messages(question, shown, summary=summary, turns=past, collection=collection,
                                                  evidence=quotes if place in ("last", "both") else ()))
             return text + (answer_lead(quotes) if place in ("prefill", "both") else "")
 
