@@ -227,3 +227,52 @@ def test_no_server_answers_in_the_mcp_process(index, tmp_path):
         assert servers(variables, index) == []
     finally:
         stop_every_server(variables)
+
+
+def test_streamable_http_with_keys_calls_each_tool_as_its_keys_holder(env, index, tmp_path):
+    """Issue 46: with the service's key file, every HTTP request needs a key
+    (401), and each tool keeps to what the key's holder may read: another
+    collection is one that holds nothing, and a session is the key's own."""
+    import httpx2
+
+    from rag.service.keys import key_hash, new_key
+
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "payroll.md").write_text("Payroll closes on the 25th; bonuses are paid in December.\n", encoding="utf-8")
+    done = rag(env, "ingest", str(private), "--index", str(index), "--collection", "payroll")
+    assert done.returncode == 0, done.stderr
+    reader, _ = new_key()
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": {"reader": {"sha256": key_hash(reader), "collections": {"default": "read"}}}}),
+                    encoding="utf-8")
+    keyed = env | {"RAG_SERVE_KEYS_FILE": str(keys)}
+    process = subprocess.Popen(RAG + ["mcp", "--index", str(index), "--http", "--port", "0"], env=keyed, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = _announced_url(process)
+        assert httpx2.post(url, json={}).status_code == 401
+
+        async def main() -> None:
+            with anyio.fail_after(LONG):
+                client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {reader}"}, timeout=LONG)
+                async with client, streamable_http_client(url, http_client=client) as (read, write), \
+                        ClientSession(read, write) as session:
+                    await session.initialize()
+                    found = await session.call_tool("search", {"query": "When are bonuses paid?", "k": 5})
+                    assert not found.is_error, text_of(found)
+                    assert "payroll.md" not in {r["source"] for r in found.structured_content["results"]}
+                    for tool, arguments in (("search", {"query": "bonuses", "collection": "payroll"}),
+                                            ("list_documents", {"collection": "payroll"}),
+                                            ("ask", {"question": "When are bonuses paid?", "collection": "payroll"}),
+                                            ("search", {"query": "bonuses", "collection": "nosuch"})):
+                        refused = await session.call_tool(tool, arguments)
+                        assert refused.is_error and "holds no documents" in text_of(refused), (tool, text_of(refused))
+                    assert (await session.list_resources()).resources == []
+
+        anyio.run(main)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    done = rag(env, "collections", "delete", "payroll", "--index", str(index))
+    assert done.returncode == 0, done.stderr

@@ -36,16 +36,21 @@ def is_loopback(host: str) -> bool:
 def serve(open_answerer: Callable[[], "Answerer"], *, http: bool = False, host: str = "127.0.0.1",
           port: int = 8765) -> None:
     """Serve MCP until the client hangs up (stdio) or until interrupted
-    (``http``: streamable HTTP at ``http://HOST:PORT/mcp``, loopback only,
-    for it has no keys to keep others out). ``open_answerer`` gives what
+    (``http``: streamable HTTP at ``http://HOST:PORT/mcp``; with the
+    service's keys, each call as its key's holder, else loopback only). ``open_answerer`` gives what
     answers; it is called once, in the background as soon as the server
     runs. A RagError for a host off loopback or a port that cannot be had."""
     from .connection import Connection
 
+    keys = None
     if http:
-        if not is_loopback(host):
-            raise RagError(f"--host {host}: rag mcp listens on loopback only (127.0.0.1, ::1 or localhost); "
-                           "it has no keys to keep others out")
+        from ..service.settings import ServiceSettings
+
+        settings = ServiceSettings()  # the service's keys: RAG_SERVE_KEYS_FILE, RAG_SERVE_API_KEYS
+        keys = settings.keyring() if settings.keyed else None
+        if not is_loopback(host) and keys is None:
+            raise RagError(f"--host {host}: without keys rag mcp listens on loopback only (127.0.0.1, ::1 or "
+                           "localhost); set RAG_SERVE_KEYS_FILE (or RAG_SERVE_API_KEYS) to serve beyond it")
         if not 0 <= port <= 65535:
             raise RagError(f"--port {port}: give a port between 0 and 65535")
     connection = Connection(open_answerer)
@@ -53,7 +58,7 @@ def serve(open_answerer: Callable[[], "Answerer"], *, http: bool = False, host: 
         from . import server
 
         if http:
-            server.serve_http(connection, host, port)
+            server.serve_http(connection, host, port, keys)
         else:
             server.serve_stdio(connection)
     finally:

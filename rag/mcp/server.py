@@ -30,9 +30,12 @@ from mcp.types import Resource, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from ..errors import DocumentNotFound, RagError
-from ..qa.options import DEFAULT_MAX_TOKENS, AskOptions
+from ..index.collection_names import DEFAULT_COLLECTION
+from ..qa.options import DEFAULT_MAX_TOKENS, AskOptions, CollectionName
 from ..retrieval.scope import Scope
+from ..service.keys import Caller, KeyRing
 from . import tools
+from .callers import RequireKey, caller_of
 from .connection import Connection
 
 NAME = "rag-budget"
@@ -79,9 +82,9 @@ class RagMCPServer(MCPServer):
     is reported in one line (the SDK gives pydantic's whole report), and
     every document is listed as a resource."""
 
-    def __init__(self, connection: Connection, **options: Any) -> None:
+    def __init__(self, connection: Connection, keys: KeyRing | None = None, **options: Any) -> None:
         super().__init__(NAME, instructions=INSTRUCTIONS, lifespan=_warming(connection), **options)
-        self.connection = connection
+        self.connection, self.keys = connection, keys
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None):
         try:
@@ -96,7 +99,10 @@ class RagMCPServer(MCPServer):
     async def list_resources(self) -> list[Resource]:
         """Every document in the index, as ``rag://documents/{id}``; none
         (no error) while the index cannot be read, for a client lists
-        resources on its own, unasked."""
+        resources on its own, unasked. With keys, none: a resource is read
+        with no collection to check a key's rights against (read_document is)."""
+        if self.keys is not None:
+            return []
         try:
             docs = (await anyio.to_thread.run_sync(tools.list_documents, self.connection))["documents"]
         except (RagError, OSError):
@@ -117,21 +123,31 @@ def _warming(connection: Connection):
     return lifespan
 
 
-def build(connection: Connection) -> RagMCPServer:
-    """The MCP server whose tools answer over ``connection``."""
-    server = RagMCPServer(connection, log_level="WARNING")
+COLLECTION = Field(description=AskOptions.describe("collection") + ".")
+
+
+def build(connection: Connection, keys: KeyRing | None = None) -> RagMCPServer:
+    """The MCP server whose tools answer over ``connection``; over HTTP
+    with ``keys``, each call as the holder of its bearer key (on stdio, and
+    without keys on loopback, as the local user, with every right)."""
+    server = RagMCPServer(connection, keys, log_level="WARNING")
+
+    def who(ctx: Context) -> Caller:
+        return caller_of(ctx.headers, keys)
 
     @server.tool(annotations=READ_ONLY)
     def search(
         query: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
                                     description="What to look for.")],
+        ctx: Context,
         k: Annotated[int, Field(ge=1, le=tools.MAX_SEARCH_K, description="How many chunks to return.")] = 5,
         scope: Annotated[Optional[Scope], SCOPE] = None,
+        collection: Annotated[CollectionName, COLLECTION] = DEFAULT_COLLECTION,
     ) -> dict[str, Any]:
         """The chunks of your documents that best match QUERY, best first, without asking the model: each
         with its text, source, where it lies, score, and doc_id (for read_document)."""
         with tool_errors():
-            return tools.search(connection, query, k, scope)
+            return tools.search(connection, query, k, scope, collection=collection, caller=who(ctx))
 
     @server.tool(annotations=ANSWERS)
     def ask(
@@ -145,6 +161,7 @@ def build(connection: Connection) -> RagMCPServer:
         scope: Annotated[Optional[Scope], SCOPE] = None,
         session: Annotated[Optional[str], Field(
             max_length=128, description=AskOptions.describe("session") + ".")] = None,
+        collection: Annotated[CollectionName, COLLECTION] = DEFAULT_COLLECTION,
     ) -> dict[str, Any]:
         """Answer QUESTION from your documents with the local model, choosing as many passages as fit the
         time-to-first-token target. Returns the answer, its numbered sources (its citations [n] refer to
@@ -155,29 +172,35 @@ def build(connection: Connection) -> RagMCPServer:
 
         with tool_errors():
             return tools.ask(connection, question, target_ttft=target_ttft, max_tokens=max_tokens, scope=scope,
-                             session=session, on_text=progress)
+                             session=session, on_text=progress, collection=collection, caller=who(ctx))
 
     @server.tool(annotations=READ_ONLY)
-    def list_documents() -> dict[str, Any]:
+    def list_documents(
+        ctx: Context, collection: Annotated[CollectionName, COLLECTION] = DEFAULT_COLLECTION,
+    ) -> dict[str, Any]:
         """Every document in the index: its id (for read_document and rag://documents/{id}), source and chunks."""
         with tool_errors():
-            return tools.list_documents(connection)
+            return tools.list_documents(connection, collection=collection, caller=who(ctx))
 
     @server.tool(annotations=READ_ONLY)
     def read_document(
         doc_id: Annotated[str, Field(min_length=1, max_length=tools.MAX_DOC_ID_CHARS,
                                      description="A document id from list_documents, search or ask.")],
+        ctx: Context,
         start: Annotated[int, Field(ge=0, description="First character to return.")] = 0,
         end: Annotated[Optional[int], Field(ge=0, description="Character to stop before (default: the end).")] = None,
+        collection: Annotated[CollectionName, COLLECTION] = DEFAULT_COLLECTION,
     ) -> dict[str, Any]:
         """The text of a document as the index holds it (sources' char_start/char_end are offsets into it),
         from START to END, at most 20,000 characters a call: `more` says whether text follows `end`."""
         with tool_errors():
-            return tools.read_document(connection, doc_id, start, end)
+            return tools.read_document(connection, doc_id, start, end, collection=collection, caller=who(ctx))
 
     @server.resource(DOCUMENT_URI, name="document", mime_type="text/plain",
                      description="A document's text as the index holds it.")
     def document(doc_id: str) -> str:
+        if keys is not None:  # as list_resources: with keys, read_document is the way, its rights checked
+            raise ResourceNotFoundError(f"no document {doc_id!r} as a resource; use read_document")
         try:
             return str(tools.document_text(connection, doc_id)["text"])
         except DocumentNotFound as exc:
@@ -208,15 +231,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_http(connection: Connection, host: str, port: int) -> None:
+def serve_http(connection: Connection, host: str, port: int, keys: KeyRing | None = None) -> None:
     """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until
-    interrupted, saying where on stderr once it listens."""
+    interrupted, saying where on stderr once it listens; with ``keys``,
+    every request needs one of them (401 otherwise) and each tool call has
+    its holder's rights."""
     import uvicorn
 
-    server = build(connection)
+    server = build(connection, keys)
     sock = bind(host, port)
     shown = f"[{host}]" if ":" in host else host
     app = server.streamable_http_app(host=host)
+    if keys is not None:
+        app = RequireKey(app, keys)
     web = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     connection.warm()
     print(f"rag mcp: streamable HTTP at http://{shown}:{sock.getsockname()[1]}/mcp", file=sys.stderr, flush=True)

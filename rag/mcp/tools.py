@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..errors import DocumentNotFound, RagError
+from ..errors import CollectionNotFound, DocumentNotFound, RagError
+from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.answer import Answer, where
 from ..qa.options import AskOptions, valid_text
 from ..retrieval.scope import Scope
+from ..service.keys import LOCAL_USER, Caller
+from ..service.owners import stored_session
 
 if TYPE_CHECKING:
     from .connection import Answerer, Connection
@@ -32,19 +35,24 @@ MAX_READ_CHARS = 20_000  # characters one read_document call returns; ask for th
 MAX_DOC_ID_CHARS = 64
 
 
-def search(connection: Connection, query: str, k: int = 5, scope: Scope | None = None) -> dict:
-    """The ``k`` chunks that best match ``query`` (within ``scope``), best
-    first: ``rag search --json``'s results, each with ``where`` it lies (as
-    a reader cites it) and the ``doc_id`` of its document where known."""
+def search(connection: Connection, query: str, k: int = 5, scope: Scope | None = None, *,
+           collection: str = DEFAULT_COLLECTION, caller: Caller = LOCAL_USER) -> dict:
+    """The ``k`` chunks of ``collection`` that best match ``query`` (within
+    ``scope``), best first: ``rag search --json``'s results, each with
+    ``where`` it lies (as a reader cites it) and the ``doc_id`` of its
+    document where known. A collection ``caller`` may not read is one that
+    holds nothing."""
+    readable(caller, collection)
     answerer = connection.get()
-    hits = answerer.search(query, k=k, scope=scope)
-    ids = _ids_by_source(answerer)
+    hits = answerer.search(query, k=k, scope=scope, collection=collection)
+    ids = _ids_by_source(answerer, collection)
     return {"results": [h.to_dict() | {"where": where(h.source, h.location, h.context), "doc_id": ids.get(h.source)}
                         for h in hits]}
 
 
 def ask(connection: Connection, question: str, *, target_ttft: float | None = None, max_tokens: int = 256,
-        scope: Scope | None = None, session: str | None = None, on_text=None) -> dict:
+        scope: Scope | None = None, session: str | None = None, on_text=None, collection: str = DEFAULT_COLLECTION,
+        caller: Caller = LOCAL_USER) -> dict:
     """The answer to ``question`` from the documents (within ``scope``,
     continuing conversation ``session``), planned for ``target_ttft``
     seconds to first token (None: the set-up's default): its text, numbered
@@ -53,7 +61,9 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
     question = valid_text(question).strip()
     if not question:
         raise RagError("the question is empty; ask something about your documents")
-    options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(), session=session)
+    readable(caller, collection)
+    options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(),
+                            session=stored_session(caller, collection, session), collection=collection)
     answerer = connection.get()
     text = ""
     with answerer.stream(question, options) as stream:
@@ -61,7 +71,14 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
             if piece and on_text is not None:
                 text += piece
                 on_text(text)
-    return answered(stream.answer)
+    return answered(stream.answer) | ({"session": session} if session is not None else {})
+
+
+def readable(caller: Caller, collection: str) -> None:
+    """Nothing when ``caller`` may read ``collection``; else the error of a
+    collection that holds no documents (it must not tell that it exists)."""
+    if not caller.may_read(collection):
+        raise CollectionNotFound(missing_collection(collection))
 
 
 def answered(answer: Answer) -> dict:
@@ -81,14 +98,17 @@ def answered(answer: Answer) -> dict:
     return whole | {"sources": sources, "cost": cost}
 
 
-def list_documents(connection: Connection) -> dict:
-    """Every document in the index: ``id`` (for ``read_document`` and
+def list_documents(connection: Connection, *, collection: str = DEFAULT_COLLECTION,
+                   caller: Caller = LOCAL_USER) -> dict:
+    """Every document of ``collection``: ``id`` (for ``read_document`` and
     ``rag://documents/{id}``), ``source``, ``chunks``."""
-    docs = connection.get().documents()
+    readable(caller, collection)
+    docs = connection.get().documents(collection)
     return {"documents": [{"id": d["id"], "source": d["source"], "chunks": d["chunks"]} for d in docs]}
 
 
-def read_document(connection: Connection, doc_id: str, start: int = 0, end: int | None = None) -> dict:
+def read_document(connection: Connection, doc_id: str, start: int = 0, end: int | None = None, *,
+                  collection: str = DEFAULT_COLLECTION, caller: Caller = LOCAL_USER) -> dict:
     """The characters ``start`` to ``end`` of the document ``doc_id``'s text
     as the index holds it (a source's ``char_start``/``char_end`` are
     offsets into it), at most :data:`MAX_READ_CHARS` of them: ``text``,
@@ -96,7 +116,7 @@ def read_document(connection: Connection, doc_id: str, start: int = 0, end: int 
     text) and ``more`` (whether text follows ``end``)."""
     if end is not None and end < start:
         raise RagError(f"end {end} is before start {start}")
-    whole = document_text(connection, doc_id)
+    whole = document_text(connection, doc_id, collection=collection, caller=caller)
     text = str(whole["text"])
     stop = min(len(text), start + MAX_READ_CHARS, len(text) if end is None else end)
     start = min(start, len(text))
@@ -104,22 +124,24 @@ def read_document(connection: Connection, doc_id: str, start: int = 0, end: int 
             "length": len(text), "more": stop < len(text), "current": whole["current"]}
 
 
-def document_text(connection: Connection, doc_id: str) -> dict:
-    """The whole text of the document ``doc_id`` (``GET
+def document_text(connection: Connection, doc_id: str, *, collection: str = DEFAULT_COLLECTION,
+                  caller: Caller = LOCAL_USER) -> dict:
+    """The whole text of the document ``doc_id`` of ``collection`` (``GET
     /v1/documents/{doc_id}/text``'s object); DocumentNotFound naming
-    ``list_documents`` when the index has no such document."""
+    ``list_documents`` when it holds no such document."""
+    readable(caller, collection)
     answerer = connection.get()
-    if doc_id not in {d["id"] for d in answerer.documents()}:
+    if doc_id not in {d["id"] for d in answerer.documents(collection)}:
         raise DocumentNotFound(f"no document {doc_id!r}; list_documents gives the ids of the documents")
     if getattr(answerer, "via", None) == "server":
-        return answerer.document_text(doc_id)
-    return answerer.document(doc_id).text(answerer.settings.max_file_bytes).to_dict()
+        return answerer.document_text(doc_id, collection)
+    return answerer.document(doc_id, collection).text(answerer.settings.max_file_bytes).to_dict()
 
 
-def _ids_by_source(answerer: Answerer) -> dict[str, str]:
-    """Document ids by source, for the sources only one document has (two
-    folders may each hold a ``notes.md``)."""
+def _ids_by_source(answerer: Answerer, collection: str = DEFAULT_COLLECTION) -> dict[str, str]:
+    """Document ids by source in ``collection``, for the sources only one
+    document has (two folders may each hold a ``notes.md``)."""
     ids: dict[str, str | None] = {}
-    for d in answerer.documents():
+    for d in answerer.documents(collection):
         ids[d["source"]] = None if d["source"] in ids else d["id"]
     return {source: i for source, i in ids.items() if i is not None}

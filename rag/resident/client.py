@@ -133,16 +133,17 @@ class ResidentClient:
             body["scope"] = scope.model_dump(mode="json")
         return [Hit(**r) for r in self._call("POST", "/v1/search", body)["results"]]
 
-    def documents(self) -> list[dict[str, object]]:
-        """The documents in the server's index, as
+    def documents(self, collection: str = DEFAULT_COLLECTION) -> list[dict[str, object]]:
+        """The documents of ``collection`` in the server's index, as
         :meth:`~rag.qa.pipeline.Pipeline.documents` gives them."""
-        return self._call("GET", "/v1/documents")["documents"]
+        return self._call("GET", f"/v1/documents?collection={quote(collection, safe='')}")["documents"]
 
-    def document_text(self, doc_id: str) -> dict[str, object]:
-        """The text of the document ``doc_id`` as the server's index holds
-        it (``GET /v1/documents/{doc_id}/text``): ``id``, ``source``,
-        ``text``, ``pages`` and ``current``; a RagError when it has none."""
-        return self._call("GET", f"/v1/documents/{quote(doc_id, safe='')}/text")
+    def document_text(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, object]:
+        """The text of the document ``doc_id`` of ``collection`` as the
+        server's index holds it (``GET /v1/documents/{doc_id}/text``):
+        ``id``, ``source``, ``text``, ``pages`` and ``current``; a RagError
+        when it has none."""
+        return self._call("GET", f"/v1/documents/{quote(doc_id, safe='')}/text?collection={quote(collection, safe='')}")
 
     def conversation(self, session: str) -> Conversation:
         """A view of the stored conversation ``session``: its summary and

@@ -8,11 +8,13 @@ each document's text and file), ``/v1/sessions``, ``/v1/profile``,
 ``/docs``, and the web page at ``/`` (``web``), a client of the same API.
 
 One model serves every request: requests queue for the engine, and the
-queue is visible to the budgeter (``admission``).
+queue is visible to the budgeter (``admission``). The names below are
+imported on first use (:func:`rag.lazy_exports`), so that what the MCP
+server shares with it (``keys``, ``owners``) comes without FastAPI.
 """
 
-from .app import create_app, serve
-from .loopback import LoopbackServer
-from .settings import ServiceSettings
+from .. import lazy_exports
 
-__all__ = ["LoopbackServer", "ServiceSettings", "create_app", "serve"]
+_EXPORTS = {"create_app": ".app", "serve": ".app", "LoopbackServer": ".loopback", "ServiceSettings": ".settings"}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
