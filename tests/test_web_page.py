@@ -359,3 +359,24 @@ def test_the_conversations_panel_lists_only_the_conversations_of_the_index_serve
         finally:
             page.context.close()
         assert not errors, errors
+
+
+def test_the_collection_picker_shows_one_collection_and_uploads_go_to_it(page, server):
+    """Issue 46: the page lists the collections the key may read; picking one
+    lists its documents alone, and a file dropped then is uploaded into it."""
+    r = _api(server, "POST", "/v1/documents", params={"collection": "picked"},
+             files={"file": ("first.md", b"The picked collection's first note.")})
+    assert r.status_code == 200, r.text
+    page.reload()
+    page.wait_for_function("document.querySelectorAll('#collection-select option').length >= 2")
+    assert "picked (1)" in page.inner_text("#collection-select")
+    page.select_option("#collection-select", "picked")
+    page.wait_for_function("[...document.querySelectorAll('#document-list li')].map(li => li.textContent)"
+                           ".join(' ').includes('first.md')")
+    _drop(page, {"second.md": "The picked collection's second note."})
+    page.wait_for_function("[...document.querySelectorAll('#document-list li')].map(li => li.textContent)"
+                           ".join(' ').includes('second.md')", timeout=120_000)
+    picked = {d["source"] for d in _api(server, "GET", "/v1/documents", params={"collection": "picked"}).json()["documents"]}
+    default = _api(server, "GET", "/v1/documents").json()
+    assert picked == {"first.md", "second.md"}
+    assert not {"first.md", "second.md"} & {d["source"] for d in default.get("documents", [])}

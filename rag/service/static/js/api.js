@@ -85,6 +85,17 @@ export async function call(path, options = {}) {
   }
 }
 
+let collection = "default";  // the collection the page shows: uploads go to it, questions draw on it
+
+/** The collection the page shows. */
+export function currentCollection() { return collection; }
+/** Show `name` from now on (the caller reloads what the page lists). */
+export function setCollection(name) { collection = name; }
+/** `path` within the collection shown (its ?collection=). */
+export function inCollection(path) {
+  return `${path}${path.includes("?") ? "&" : "?"}collection=${encodeURIComponent(collection)}`;
+}
+
 export async function getJson(path) { return (await call(path)).json(); }
 export async function deleteJson(path) { return (await call(path, { method: "DELETE" })).json(); }
 
@@ -92,7 +103,7 @@ export async function deleteJson(path) { return (await call(path, { method: "DEL
 export function upload(file, progress) {
   const send = () => new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", "/v1/documents");
+    xhr.open("POST", inCollection("/v1/documents"));
     for (const [k, v] of Object.entries(headers())) xhr.setRequestHeader(k, v);
     xhr.upload.onprogress = (e) => progress(e.loaded, e.lengthComputable ? e.total : file.size);
     xhr.onerror = () => reject(new ApiError(0, "the upload failed: no answer from the server", "network"));
@@ -128,7 +139,7 @@ export function upload(file, progress) {
 export async function ask(body, onDelta, signal, onEvidence = null) {
   const response = await call("/v1/ask", {
     method: "POST", signal, headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ ...body, stream: true }),
+    body: JSON.stringify({ ...body, collection, stream: true }),
   });
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";

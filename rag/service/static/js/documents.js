@@ -5,7 +5,7 @@
 // asked before the first is indexed says what it waits for).
 // Does not: read files itself; the server ingests them.
 
-import { ApiError, deleteJson, getJson, upload } from "./api.js";
+import { ApiError, deleteJson, getJson, inCollection, upload } from "./api.js";
 import { $, button, node, plural } from "./dom.js";
 import { shown } from "./notice.js";
 let known = new Map(); // doc id -> document, for the source viewer
@@ -44,7 +44,7 @@ function setState(item, text) {
 export async function refreshDocuments() {
   let docs = [];
   try {
-    docs = (await getJson("/v1/documents")).documents;
+    docs = (await getJson(inCollection("/v1/documents"))).documents;
   } catch (err) {
     // No index yet: the first upload makes one.
     if (!(err instanceof ApiError && err.status === 404)) throw err;
@@ -72,7 +72,7 @@ function documentItem(doc) {
     clearTimeout(armed);
     remove.disabled = true;
     try {
-      await deleteJson(`/v1/documents/${encodeURIComponent(doc.id)}`);
+      await deleteJson(inCollection(`/v1/documents/${encodeURIComponent(doc.id)}`));
       await refreshDocuments();
     } catch (err) {
       remove.disabled = false;

@@ -3,6 +3,7 @@
 
 import { onKeyNeeded, storedKey, storeKey } from "./api.js";
 import { setUpAsk } from "./ask.js";
+import { refreshCollections, setUpCollections } from "./collections.js";
 import { refreshProfile } from "./costs.js";
 import { refreshDocuments, setUpDocuments } from "./documents.js";
 import { $ } from "./dom.js";
@@ -41,6 +42,7 @@ function setUpKey() {
 async function loadAll() {
   notify("");
   await shown(refreshDocuments());
+  shown(refreshCollections());
   shown(refreshSessions());
   shown(refreshProfile());
 }
@@ -50,5 +52,6 @@ setUpDocuments();
 setUpViewer();
 setUpAsk();
 setUpSessions();
+setUpCollections(loadAll);
 $("profile-refresh").addEventListener("click", () => shown(refreshProfile()));
 loadAll();

@@ -3,7 +3,7 @@
 // which session the ask form uses.
 // Does not: ask questions (ask.js does, with sessionForAsk()).
 
-import { ApiError, deleteJson, getJson } from "./api.js";
+import { ApiError, deleteJson, getJson, inCollection } from "./api.js";
 import { $, button, node, plural } from "./dom.js";
 import { shown } from "./notice.js";
 import { clearThread, storedTurn } from "./thread.js";
@@ -34,7 +34,7 @@ export function sessionForAsk() {
 }
 
 export async function refreshSessions() {
-  const { sessions } = await getJson("/v1/sessions");
+  const { sessions } = await getJson(inCollection("/v1/sessions"));
   $("sessions-empty").hidden = sessions.length > 0;
   $("session-list").replaceChildren(...sessions.map(sessionItem));
   for (const s of sessions) ensureOption(s.session);
@@ -61,7 +61,7 @@ export async function continueSession(id) {
   $("session-select").value = id;
   clearThread();
   try {
-    const conversation = await getJson(`/v1/sessions/${encodeURIComponent(id)}`);
+    const conversation = await getJson(inCollection(`/v1/sessions/${encodeURIComponent(id)}`));
     if (conversation.folded) {
       $("thread").append(node("p", "muted small",
                               `${plural(conversation.folded, "earlier turn")}, summarised: ${conversation.summary}`));
@@ -75,7 +75,7 @@ export async function continueSession(id) {
 
 async function resetSession(id, li) {
   try {
-    await deleteJson(`/v1/sessions/${encodeURIComponent(id)}`);
+    await deleteJson(inCollection(`/v1/sessions/${encodeURIComponent(id)}`));
   } catch (err) {
     if (!(err instanceof ApiError && err.status === 404)) throw err;
   }

@@ -3,7 +3,7 @@
 // scrolled to; for a PDF, the file in the browser's own viewer at its page.
 // Does not: find documents by name; sources carry their document id.
 
-import { call, getJson } from "./api.js";
+import { call, getJson, inCollection } from "./api.js";
 import { $, node } from "./dom.js";
 
 let pdfUrl = null; // the blob URL shown last, released when the next opens
@@ -43,7 +43,7 @@ export async function openSource(source, n, evidence = null) {
 }
 
 async function showText(source, body, note, evidence = null) {
-  const doc = await getJson(`/v1/documents/${encodeURIComponent(source.doc_id)}/text`);
+  const doc = await getJson(inCollection(`/v1/documents/${encodeURIComponent(source.doc_id)}/text`));
   const text = doc.text, start = source.char_start ?? 0, end = source.char_end ?? 0;
   const pre = node("pre", "doc-text"), mark = node("mark", "");
   mark.id = "passage";
@@ -68,7 +68,7 @@ async function showText(source, body, note, evidence = null) {
 async function showPdf(source, body, note) {
   // Fetched with the key, then shown from a blob: URL, since the browser's
   // PDF viewer could not send the key itself.
-  const blob = await (await call(`/v1/documents/${encodeURIComponent(source.doc_id)}/file`)).blob();
+  const blob = await (await call(inCollection(`/v1/documents/${encodeURIComponent(source.doc_id)}/file`))).blob();
   pdfUrl = URL.createObjectURL(blob);
   const page = source.page || 1;
   const frame = node("iframe", "pdf");
