@@ -91,6 +91,14 @@ def hit_of(row: Sequence, score: float) -> Hit:
                lang=row[10])
 
 
+def remove_every_file(writer: IndexWriter) -> int:
+    """Remove every file ``writer`` sees (those of its collection) with their chunks; how many."""
+    records = list(writer.files().values())
+    for record in records:
+        writer.remove_file(record.id)
+    return len(records)
+
+
 def text_ending_at(before: Sequence | None, hit: Hit) -> str:
     """The text of the chunk before ``hit`` (a row ``(text, char_start)``,
     or None) up to where ``hit`` starts: "" when there is none or it does

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from . import language
-from .interface import HIT_COLUMNS, hit_of, stats_of, text_ending_at
+from .interface import HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
 from .collection_names import DEFAULT_COLLECTION
@@ -490,10 +490,7 @@ class PostgresWriter:
 
     def remove_collection(self) -> int:
         """Remove every file of its collection, with their chunks; how many files."""
-        records = list(self.files().values())
-        for record in records:
-            self.remove_file(record.id)
-        return len(records)
+        return remove_every_file(self)
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks, vectors and postings."""

@@ -40,7 +40,7 @@ from .generations import (
     write_lock,
 )
 from .lexical import LexicalIndex
-from .interface import HIT_COLUMNS, hit_of, stats_of, text_ending_at
+from .interface import HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
 from .collection_names import DEFAULT_COLLECTION
 from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
@@ -351,10 +351,7 @@ class FolderWriter:
 
     def remove_collection(self) -> int:
         """Remove every file of its collection, with their chunks; how many files."""
-        records = list(self.files().values())
-        for record in records:
-            self.remove_file(record.id)
-        return len(records)
+        return remove_every_file(self)
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks and vectors."""
