@@ -368,14 +368,13 @@ def test_the_collection_picker_shows_one_collection_and_uploads_go_to_it(page, s
              files={"file": ("first.md", b"The picked collection's first note.")})
     assert r.status_code == 200, r.text
     page.reload()
-    page.wait_for_function("document.querySelectorAll('#collection-select option').length >= 2")
+    page.wait_for_selector("#collection-select option[value=picked]", state="attached")
     assert "picked (1)" in page.inner_text("#collection-select")
     page.select_option("#collection-select", "picked")
-    page.wait_for_function("[...document.querySelectorAll('#document-list li')].map(li => li.textContent)"
-                           ".join(' ').includes('first.md')")
+    page.wait_for_selector("#document-list li:has-text('first.md')")
     _drop(page, {"second.md": "The picked collection's second note."})
-    page.wait_for_function("[...document.querySelectorAll('#document-list li')].map(li => li.textContent)"
-                           ".join(' ').includes('second.md')", timeout=120_000)
+    page.wait_for_selector("#document-list li:has-text('second.md'), #uploads li.failed", timeout=120_000)
+    assert page.locator("#uploads li.failed").count() == 0, page.inner_text("#uploads")
     picked = {d["source"] for d in _api(server, "GET", "/v1/documents", params={"collection": "picked"}).json()["documents"]}
     default = _api(server, "GET", "/v1/documents").json()
     assert picked == {"first.md", "second.md"}

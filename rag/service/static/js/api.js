@@ -91,8 +91,9 @@ let collection = "default";  // the collection the page shows: uploads go to it,
 export function currentCollection() { return collection; }
 /** Show `name` from now on (the caller reloads what the page lists). */
 export function setCollection(name) { collection = name; }
-/** `path` within the collection shown (its ?collection=). */
+/** `path` within the collection shown (its ?collection=; the default collection is the server's own default). */
 export function inCollection(path) {
+  if (collection === "default") return path;
   return `${path}${path.includes("?") ? "&" : "?"}collection=${encodeURIComponent(collection)}`;
 }
 
