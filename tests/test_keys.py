@@ -79,3 +79,15 @@ def test_rag_keys_new_prints_a_key_and_the_entry_that_accepts_it(tmp_path):
     erin = KeyRing.read(path).caller(key)
     assert erin.holder == "erin" and erin.may_write("docs") and erin.may_read("other") and not erin.may_write("other")
     assert key not in path.read_text(encoding="utf-8")
+
+
+def test_the_serve_benchs_keys_each_read_their_own_collection_alone(tmp_path):
+    from rag.bench.serve import _key_file, _lanes
+
+    lanes = _lanes(2)
+    ring = KeyRing.read(_key_file(lanes, tmp_path))
+    (first, default), (second, other) = lanes
+    assert (default, other) == ("default", "second")
+    assert ring.caller(first).may_read("default") and not ring.caller(first).may_read("second")
+    assert ring.caller(second).may_read("second") and not ring.caller(second).may_write("second")
+    assert _key_file([], tmp_path) is None

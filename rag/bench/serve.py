@@ -152,7 +152,8 @@ def _answer_figures(answer: dict | None) -> dict[str, object]:
 
 
 def run_clients(url: str, clients: int, next_request: Callable[[int, dict | None], tuple[dict, dict] | None], *,
-                origin: float | None = None) -> tuple[list[dict], float]:
+                origin: float | None = None, headers_of: Callable[[int], dict] | None = None
+                ) -> tuple[list[dict], float]:
     """``clients`` closed-loop clients against ``url``: client ``c`` sends
     the streamed ``/v1/ask`` body of ``next_request(c, its last row or
     None)`` (called just before it is sent) as soon as its previous answer
@@ -161,14 +162,15 @@ def run_clients(url: str, clients: int, next_request: Callable[[int, dict | None
     row: :func:`ask_streamed`'s outcome, the answer's figures, the tags
     given beside the body, and when it was sent and done (seconds from
     ``origin``, a perf_counter instant; default: when the clients start).
-    Returns the rows and the wall time."""
+    ``headers_of(c)``: client ``c``'s HTTP headers (its key). Returns the
+    rows and the wall time."""
     results: list[dict[str, object]] = []
     lock = threading.Lock()
     started = time.perf_counter() if origin is None else origin
 
     def client(number: int) -> None:
         row = None
-        with httpx.Client(base_url=url, timeout=300) as http:
+        with httpx.Client(base_url=url, timeout=300, headers=headers_of(number) if headers_of else None) as http:
             while True:
                 request = next_request(number, row)
                 if request is None:
@@ -192,18 +194,25 @@ def run_clients(url: str, clients: int, next_request: Callable[[int, dict | None
     return results, time.perf_counter() - started
 
 
-def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: dict) -> tuple[list[dict], float]:
+def _run(url: str, questions: Sequence[str], clients: int, requests: int, body: dict,
+         lanes: Sequence[tuple[str, str]] = ()) -> tuple[list[dict], float]:
     """``requests`` requests from ``clients`` closed-loop clients, the
-    questions in turn; their rows and the wall time."""
+    questions in turn; their rows and the wall time. ``lanes``: ``(key,
+    collection)`` pairs, client ``c`` asking with the ``c``-th (in turn) in
+    its collection, each row tagged with it."""
     lock = threading.Lock()
     counter = iter(range(requests))
 
     def next_request(number: int, last: dict | None) -> tuple[dict, dict] | None:
         with lock:
             i = next(counter, None)
-        return None if i is None else (body | {"question": questions[i % len(questions)]}, {})
+        if i is None:
+            return None
+        lane = {"collection": lanes[number % len(lanes)][1]} if lanes else {}
+        return body | {"question": questions[i % len(questions)]} | lane, lane
 
-    return run_clients(url, clients, next_request)
+    headers = (lambda c: {"Authorization": f"Bearer {lanes[c % len(lanes)][0]}"}) if lanes else None
+    return run_clients(url, clients, next_request, headers_of=headers)
 
 
 def bench_serve(
@@ -221,6 +230,7 @@ def bench_serve(
     ready_s: dict[str, float] | None = None,
     upload_at: str = "during",
     limits: str | None = None,
+    lanes: Sequence[tuple[str, str]] = (),
 ) -> dict[str, object]:
     """For each client count and each ``(name, url, engine counters)`` in
     ``systems``, ``requests`` requests in all: client-side TTFT percentiles,
@@ -233,7 +243,8 @@ def bench_serve(
     (``upload_at="during"``), or just before it, answered and the documents
     listed before the first question (``"before"``). ``ready_s``: each
     freshly started server's seconds until /healthz said ok. ``limits``:
-    the servers' caller limits, as a label for the report."""
+    the servers' caller limits, as a label for the report. ``lanes``: each
+    client's key and collection (see :func:`_run`)."""
     if upload_at not in UPLOAD_AT:
         raise ValueError(f"upload_at: one of {', '.join(UPLOAD_AT)}, not {upload_at!r}")
     runs: list[dict[str, object]] = []
@@ -245,7 +256,7 @@ def bench_serve(
             uploading = _Upload(url, upload) if upload is not None and n == clients[0] else None
             if uploading is not None and upload_at == "before":
                 uploading.result()  # answered, and the list read again, before the first question
-            results, wall = _run(url, questions, n, requests, body)
+            results, wall = _run(url, questions, n, requests, body, lanes)
             after = counters() if counters else None
             run = summarise_run(results, wall, n, name, target_ttft, before, after)
             if uploading is not None:
@@ -259,7 +270,8 @@ def bench_serve(
         "config": {"clients": list(clients), "requests": requests, "target_ttft_s": target_ttft,
                    "max_tokens": max_tokens, "systems": [name for name, _, _ in systems],
                    "store_warmed_s": store_warmed_s or {}, "upload": upload[0] if upload else None,
-                   "upload_at": upload_at if upload else None, "limits": limits, "fresh_ready_s": ready_s or {}},
+                   "upload_at": upload_at if upload else None, "limits": limits, "fresh_ready_s": ready_s or {},
+                   "collections": sorted({c for _, c in lanes})},
         "rows": rows,
         "summary": {"runs": runs, "bound": bound},
     }
@@ -352,7 +364,8 @@ def prediction_figures(served: Sequence[dict], target_ttft: float) -> dict[str, 
 def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[int] = (1, 4, 8), requests: int = 24,
         target_ttft: float = 2.0, max_tokens: int = 32, slots: int = 8, index: Optional[Path] = None,
         model: Optional[Path] = None, only: Sequence[str] = (), warm_passages: bool = False, fresh: bool = False,
-        upload: Optional[Path] = None, upload_at: str = "during", limits: str = "off") -> dict[str, object]:
+        upload: Optional[Path] = None, upload_at: str = "during", limits: str = "off",
+        collections: int = 0) -> dict[str, object]:
     """``rag bench serve``: ``corpus`` indexed, two servers over it on
     127.0.0.1 (or those of ``only``, see :func:`serving`), the bundled
     Python-docs conversations' questions asked by ``clients`` concurrent
@@ -361,8 +374,11 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[i
     ``fresh``: each server starts cold and its first run begins as soon as
     /healthz says ok; ``upload``: that document posted beside (or, with
     ``upload_at="before"``, just before) the first run; ``limits``: the
-    servers' caller limits. A RagError, before anything starts, for values
-    out of range."""
+    servers' caller limits. ``collections`` (1 or 2): a team on one
+    service: the corpus in that many collections (the second ingested as
+    "second", removed again at the end), each with a key that may read it
+    alone, the clients taking them in turn. A RagError, before anything
+    starts, for values out of range."""
     from .chat import load_conversations
 
     if max(clients) > 64 or not 1 <= requests <= 10_000 or target_ttft <= 0:
@@ -371,37 +387,48 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[i
         raise RagError(f"--limits: {' or '.join(LIMITS)}, not {limits!r}")
     if upload_at not in UPLOAD_AT or (upload_at != "during" and upload is None):
         raise RagError(f"--upload-at: {' or '.join(UPLOAD_AT)}, with --upload FILE")
+    if collections not in (0, 1, 2):
+        raise RagError("--collections: 1 or 2")
     questions = [q for c in load_conversations(setup.BENCH_DATA / "python_docs_chat.json") for q in c]
     warmed: dict[str, float | None] = {}
     document = (upload.name, read_upload(upload)) if upload is not None else None
 
+    lanes = _lanes(collections)
+
     def prepared(name: str, p: Pipeline) -> None:
+        if collections == 2 and "second" not in p.collections():
+            p.ingest([corpus], include=include, collection="second")
         if warm_passages:
             warmed[name] = warm_store(p, questions[:requests], target_ttft)
 
     with tempfile.TemporaryDirectory(prefix="rag-bench-serve-") as tmp, \
-            serving(h, corpus, include, index, model, slots, Path(tmp), only, prepared, fresh, limits) as \
-            (systems, pipeline):
+            serving(h, corpus, include, index, model, slots, Path(tmp), only, prepared, fresh, limits,
+                    _key_file(lanes, Path(tmp))) as (systems, pipeline):
         ready = {name: wait_ready(url, started) for name, url, _, started in systems}
         systems = [(name, url, counters) for name, url, counters, _ in systems]
         # A fresh server's first run must meet it as it starts, not after the bound is measured on it.
         bound = None if fresh else physical_bound(pipeline, questions[0], target_ttft)
-        return bench_serve(systems, questions, clients=clients, requests=requests, target_ttft=target_ttft,
-                           max_tokens=max_tokens, bound=bound, progress=h.line, store_warmed_s=warmed,
-                           upload=document, ready_s=ready if fresh else None, upload_at=upload_at, limits=limits)
+        try:
+            return bench_serve(systems, questions, clients=clients, requests=requests, target_ttft=target_ttft,
+                               max_tokens=max_tokens, bound=bound, progress=h.line, store_warmed_s=warmed,
+                               upload=document, ready_s=ready if fresh else None, upload_at=upload_at, limits=limits,
+                               lanes=lanes)
+        finally:
+            if collections == 2:  # the bench's index is a cache other runs read: as it was
+                pipeline.remove_collection("second")
 
 
 @contextlib.contextmanager
 def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Path], model: Optional[Path],
             slots: int, tmp: Path, only: Sequence[str] = (),
             prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None, fresh: bool = False,
-            limits: str = "off"):
+            limits: str = "off", keys_file: Path | None = None):
     """Two servers over one index (or those named in ``only``): the deadline
     scheduler on ``slots`` sequences, and one sequence with the queue
     admission of before; yields ``([(name, url, counters, started)],
     first pipeline)``, ``started`` the perf_counter instant each started,
     and stops them all on leaving. ``fresh``: nothing is prepared before a
-    server starts (it warms itself up). ``limits``: see
+    server starts (it warms itself up). ``limits``, ``keys_file``: see
     :func:`bench_service_settings`."""
     from ..service import LoopbackServer, create_app
 
@@ -418,7 +445,8 @@ def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Pa
                 p.prepare()
                 prepared(name, p)
             started = time.perf_counter()
-            server = LoopbackServer(create_app(p, bench_service_settings(limits, admission)), ready=not fresh)
+            server = LoopbackServer(create_app(p, bench_service_settings(limits, admission, keys_file)),
+                                    ready=not fresh)
             pipelines[name] = (p, server, started)
         yield ([(name, server.url, _counters(p), started) for name, (p, server, started) in pipelines.items()],
                next(iter(pipelines.values()))[0])
@@ -429,16 +457,35 @@ def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Pa
             p.close()  # and the engine it opened
 
 
-def bench_service_settings(limits: str, admission: str):
-    """A bench server's settings: ``admission``, and the caller limits
+def bench_service_settings(limits: str, admission: str, keys_file: Path | None = None):
+    """A bench server's settings: ``admission``, the caller limits
     ``"default"`` (as ``rag serve`` starts) or ``"off"`` (none: the engine's
-    own admission alone decides)."""
+    own admission alone decides), and the key file (None: no keys)."""
     from ..service import ServiceSettings
 
     if limits == "default":
-        return ServiceSettings(admission=admission)
+        return ServiceSettings(admission=admission, keys_file=keys_file)
     return ServiceSettings(admission=admission, rate_limit_per_minute=0, questions_in_flight=0, uploads_in_flight=0,
-                           upload_bytes_in_flight=0)
+                           upload_bytes_in_flight=0, keys_file=keys_file)
+
+
+def _lanes(collections: int) -> list[tuple[str, str]]:
+    """A new key for each of ``collections`` collections (default, second), with it."""
+    from ..service.keys import new_key
+
+    return [(new_key()[0], name) for name in ("default", "second")[:collections]]
+
+
+def _key_file(lanes: Sequence[tuple[str, str]], folder: Path) -> Path | None:
+    """A key file giving each lane's key the right to read its collection alone (None: no lanes)."""
+    from ..service.keys import key_hash
+
+    if not lanes:
+        return None
+    path = folder / "keys.json"
+    path.write_text(json.dumps({"keys": {f"client{i}": {"sha256": key_hash(key), "collections": {name: "read"}}
+                                         for i, (key, name) in enumerate(lanes)}}), encoding="utf-8")
+    return path
 
 
 def _counters(p: "Pipeline") -> Callable[[], dict | None]:

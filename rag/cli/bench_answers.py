@@ -216,6 +216,7 @@ def bench_serve(
     upload: Optional[Path] = typer.Option(None, "--upload", help="A document to upload to each server while its first run is answered."),
     upload_at: str = typer.Option("during", "--upload-at", help="With --upload: 'during' the first run, or just 'before' it (answered, then the documents listed, as the page does)."),
     limits: str = typer.Option("off", "--limits", help="The servers' caller limits: 'off', or 'default' (as `rag serve` has them; every client comes from 127.0.0.1)."),
+    collections: int = typer.Option(0, "--collections", help="A team: the corpus in 1 or 2 collections, each with a key that reads it alone, the clients taking them in turn."),
 ) -> None:
     """Concurrent clients against real servers on 127.0.0.1: the deadline
     scheduler over several sequences, and one request at a time as before,
@@ -245,7 +246,8 @@ def bench_serve(
         levels = int_list(clients or "1,4,8", "--clients")
         result = run(harness(), corpus, include, clients=levels, requests=requests, target_ttft=target_ttft,
                      max_tokens=max_tokens, slots=slots, index=index, model=model, only=only,
-                     warm_passages=warm_store, fresh=fresh, upload=upload, upload_at=upload_at, limits=limits)
+                     warm_passages=warm_store, fresh=fresh, upload=upload, upload_at=upload_at, limits=limits,
+                     collections=collections)
     if as_json:
         echo_json(result)
         return
