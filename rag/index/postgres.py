@@ -274,6 +274,7 @@ class PostgresIndex:
         self._approximate = meta.get("vector_search", "").startswith("approximate")
         self.languages = tuple(x for x in meta.get("languages", "").split(",") if x)  # a query is read in each
         self._scopes: OrderedDict[object, np.ndarray] = OrderedDict()
+        self._collections: dict[str, int] | None = None  # files per collection, read on first use
         self.notes: list[str] = []
         self.on_note: Callable[[str], None] = lambda note: None
 
@@ -375,9 +376,13 @@ class PostgresIndex:
         return [(int(i), float(s)) for i, s in rows if s > 0]
 
     def collections(self) -> dict[str, int]:
-        """The files of each collection that has any, by its name."""
-        with self._access() as db:
-            return dict(db.execute(f"SELECT {_collection_column(db)}, COUNT(*) FROM {S}.files GROUP BY 1").fetchall())
+        """The files of each collection that has any, by its name (read once:
+        a question asks it, and the view is of one generation, as its scopes are)."""
+        if self._collections is None:
+            with self._access() as db:
+                self._collections = dict(
+                    db.execute(f"SELECT {_collection_column(db)}, COUNT(*) FROM {S}.files GROUP BY 1").fetchall())
+        return dict(self._collections)
 
     def chunk_ids_of(self, sources: Callable[[str], bool], key: object, collection: str | None = None) -> np.ndarray:
         """The ids of the chunks of every file (of ``collection``; None: of
