@@ -73,6 +73,10 @@ class CollectionNotFound(RagError):
     not read it, none that it may see: the two are told alike)."""
 
 
+class SessionNotFound(RagError):
+    """No conversation of that id for this caller: the id is another's."""
+
+
 class EngineMisconfigured(RagError):
     """Engine options that cannot work together, such as a quantised KV
     cache without flash attention."""

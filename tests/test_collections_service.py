@@ -143,9 +143,12 @@ def test_a_conversation_belongs_to_the_key_and_the_collection_it_was_opened_in(s
     server, _ = served
     alice, bob = ({"Authorization": f"Bearer {k}"} for k in (ALICE, BOB))
 
-    def ask(headers, collection, question="When does the contract renew?"):
-        r = httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120,
-                       json={"question": question, "collection": collection, "session": "s1", "max_tokens": 8})
+    def asked(headers, collection, question="When does the contract renew?", session="s1"):
+        return httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120,
+                          json={"question": question, "collection": collection, "session": session, "max_tokens": 8})
+
+    def ask(headers, collection, question="When does the contract renew?", session="s1"):
+        r = asked(headers, collection, question, session)
         assert r.status_code == 200, r.text
         return r.json()
 
@@ -162,9 +165,15 @@ def test_a_conversation_belongs_to_the_key_and_the_collection_it_was_opened_in(s
     assert httpx.get(f"{url}/s1", params={"collection": "board"}, headers=bob).status_code == 404
     assert httpx.get(url, params={"collection": "board"}, headers=bob).json()["sessions"] == []
     assert httpx.delete(f"{url}/s1", params={"collection": "board"}, headers=bob).status_code == 404
-    # Continuing it is starting his own: turn 1, none of alice's turns in it.
-    mine = ask(bob, "board", "What did the board approve?")
-    assert mine["turn"] == 1 and mine["session"] == "s1"
+    # Continuing it is refused as reading it is, over /v1/ask and /v1/chat/completions alike; his own id is his.
+    refused = asked(bob, "board", "What did the board approve?")
+    assert refused.status_code == 404 and "no conversation s1" in refused.json()["error"]["message"], refused.text
+    chat = httpx.post(f"{server.url}/v1/chat/completions", headers=bob, timeout=120, json={
+        "model": "rag", "messages": [{"role": "user", "content": "And the vote?"}], "collection": "board",
+        "user": "s1", "max_tokens": 4})
+    assert chat.status_code == 404, chat.text
+    mine = ask(bob, "board", "What did the board approve?", session="bob-1")
+    assert mine["turn"] == 1 and mine["session"] == "bob-1"
     assert len(httpx.get(f"{url}/s1", params={"collection": "acme"}, headers=alice).json()["turns"]) == 2
     assert httpx.get(f"{url}/s1", params={"collection": "acme"}, headers=bob).status_code == 404  # no right: 404
 

@@ -2,7 +2,8 @@
 behave alike: turns survive reopening, folds are one transaction, the schema
 version is checked, a store of schema 1 is upgraded and still read, sessions
 are listed by the index they belong to, turns stored at once get their own
-numbers, and a session's turn lock holds against another process."""
+numbers, a session id has one owner however many claim it at once, and a
+session's turn lock holds against another process."""
 
 from __future__ import annotations
 
@@ -130,6 +131,24 @@ def test_turns_stored_at_once_each_get_their_own_number(location):
     assert not errors
     numbers = [t.number for t in stores[0].load("busy").turns]
     assert numbers == list(range(1, 41))
+    for store in stores:
+        store.close()
+
+
+def test_a_session_id_has_one_owner_whoever_claims_it_at_once(location):
+    stores = [open_store(location), open_store(location)]  # two front-ends sharing the store
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda k=k: got.append(stores[k % 2].claim("s1", f"owner{k}")))
+               for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 6 and len(set(got)) == 1 and got[0].startswith("owner")  # every claimant told the same one
+    assert stores[1].owner("s1") == got[0] and stores[0].owner("s2") is None
+    stores[0].append("s1", turn(1))
+    stores[0].reset("s1")  # forgetting the conversation keeps its id its owner's
+    assert stores[1].claim("s1", "someone else") == got[0]
     for store in stores:
         store.close()
 

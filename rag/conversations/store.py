@@ -16,6 +16,10 @@ holds one session across processes (SQLite: a byte-range lock on a file
 beside the database; PostgreSQL: an advisory lock), so front-ends sharing a
 store answer a conversation's questions one at a time.
 
+A session id given to the service is claimed by the first caller to use it
+(:meth:`Conversations.claim`, the table ``session_owners``, which an older
+rag-budget leaves alone), so another caller's use of it can be refused.
+
 Each session records the index it was started against (:func:`index_key`),
 so one store shared by front-ends over several indexes lists each index's
 conversations apart (:meth:`Conversations.sessions`).
@@ -77,6 +81,11 @@ CREATE TABLE IF NOT EXISTS summaries (
     seconds {float} NOT NULL,
     created {float} NOT NULL,
     PRIMARY KEY (session_id, version)
+);
+CREATE TABLE IF NOT EXISTS session_owners (
+    session TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    created {float} NOT NULL
 );
 """
 
@@ -299,6 +308,23 @@ class Conversations(abc.ABC):
         check_session_id(session)
         with self._access(write=True) as db:
             db.execute("DELETE FROM sessions WHERE id = ?", (session,))
+
+    def owner(self, session: str) -> str | None:
+        """Who claimed the session id ``session`` (an owner's tag, as
+        :meth:`claim` recorded it), or None if no one has."""
+        with self._access() as db:
+            row = db.execute("SELECT owner FROM session_owners WHERE session = ?", (session,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def claim(self, session: str, owner: str) -> str:
+        """The owner of the session id ``session``: the one recorded, or
+        else ``owner``, recorded now. Two callers claiming at once, from
+        any process sharing the store, get the same one (the first)."""
+        check_session_id(session)
+        with self._access(write=True) as db:
+            db.execute("INSERT INTO session_owners (session, owner, created) VALUES (?, ?, ?) "
+                       "ON CONFLICT(session) DO NOTHING", (session, owner, time.time()))
+            return str(db.execute("SELECT owner FROM session_owners WHERE session = ?", (session,)).fetchone()[0])
 
     def sessions(self, index: str | None = None) -> list[dict[str, object]]:
         """Every session id with its turn count and last update, newest

@@ -22,7 +22,7 @@ from ..qa.answer import Answer, where
 from ..qa.options import AskOptions, valid_text
 from ..retrieval.scope import Scope
 from ..service.keys import LOCAL_USER, Caller
-from ..service.owners import stored_session
+from ..service.owners import continued_session
 
 if TYPE_CHECKING:
     from .connection import Answerer, Connection
@@ -62,9 +62,10 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
     if not question:
         raise RagError("the question is empty; ask something about your documents")
     readable(caller, collection)
-    options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(),
-                            session=stored_session(caller, collection, session), collection=collection)
     answerer = connection.get()
+    options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(),
+                            session=continued_session(answerer.conversations, caller, collection, session),
+                            collection=collection)
     text = ""
     with answerer.stream(question, options) as stream:
         for piece in stream:

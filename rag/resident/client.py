@@ -14,10 +14,12 @@ index's ``Hit``, and numpy with it); serve (``server`` does).
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Generator
 from urllib.parse import quote
 
-from ..conversations.store import Conversation, Turn
+from ..conversations.opening import open_store
+from ..conversations.store import Conversation, Conversations, Turn
 from ..errors import RagError
 from ..index.collection_names import DEFAULT_COLLECTION
 from ..qa.answer import Answer, Evidence
@@ -45,6 +47,8 @@ class ResidentClient:
         self.server_pid: int = info["pid"]
         self._socket = str(address.socket)
         self._sessions: set[str] = set()  # the conversations this client asked in
+        self._store: Conversations | None = None
+        self._store_lock = threading.Lock()
 
     @classmethod
     def connect(cls, settings: Settings, notice: Callable[[str], None] = lambda message: None) -> "ResidentClient":
@@ -177,5 +181,20 @@ class ResidentClient:
         """Nothing to wait for here (the server keeps running)."""
         return 0.0
 
+    @property
+    def conversations(self) -> Conversations:
+        """The conversation store the server keeps, opened here too on first
+        use (it may be shared between processes): where the MCP tools claim
+        a session id for their caller before the server answers in it."""
+        with self._store_lock:
+            if self._store is None:
+                self._store = open_store(self.settings.conversations_path)
+            return self._store
+
     def close(self) -> None:
-        """Nothing held between requests (each is a connection of its own)."""
+        """Close the conversation store if it was opened; nothing else is
+        held between requests (each is a connection of its own)."""
+        with self._store_lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None

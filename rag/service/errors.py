@@ -21,8 +21,8 @@ from contextvars import ContextVar
 
 from fastapi.responses import JSONResponse
 
-from ..errors import (CollectionNotFound, DocumentNotFound, EngineUnavailable, IndexBusy, IndexDamaged, IndexMismatch, IndexNotFound, Overloaded,
-                      QuestionTooLong, RagError)
+from ..errors import (CollectionNotFound, DocumentNotFound, EngineUnavailable, IndexBusy, IndexDamaged, IndexMismatch,
+                      IndexNotFound, Overloaded, QuestionTooLong, RagError, SessionNotFound)
 from ..retrieval import ScopeMatchesNothing
 from .warmup import WarmUpFailed
 
@@ -111,7 +111,7 @@ def failure(exc: RagError) -> JSONResponse:
         return error(409, message, "no_documents")
     if isinstance(exc, IndexDamaged):
         return error(503, message, "index_damaged")
-    if isinstance(exc, (CollectionNotFound, DocumentNotFound)):
+    if isinstance(exc, (CollectionNotFound, DocumentNotFound, SessionNotFound)):
         return error(404, message, "not_found")
     if isinstance(exc, ScopeMatchesNothing):
         return error(400, message, "scope_matches_nothing")

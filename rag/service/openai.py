@@ -14,6 +14,7 @@ from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from ..errors import RagError
 from ..qa.answer import Answer
@@ -22,7 +23,7 @@ from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .keys import Caller
-from .owners import stored_session
+from .owners import continued_session
 from .rights import refusal
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -48,8 +49,9 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
         return waited
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
     try:
-        answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s,
-                                       session=stored_session(who, body.collection, body.session_id()),
+        session = await run_in_threadpool(continued_session, state.pipeline.conversations, who, body.collection,
+                                          body.session_id())
+        answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s, session=session,
                                        max_tokens=max_tokens, scope=body.scope,
                                        collection=body.collection)
         if not body.stream:

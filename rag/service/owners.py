@@ -3,10 +3,13 @@ its own for the key that opened it and the collection it was opened in, so
 one key can neither read, continue, list nor delete another's, and a
 session never crosses into another collection.
 
-A session id another key uses names that key's own conversation (a new one
-if it has none): nothing of the first is read, and the answer does not say
-that the id is taken. The local user (no keys) and plain API keys, which
-may do everything, keep today's ids in the default collection.
+A session id is claimed by the holder that first asks in it
+(:func:`continued_session`): another key that asks in it is told there is
+no conversation of that id (404), and nothing of the first is read. That
+404 tells the other key only that the id is in use, never by whom or what
+it holds; ids drawn at random (as the page draws them) tell nothing. The
+local user (no keys) and plain API keys, which may do everything, are one
+holder, and keep today's ids in the default collection.
 
 Does not: store conversations (``rag.conversations``) or find the caller (``gate``).
 """
@@ -15,9 +18,14 @@ from __future__ import annotations
 
 import hashlib
 
-from ..errors import RagError
+from typing import TYPE_CHECKING
+
+from ..errors import RagError, SessionNotFound
 from ..index.collection_names import DEFAULT_COLLECTION
 from .keys import Caller
+
+if TYPE_CHECKING:
+    from ..conversations import Conversations
 
 _TAG = 12  # hex digits of a holder's tag; a collection's is 8: 12 + 1 + 8 + 1 ahead of the session id
 MAX_OWNED_SESSION = 128 - _TAG - 1 - 8 - 1  # the stored id stays within a session id's 128 characters
@@ -25,6 +33,9 @@ MAX_OWNED_SESSION = 128 - _TAG - 1 - 8 - 1  # the stored id stays within a sessi
 
 def _tag(text: str, digits: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:digits]
+
+
+_EVERYONE = _tag("holder:", _TAG)  # the owner tag of the callers that may do everything
 
 
 def _prefix(caller: Caller, collection: str) -> str:
@@ -43,6 +54,31 @@ def stored_session(caller: Caller, collection: str, session: str | None) -> str 
     if prefix and len(session) > MAX_OWNED_SESSION:
         raise RagError(f"session id of {len(session)} characters: use at most {MAX_OWNED_SESSION} with a key")
     return prefix + session
+
+
+def owner_tag(caller: Caller) -> str:
+    """Who ``caller`` is as a session's owner: its holder's tag (one for
+    every caller that may do everything)."""
+    return _tag("holder:" + ("" if caller.everything else caller.holder), _TAG)
+
+
+def continued_session(conversations: Conversations, caller: Caller, collection: str, session: str | None) -> str | None:
+    """The id ``session`` is stored under for ``caller`` in ``collection``
+    (as :func:`stored_session`), once the id is known to be the caller's:
+    claimed now if no one has used it, SessionNotFound if another holder
+    did. An id the local user asked in before ids were claimed is the
+    local user's."""
+    stored = stored_session(caller, collection, session)
+    if session is None:
+        return None
+    mine = owner_tag(caller)
+    owner = conversations.owner(session)
+    if owner is None:
+        earlier = conversations.load(session)  # the bare id: the local user's, if it has turns
+        owner = conversations.claim(session, _EVERYONE if earlier.turns or earlier.folded else mine)
+    if owner != mine:
+        raise SessionNotFound(f"no conversation {session} for this key: choose another session id")
+    return stored
 
 
 def own_sessions(caller: Caller, collection: str, listed: list[dict[str, object]]) -> list[dict[str, object]]:

@@ -25,7 +25,7 @@ from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, SearchBody
-from .owners import stored_session
+from .owners import continued_session
 from .rights import COLLECTION_QUERY, readable, refusal
 from .keys import Caller
 from .state import ServiceState, caller, service
@@ -104,7 +104,8 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
         return waited
     shown = {"session": body.session} if body.session is not None else {}  # the id the caller gave, not the stored one
     try:
-        session = stored_session(who, collection, body.session)
+        session = await run_in_threadpool(continued_session, state.pipeline.conversations, who, collection,
+                                          body.session)
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=session,
                                        max_tokens=body.max_tokens, scope=body.scope, **body.options())
         if not body.stream:
