@@ -41,6 +41,24 @@ def test_ingest_reports_bad_files_and_exits_nonzero(run, corpus, tmp_path):
     assert run("search", "bread", "--index", tmp_path / "index").exit_code == 0
 
 
+def test_collections_are_created_listed_and_deleted(run, corpus, tmp_path):
+    index = tmp_path / "index"
+    made = run("collections", "create", "legal", "--index", index)  # before any ingest: the index is made with it
+    assert made.exit_code == 0 and "created the collection legal" in made.stderr, made.output
+    assert "exists already" in run("collections", "create", "legal", "--index", index).stderr
+    assert run("ingest", corpus, "--index", index).exit_code == 0
+    listed = run("collections", "list", "--index", index, "--json")
+    assert json.loads(listed.stdout)["collections"] == [{"name": "default", "documents": 4},
+                                                         {"name": "legal", "documents": 0}]
+    empty = run("search", "bread", "--index", index, "--collection", "legal")
+    assert empty.exit_code == 1 and "'legal' holds no documents" in empty.stderr, empty.output
+    assert "deleted the collection legal: 0 documents" in run("collections", "delete", "legal", "--index", index).stderr
+    gone = run("collections", "delete", "legal", "--index", index)
+    assert gone.exit_code == 1 and "no collection 'legal'" in gone.stderr and "Traceback" not in gone.output
+    bad = run("collections", "create", "no/slash", "--index", index)
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+
+
 def test_search_json_contract(run, corpus, tmp_path):
     index = tmp_path / "index"
     run("ingest", corpus, "--index", index)

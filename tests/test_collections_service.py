@@ -64,6 +64,7 @@ ROUTES = {
     "upload": (True, lambda c: ("POST", "/v1/documents", {"params": {"collection": c},
                                                          "files": {"file": (f"note-{c}.md", b"A short note.")}})),
     "delete": (True, lambda c: ("DELETE", "/v1/documents/0000000000000000", {"params": {"collection": c}})),
+    "create": (True, lambda c: ("POST", "/v1/collections", {"json": {"name": c}})),
 }
 # The outcome a request must get: the key's holder may not use the collection at all, may only read it, or may.
 TABLE = [(route, holder, collection) for route, holder, collection in itertools.product(ROUTES, KEYS, COLLECTIONS)]
@@ -110,6 +111,23 @@ def test_a_collection_the_key_may_not_read_is_told_as_one_that_does_not_exist(se
         "nosuch", "X")
     listed = httpx.get(f"{server.url}/v1/collections", headers=as_alice).json()["collections"]
     assert {c["name"] for c in listed} == {"acme", "default"}
+
+
+def test_a_collection_is_made_empty_over_http_and_listed_to_those_who_may_read_it(served):
+    server, _ = served
+    as_carol, as_alice = ({"Authorization": f"Bearer {k}"} for k in (CAROL, ALICE))
+    made = httpx.post(f"{server.url}/v1/collections", json={"name": "drafts"}, headers=as_carol)
+    assert made.status_code == 201 and made.json() == {"collection": "drafts", "created": True}, made.text
+    again = httpx.post(f"{server.url}/v1/collections", json={"name": "drafts"}, headers=as_carol)
+    assert again.status_code == 200 and again.json()["created"] is False
+    listed = httpx.get(f"{server.url}/v1/collections", headers=as_carol).json()["collections"]
+    assert {"name": "drafts", "documents": 0} in listed
+    assert "drafts" not in {c["name"] for c in httpx.get(f"{server.url}/v1/collections", headers=as_alice).json()[
+        "collections"]}
+    assert httpx.post(f"{server.url}/v1/collections", json={"name": "no/slash"}, headers=as_carol).status_code == 422
+    gone = httpx.delete(f"{server.url}/v1/collections/drafts", headers=as_carol)
+    assert gone.status_code == 200 and gone.json()["deleted"] == {"collection": "drafts", "documents": 0}, gone.text
+    assert httpx.delete(f"{server.url}/v1/collections/drafts", headers=as_carol).status_code == 404
 
 
 def test_no_question_retrieves_another_collections_text(served):

@@ -131,6 +131,38 @@ def test_collections_keep_to_themselves(built, embedder, chunker, tmp_path):
         index.close()
 
 
+def test_a_collection_is_made_empty_kept_when_emptied_and_gone_when_deleted(built, embedder, chunker, tmp_path):
+    location, index = built
+    index.close()
+
+    def collections() -> dict[str, int]:
+        opened = open_index(location, embedder=embedder.name, dim=embedder.dim)
+        try:
+            return opened.collections()
+        finally:
+            opened.close()
+
+    for expected in (True, False):  # made, then found there: a second create changes nothing
+        with open_writer(location, live_manifest(location), collection="legal") as writer:
+            assert writer.create_collection() is expected and writer.files() == {}
+            writer.commit()
+    assert collections() == {"default": len(CORPUS), "legal": 0}
+    other = write_corpus(tmp_path / "legal", {"contract.md": CONTRACT})
+    ingest(location, [other], embedder=embedder, chunker=chunker, collection="legal")
+    assert collections()["legal"] == 1
+    with open_writer(location, live_manifest(location), collection="legal") as writer:  # its one document goes
+        for record in writer.files().values():
+            writer.remove_file(record.id)
+        writer.commit()
+    assert collections() == {"default": len(CORPUS), "legal": 0}  # emptied, not deleted
+    with open_writer(location, live_manifest(location), collection="legal") as writer:
+        assert writer.remove_collection() == 0
+        writer.commit()
+    with open_writer(location, live_manifest(location), collection="legal") as writer:
+        assert writer.remove_collection() is None  # no such collection any more
+    assert collections() == {"default": len(CORPUS)}
+
+
 def test_a_rebuild_never_drops_another_collection(built, embedder, chunker, tmp_path):
     from rag.errors import RagError
 
@@ -138,7 +170,10 @@ def test_a_rebuild_never_drops_another_collection(built, embedder, chunker, tmp_
     index.close()
     ingest(location, [write_corpus(tmp_path / "customer", {"contract.md": CONTRACT})], embedder=embedder,
            chunker=chunker, collection="acme")
+    with open_writer(location, live_manifest(location), collection="empty") as writer:
+        writer.create_collection()  # one that holds nothing is still the collection someone made
+        writer.commit()
     before = live_name(location)
-    with pytest.raises(RagError, match="would drop the collections acme"):
+    with pytest.raises(RagError, match="would drop the collections acme, empty"):
         ingest(location, [tmp_path / "corpus"], embedder=embedder, chunker=chunker, rebuild=True)
     assert live_name(location) == before

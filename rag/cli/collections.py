@@ -1,6 +1,6 @@
-"""``rag collections list`` and ``rag collections delete NAME``: the named
-sets of documents an index holds (``rag ingest --collection NAME`` makes
-one; ``rag ask --collection NAME`` draws on it alone).
+"""``rag collections list``, ``create NAME`` and ``delete NAME``: the named
+sets of documents an index holds (``rag ingest --collection NAME`` also
+makes one; ``rag ask --collection NAME`` draws on it alone).
 
 Does not: ingest or answer (``documents`` and ``ask`` do).
 """
@@ -34,6 +34,18 @@ def list_collections(
     console = Console(highlight=False)
     for name, n in sorted(found.items()):
         console.print(f"{name}\t{n} document{'s' if n != 1 else ''}", markup=False)
+
+
+@collections_app.command("create")
+def create_collection(
+    name: str = typer.Argument(..., help="The collection to make, holding no documents yet."),
+    index: Optional[str] = INDEX_OPTION,
+) -> None:
+    """Make collection NAME, empty, for documents to be ingested or
+    uploaded into (one that exists already is left as it is)."""
+    with user_errors():
+        new = command_pipeline(settings(index=index)).create_collection(name)
+    err().print(f"created the collection {name}" if new else f"the collection {name} exists already; left as it is")
 
 
 @collections_app.command("delete")

@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from . import language
-from .interface import HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
+from .interface import COLLECTIONS_TABLE, HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
 from .collection_names import DEFAULT_COLLECTION
@@ -109,7 +109,8 @@ CREATE TABLE {S}.postings (
     PRIMARY KEY (term, chunk)
 );
 CREATE INDEX postings_chunk ON {S}.postings (chunk);
-"""
+{{collections}};
+""".replace("{collections}", COLLECTIONS_TABLE.format(name=f"{S}.collections"))
 # A chunk's vector stays in its row (in a wide row it would be moved out of line first, and an exact
 # search would read every vector back from the TOAST table); its text is what is compressed or moved.
 # With this and the ANALYZE after a large commit, dense search over the 12,215 Python docs chunks
@@ -376,11 +377,12 @@ class PostgresIndex:
         return [(int(i), float(s)) for i, s in rows if s > 0]
 
     def collections(self) -> dict[str, int]:
-        """The files of each collection that has any, by its name (read once:
-        a question asks it, and the view is of one generation, as its scopes are)."""
+        """The files of each collection, by its name (0: created, or emptied,
+        and not deleted; read once: a question asks it, and the view is of
+        one generation, as its scopes are)."""
         if self._collections is None:
             with self._access() as db:
-                self._collections = dict(
+                self._collections = dict.fromkeys(_created(db), 0) | dict(
                     db.execute(f"SELECT {_collection_column(db)}, COUNT(*) FROM {S}.files GROUP BY 1").fetchall())
         return dict(self._collections)
 
@@ -493,9 +495,25 @@ class PostgresWriter:
         """The files of its collection as this transaction sees them, as ``IndexReader.files``."""
         return _files(self._db, root, self.collection)
 
-    def remove_collection(self) -> int:
-        """Remove every file of its collection, with their chunks; how many files."""
-        return remove_every_file(self)
+    def _exists(self) -> bool:
+        return bool(self._db.execute(f"SELECT EXISTS (SELECT 1 FROM {S}.collections WHERE name = %s) OR EXISTS "
+                                     f"(SELECT 1 FROM {S}.files WHERE collection = %s)", (self.collection,) * 2
+                                     ).fetchone()[0])
+
+    def create_collection(self) -> bool:
+        """Record its collection, empty if it holds nothing yet; whether it is new."""
+        new = not self._exists()
+        self._db.execute(f"INSERT INTO {S}.collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (self.collection,))
+        return new
+
+    def remove_collection(self) -> int | None:
+        """Remove its collection: every file, with their chunks, and its
+        record; how many files (None: there was no such collection)."""
+        if not self._exists():
+            return None
+        removed = remove_every_file(self)
+        self._db.execute(f"DELETE FROM {S}.collections WHERE name = %s", (self.collection,))
+        return removed
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks, vectors and postings."""
@@ -518,6 +536,7 @@ class PostgresWriter:
             f"INSERT INTO {S}.files (collection, root, source, path, sha256, size, n_chunks) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
             (self.collection, root, source, path, sha256, size, len(chunks))).fetchone()[0]
+        db.execute(f"INSERT INTO {S}.collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (self.collection,))
         if not chunks:
             return
         self._changed += len(chunks)
@@ -684,9 +703,18 @@ def _collection_column(db) -> str:
     return "collection" if found else f"'{DEFAULT_COLLECTION}'"
 
 
+def _created(db) -> list[str]:
+    """The collections recorded in the index (none in one written before they were)."""
+    if db.execute("SELECT to_regclass(%s)", (f"{S}.collections",)).fetchone()[0] is None:
+        return []
+    return [name for (name,) in db.execute(f"SELECT name FROM {S}.collections")]
+
+
 def _with_collections(db) -> None:
-    """Give an index written before collections its column, every file in
-    the default collection, unique per collection (in the writer's transaction)."""
+    """Give an index written before collections their table and its files
+    their column, every file in the default collection, unique per
+    collection (in the writer's transaction)."""
+    db.execute(COLLECTIONS_TABLE.format(name=f"{S}.collections"))
     if _collection_column(db) == "collection":
         return
     db.execute(f"ALTER TABLE {S}.files ADD COLUMN collection TEXT NOT NULL DEFAULT '{DEFAULT_COLLECTION}'")
@@ -696,8 +724,8 @@ def _with_collections(db) -> None:
 
 def _refuse_dropping_others(db, collection: str) -> None:
     """A RagError when the index holds files of collections other than ``collection``."""
-    others = sorted(name for (name,) in db.execute(f"SELECT DISTINCT {_collection_column(db)} FROM {S}.files")
-                    if name != collection)
+    named = {name for (name,) in db.execute(f"SELECT DISTINCT {_collection_column(db)} FROM {S}.files")}
+    others = sorted((named | set(_created(db))) - {collection})
     if others:
         raise RagError(f"rebuilding starts from an empty index and would drop the collections {', '.join(others)}; "
                        "delete them first (rag collections delete NAME), or rebuild into another database")

@@ -40,7 +40,7 @@ from .generations import (
     write_lock,
 )
 from .lexical import LexicalIndex
-from .interface import HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
+from .interface import COLLECTIONS_TABLE, HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
 from .collection_names import DEFAULT_COLLECTION
 from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
@@ -81,7 +81,8 @@ _SCHEMA = """
     lang TEXT NOT NULL DEFAULT 'en'         -- ISO 639-1, detected at ingest: how BM25 and the evidence read it
 );
 CREATE INDEX chunks_file ON chunks(file_id);
-""".replace("{files}", _FILES.format(name="files"))
+{collections};
+""".replace("{files}", _FILES.format(name="files")).replace("{collections}", COLLECTIONS_TABLE.format(name="collections"))
 
 
 def live_manifest(directory: Path) -> Manifest:
@@ -104,7 +105,8 @@ class FolderIndex:
         self.notes: list[str] = list(notes)  # what was wrong, for the user: damage, a stale BM25 folder
         self.on_note = lambda note: None  # told each note as it is found
         self._collection = _collection_column(db)
-        self._counts = dict(db.execute(f"SELECT {self._collection}, COUNT(*) FROM files GROUP BY 1"))
+        self._counts = dict.fromkeys(_created(db), 0) | dict(
+            db.execute(f"SELECT {self._collection}, COUNT(*) FROM files GROUP BY 1"))
 
     def _note(self, note: str) -> None:
         self.notes.append(note)
@@ -163,7 +165,7 @@ class FolderIndex:
         return self.lexical().search(query, k, allowed=allowed)
 
     def collections(self) -> dict[str, int]:
-        """The files of each collection that has any, by its name."""
+        """The files of each collection, by its name (0: created, or emptied, and not deleted)."""
         return dict(self._counts)
 
     def chunk_ids_of(self, sources: Callable[[str], bool], key: object, collection: str | None = None) -> np.ndarray:
@@ -349,9 +351,24 @@ class FolderWriter:
         """The files of its collection in the staged generation, as :meth:`FolderIndex.files`."""
         return _files(self._db, root, self.collection)
 
-    def remove_collection(self) -> int:
-        """Remove every file of its collection, with their chunks; how many files."""
-        return remove_every_file(self)
+    def _exists(self) -> bool:
+        return self._db.execute("SELECT EXISTS (SELECT 1 FROM collections WHERE name = ?) OR EXISTS "
+                                "(SELECT 1 FROM files WHERE collection = ?)", (self.collection,) * 2).fetchone()[0] == 1
+
+    def create_collection(self) -> bool:
+        """Record its collection, empty if it holds nothing yet; whether it is new."""
+        new = not self._exists()
+        self._db.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (self.collection,))
+        return new
+
+    def remove_collection(self) -> int | None:
+        """Remove its collection: every file, with their chunks, and its
+        record; how many files (None: there was no such collection)."""
+        if not self._exists():
+            return None
+        removed = remove_every_file(self)
+        self._db.execute("DELETE FROM collections WHERE name = ?", (self.collection,))
+        return removed
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks and vectors."""
@@ -380,6 +397,7 @@ class FolderWriter:
             (self.collection, root, source, path, sha256, size, len(chunks)),
         )
         file_id = cur.lastrowid
+        self._db.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (self.collection,))  # kept once emptied
         ids = []
         for c in chunks:
             cur = self._db.execute(
@@ -554,10 +572,19 @@ def _collection_column(db: sqlite3.Connection) -> str:
     return "collection" if "collection" in columns else f"'{DEFAULT_COLLECTION}'"
 
 
+def _created(db: sqlite3.Connection) -> list[str]:
+    """The collections recorded in ``db`` (none in an index written before they were)."""
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collections'").fetchone() is None:
+        return []
+    return [name for (name,) in db.execute("SELECT name FROM collections")]
+
+
 def _with_collections(db: sqlite3.Connection) -> None:
-    """Give an index written before collections its column: the files
-    table is made again with it (SQLite cannot change a UNIQUE constraint in
-    place), every file in the default collection, ids kept."""
+    """Give an index written before collections their table and its files
+    their column: the files table is made again with it (SQLite cannot
+    change a UNIQUE constraint in place), every file in the default
+    collection, ids kept."""
+    db.execute(COLLECTIONS_TABLE.format(name="collections"))
     if _collection_column(db) == "collection":
         return
     db.commit()
@@ -579,7 +606,8 @@ def _refuse_dropping_others(directory: Path, collection: str) -> None:
         db = _connect(choose(directory).generation / "chunks.sqlite", readonly=True)
         try:
             column = _collection_column(db)
-            others = sorted(name for (name,) in db.execute(f"SELECT DISTINCT {column} FROM files") if name != collection)
+            named = {name for (name,) in db.execute(f"SELECT DISTINCT {column} FROM files")} | set(_created(db))
+            others = sorted(named - {collection})
         finally:
             db.close()
     except (*_DAMAGE, IndexDamaged, IndexNotFound):

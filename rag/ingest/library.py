@@ -26,6 +26,7 @@ from ..errors import DocumentNotFound, RagError
 from ..index.generations import open_lock_file
 from ..index.location import IndexLocation, folder_of, index_exists, as_index_location, live_manifest, open_index, \
     open_writer
+from ..index.manifest import Manifest
 from .chunking import Chunker, ChunkerSettings
 from .content import DocumentFile, file_in
 from .embed import Embedder
@@ -337,18 +338,37 @@ class DocumentLibrary:
         return {"id": doc_id, "source": record.source, "chunks": record.n_chunks}
 
     def remove_collection(self, collection: str) -> int:
-        """Remove every document of ``collection`` from the index, atomically,
-        with its chunks (uploaded files stay on disk); how many documents.
-        DocumentNotFound when it holds none."""
+        """Remove ``collection`` from the index, atomically, with every
+        document in it and their chunks (uploaded files stay on disk); how
+        many documents. DocumentNotFound when there is no such collection."""
         if not index_exists(self.index_location):
             raise DocumentNotFound(f"no collection {collection!r}: the index is empty")
         with open_writer(self.index_location, live_manifest(self.index_location), collection=collection) as writer:
             removed = writer.remove_collection()
-            if not removed:
+            if removed is None:
                 raise DocumentNotFound(f"no collection {collection!r} (rag collections lists them)")
             writer.commit()
         self._changed()
         return removed
+
+    def _manifest(self) -> Manifest:
+        """The live index's manifest, or what an ingest would write one with."""
+        if index_exists(self.index_location):
+            return live_manifest(self.index_location)
+        embedder = self._embedder()
+        return Manifest(embedder=embedder.name, dim=embedder.dim, chunker=self.chunker().settings.to_dict())
+
+    def create_collection(self, collection: str) -> bool:
+        """Make ``collection`` in the index, holding no documents yet (the
+        index is made too if there is none); whether it is new (False: it
+        was there already, and is left as it is)."""
+        with open_writer(self.index_location, self._manifest(), collection=collection) as writer:
+            new = writer.create_collection()
+            if new:
+                writer.commit()
+        if new:
+            self._changed()
+        return new
 
     def locate(self, doc_id: str, files: dict) -> DocumentFile:
         """The file of the document ``doc_id`` among the files of an open

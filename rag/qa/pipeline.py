@@ -265,8 +265,14 @@ class Pipeline:
 
     def remove_collection(self, collection: str) -> int:
         """Remove ``collection`` and every document in it (their chunks with
-        them), atomically; how many documents. DocumentNotFound when it holds none."""
+        them), atomically; how many documents. DocumentNotFound when there
+        is no such collection."""
         return self.library.remove_collection(check_collection_name(collection))
+
+    def create_collection(self, collection: str) -> bool:
+        """Make ``collection``, holding no documents yet; whether it is new
+        (False: it was there, and is left as it is)."""
+        return self.library.create_collection(check_collection_name(collection))
 
     def collections(self) -> dict[str, int]:
         """The collections of the index with the documents each holds (none: no index yet)."""

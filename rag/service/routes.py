@@ -24,7 +24,7 @@ from ..qa.answer import Answer
 from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
-from .schemas import AskBody, SearchBody
+from .schemas import AskBody, CollectionBody, SearchBody
 from .owners import continued_session
 from .rights import COLLECTION_QUERY, readable, refusal
 from .keys import Caller
@@ -271,6 +271,23 @@ async def list_collections(state: ServiceState = Depends(service), who: Caller =
     except RagError as exc:
         return failure(exc)
     return {"collections": [{"name": name, "documents": found[name]} for name in readable(who, sorted(found))]}
+
+
+@router.post("/v1/collections")
+async def create_collection(body: CollectionBody, state: ServiceState = Depends(service),
+                            who: Caller = Depends(caller)):
+    """Make the collection ``name``, holding no documents yet: 201 with
+    ``created`` true, or 200 with false when it exists already (404 where
+    the key may not read it, 403 where it may only read it)."""
+    refused = refusal(who, body.name, write=True)
+    if refused is not None:
+        return refused
+    async with state.ingesting:
+        try:
+            new = await run_in_threadpool(state.pipeline.create_collection, body.name)
+        except RagError as exc:
+            return failure(exc)
+    return JSONResponse({"collection": body.name, "created": new}, status_code=201 if new else 200)
 
 
 @router.delete("/v1/collections/{name}")

@@ -59,6 +59,14 @@ class SearchBody(BaseModel):
     collection: CollectionName = Field(DEFAULT_COLLECTION, description=AskOptions.describe("collection"))
 
 
+class CollectionBody(BaseModel):
+    """``POST /v1/collections``: the collection to make."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: CollectionName
+
+
 class TextPart(BaseModel):
     """An OpenAI text content part."""
 
