@@ -37,16 +37,23 @@ class ContextPassage:
     source: str
     text: str
     page: int | None = None
+    collection: str | None = None  # a named collection's, shown with it; None: the default one's
 
 
 def passage_body(passage: ContextPassage) -> str:
     """A passage as it is shown, less its number: the same in every prompt
     it appears in, whatever its number there, so an engine can keep its KV
-    (see ``engine.llama_cpp.passage_kv``).
+    (see ``engine.llama_cpp.passage_kv``). A named collection's passage
+    names its collection, so the same text in two collections is two
+    passages, whose KV is kept apart: one collection's prompt never reuses,
+    nor by its speed tells of, another's.
 
     ``passage_body(ContextPassage("a.md", "Hi")) -> " (a.md)\\nHi"``
+    ``passage_body(ContextPassage("a.md", "Hi", collection="acme")) -> " (a.md; collection acme)\\nHi"``
     """
     where = passage.source if passage.page is None else f"{passage.source}, page {passage.page}"
+    if passage.collection is not None:
+        where += f"; collection {passage.collection}"
     return f" ({where})\n{passage.text.strip()}"
 
 

@@ -245,6 +245,29 @@ def test_splicing_answers_in_conversations_with_session_snapshots(splicing, stor
     assert p.passages.describe()["splicing"] == "on"
 
 
+def test_a_stored_passage_is_never_spliced_into_another_collections_prompt(splicing, store, embedder, tmp_path):
+    # The same document, word for word under the same name, in two collections (issue 46): one collection's
+    # stored passages must not serve the other's prompt, or its speed would tell that the other holds the text.
+    from rag import Pipeline
+    from tests.conftest import write_corpus
+
+    p = Pipeline.open(tmp_path / "index", embedder=embedder, backend=splicing, conversations=tmp_path / "c.sqlite",
+                      learn=False)
+    text = "The maintenance contract renews every March; the price is 41,000 euros and Dana Reyes signs it."
+    p.ingest([write_corpus(tmp_path / "first", {"contract.md": text})], collection="first")
+    p.warm_up()
+    assert p.passages.precompute()["computed"] == 1
+    p.ingest([write_corpus(tmp_path / "twin", {"contract.md": text})], collection="twin")
+    stored = lambda collection: splicing.stored_passages(  # noqa: E731
+        [passage_body(ContextPassage("contract.md", text, None, collection))])[0]
+    assert stored("first") > 0 and stored("twin") == 0 and stored(None) == 0
+    question = "When does the maintenance contract renew?"
+    twin = p.ask(question, collection="twin", no_target=True, max_tokens=4)
+    assert twin.sources and twin.timings.spliced_tokens == 0 and not any(d.spliced for d in twin.budget.decisions)
+    own = p.ask(question, collection="first", no_target=True, max_tokens=4)
+    assert own.timings.spliced_tokens > 0  # its own collection's stored passage is spliced
+
+
 def test_an_engine_without_passage_kv_says_so(pipeline_factory, embedder, tmp_path):
     from engine.fake import FakeBackend
     from rag import Pipeline

@@ -83,3 +83,17 @@ def test_summary_follows_the_system_prompt_in_the_system_message():
     assert system_message("  ").content == SYSTEM_PROMPT
     with_summary = system_message("We talked about gzip.").content
     assert with_summary.startswith(SYSTEM_PROMPT) and with_summary.endswith("We talked about gzip.")
+
+
+def test_a_named_collections_prompt_names_it_ahead_of_and_in_each_passage():
+    # Issue 46: the same text in two collections is two passages to an engine keeping passage KV by its
+    # tokens, and the default collection's prompts stay byte for byte as they were before collections.
+    from prompt_budget.layout import ContextPassage, passage_body, user_message
+
+    default = ContextPassage("a.md", "Hi", page=2)
+    named = ContextPassage("a.md", "Hi", page=2, collection="acme")
+    assert passage_body(default) == " (a.md, page 2)\nHi"
+    assert passage_body(named) == " (a.md, page 2; collection acme)\nHi"
+    assert user_message("Q?", [default]) == "Context:\n\n[1] (a.md, page 2)\nHi\n\nQuestion: Q?"
+    assert user_message("Q?", [named], collection="acme").startswith(
+        "Context (collection acme):\n\n[1] (a.md, page 2; collection acme)\nHi")

@@ -29,3 +29,9 @@ def missing_collection(name: str) -> str:
     """What a request for a collection that holds no documents is told, in
     the same words whether it holds none or the caller may not read it."""
     return f"the collection {name!r} holds no documents (rag ingest PATH --collection {name} adds some)"
+
+
+def named(collection: str) -> str | None:
+    """``collection`` as prompts name it: None for the default one, whose
+    prompts name none (they stay as they were before collections)."""
+    return None if collection == DEFAULT_COLLECTION else collection

@@ -442,10 +442,12 @@ class PostgresIndex:
         with self._access() as db:
             return _files(db, root, collection)
 
-    def passages(self) -> list[tuple[str, str, int | None]]:
-        """Every chunk as a prompt shows it: ``(source, text, page)``, in id order."""
+    def passages(self) -> list[tuple[str, str, int | None, str]]:
+        """Every chunk as a prompt shows it: ``(source, text, page, collection)``, in id order."""
         with self._access() as db:
-            return [tuple(r) for r in db.execute(f"SELECT source, text, page FROM {S}.chunks ORDER BY id")]
+            return [tuple(r) for r in db.execute(
+                f"SELECT c.source, c.text, c.page, {_collection_column(db)} FROM {S}.chunks c "
+                f"JOIN {S}.files f ON f.id = c.file_id ORDER BY c.id")]
 
     def chunks(self) -> list[tuple[int, str, str, np.ndarray, str]]:
         """Every chunk as ``(chunk id, source, text, unit vector, context)``, in id order."""

@@ -271,9 +271,11 @@ class FolderIndex:
         rows = self._db.execute("SELECT id, source, text, context FROM chunks ORDER BY id").fetchall()
         return [(r[0], r[1], r[2], self._vectors.reconstruct(int(r[0])), r[3]) for r in rows]
 
-    def passages(self) -> list[tuple[str, str, int | None]]:
-        """Every chunk as a prompt shows it: ``(source, text, page)``, in id order."""
-        return [(r[0], r[1], r[2]) for r in self._db.execute("SELECT source, text, page FROM chunks ORDER BY id")]
+    def passages(self) -> list[tuple[str, str, int | None, str]]:
+        """Every chunk as a prompt shows it: ``(source, text, page, collection)``, in id order."""
+        return [tuple(r) for r in self._db.execute(
+            f"SELECT c.source, c.text, c.page, {self._collection} FROM chunks c JOIN files f ON f.id = c.file_id "
+            "ORDER BY c.id")]
 
     def hits(self, ids: Sequence[int], query: np.ndarray, known: dict[int, float] | None = None) -> list[Hit]:
         """The chunks ``ids`` in that order, each scored by its cosine

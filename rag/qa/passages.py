@@ -19,6 +19,7 @@ from engine.backend import Backend, ExactPassages, PassageKV, PrefixCache
 from prompt_budget import ContextPassage, passage_body
 
 from ..errors import RagError
+from ..index.collection_names import named
 
 
 def splicing(backend: Backend) -> PassageKV | None:
@@ -50,7 +51,8 @@ class PassageReuse:
         those already stored and the bytes the store holds (RAM and disk).
         RagError when the engine does not splice (a server, or splicing off)."""
         backend = self.check()
-        texts = [passage_body(ContextPassage(source, text, page)) for source, text, page in self._index().passages()]
+        texts = [passage_body(ContextPassage(source, text, page, named(collection)))
+                 for source, text, page, collection in self._index().passages()]
         report = backend.precompute_passages(texts, progress)
         return report | {"passages": len(texts), "bytes_per_passage": _per_passage(report)}
 

@@ -46,7 +46,7 @@ from prompt_budget.trim import sentence_ends, trim_to_tokens
 
 from ..conversations.memory import History
 from ..errors import Overloaded, QuestionTooLong
-from ..index.collection_names import DEFAULT_COLLECTION
+from ..index.collection_names import named
 from ..index.store import Hit
 from ..index.language import terms_in
 from .answer import Budget, BudgetDecision
@@ -237,11 +237,11 @@ class PromptPlanner:
         summary, past = history.summary, self._turns_in_view(question, history, max_tokens)
         place = options.evidence if ranked is not None else "off"
 
-        # The default collection's prompts stay as they were; a named one is headed by its name (layout).
-        collection = None if options.collection == DEFAULT_COLLECTION else options.collection
+        # The default collection's prompts stay as before; a named one heads its passages and each names it.
+        collection = named(options.collection)
         render = self._renderer(question, summary, past, place, collection)
         fixed_tokens = backend.tokenize(render([]))
-        evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens)
+        evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens, collection)
         if len(fixed_tokens) > backend.n_ctx - max_tokens:
             # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
             raise too_long(len(fixed_tokens), max_tokens, backend.n_ctx)
@@ -261,7 +261,7 @@ class PromptPlanner:
                                    cost.overhead() + cost.predict(PromptShape(new, cached)), options.refuse_late)
         passages, candidates, path = self._candidates(question, hits, request, loaded,
                                                       lambda kept: cost.splice_seconds(kept) + load.step_s,
-                                                      render, cached, ranked)
+                                                      render, cached, ranked, collection)
         if path and hits:
             request = replace(request, prefer_stored=PREFER_HELD * abs(hits[0].score))
         try:
@@ -291,7 +291,7 @@ class PromptPlanner:
         user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else (),
                               collection=collection)
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
-                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates),
+                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates, collection),
                              tuple(evidence), answer_lead(quotes) if place in ("prefill", "both") else "")
 
     def _renderer(self, question: str, summary: str | None, past: Sequence, place: str, collection: str | None
@@ -328,7 +328,7 @@ class PromptPlanner:
         return held, extra_s
 
     def _evidence_room(self, ranked: Ranked | None, hits: Sequence[Hit], place: str, fixed: int,
-                       max_tokens: int) -> int:
+                       max_tokens: int, collection: str | None = None) -> int:
         """Prompt tokens to keep for the evidence, costed before the passages
         are chosen as if from the best units of all ``hits`` (what is quoted
         in the end comes from those chosen, and is counted again); none
@@ -341,7 +341,7 @@ class PromptPlanner:
             return 0
         quoted = evidence_block(quotes) if place in ("last", "both") else ""
         room = self._tokens(quoted + (answer_lead(quotes) if place in ("prefill", "both") else ""))
-        first = self._block_tokens(1, ContextPassage(hits[0].source, hits[0].text, hits[0].page))
+        first = self._block_tokens(1, as_shown(hits[0], collection))
         return room if fixed + room + first <= self.backend.n_ctx - max_tokens else 0
 
     def _quoted(self, ranked: Ranked | None, hits: Sequence[Hit], chosen: Sequence[int],
@@ -387,14 +387,15 @@ class PromptPlanner:
             return [0] * len(passages)
         return backend.stored_passages([passage_body(p) for p in passages])
 
-    def _to_keep(self, hits: Sequence[Hit], plan, candidates: Sequence[Candidate]) -> tuple[str, ...]:
+    def _to_keep(self, hits: Sequence[Hit], plan, candidates: Sequence[Candidate], collection: str | None = None
+                 ) -> tuple[str, ...]:
         """Passages to store for next time: those chosen that were not
         stored, then those left out for time, best first (whole, as retrieved)."""
         if not isinstance(self.backend, PassageKV) or self.backend.splice_fresh is None:
             return ()
         worth = [i for i in plan.chosen if not candidates[i].spliced]
         worth += [i for i, reason in plan.dropped if reason in ("ttft", "max_k") and not candidates[i].spliced]
-        return tuple(passage_body(ContextPassage(hits[i].source, hits[i].text, hits[i].page)) for i in worth[:KEEP_AT_MOST])
+        return tuple(passage_body(as_shown(hits[i], collection)) for i in worth[:KEEP_AT_MOST])
 
     def _held_path(self, variants: Sequence[Sequence[ContextPassage]], render,
                    cached: int) -> list[tuple[int, ContextPassage, int]]:
@@ -436,7 +437,7 @@ class PromptPlanner:
 
     def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
                     cost: Callable[[int, int], float], splice_seconds: Callable[[int], float],
-                    render, cached: int, ranked: Ranked | None = None
+                    render, cached: int, ranked: Ranked | None = None, collection: str | None = None
                     ) -> tuple[list[ContextPassage], list[Candidate], list[int]]:
         """The passages of ``hits`` (each focused on the question when the
         room is too small for three whole ones, unless the engine holds it
@@ -444,7 +445,7 @@ class PromptPlanner:
         its load, not its prefill), their budget candidates, with what the
         engine holds of each, and the held exact path (see
         :meth:`_held_path`) in prompt order."""
-        passages = [ContextPassage(h.source, h.text, h.page) for h in hits]
+        passages = [as_shown(h, collection) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
         focused = passages
@@ -503,10 +504,10 @@ class PromptPlanner:
             if i in plan.trim:
                 number = len(picked) + 1
                 keep = trim_to_tokens(p.text[(starts or {}).get(i, 0):], plan.trim[i],
-                                      lambda t: self._block_tokens(number, ContextPassage(p.source, t, p.page)))
+                                      lambda t: self._block_tokens(number, replace(p, text=t)))
                 if not keep.strip():
                     continue  # not even one word fits: leave it out
-                p = ContextPassage(p.source, keep, p.page)
+                p = replace(p, text=keep)
             picked.append((i, p))
         return picked
 
@@ -545,7 +546,7 @@ class PromptPlanner:
         holds its best ``evidence`` unit (a span of its text) wins."""
         if self._block_tokens(number, passage) <= cap:
             return passage
-        room = cap - self._block_tokens(number, ContextPassage(passage.source, "", passage.page))
+        room = cap - self._block_tokens(number, replace(passage, text=""))
         text = passage.text
         ends = sentence_ends(text)
         starts = [0, *ends[:-1]]
@@ -559,7 +560,12 @@ class PromptPlanner:
         window = "".join(units[start:end]).strip()
         if not window:  # one sentence longer than the room: its head
             window = trim_to_tokens(text, room, self._tokens)
-        return ContextPassage(passage.source, window, passage.page)
+        return replace(passage, text=window)
+
+
+def as_shown(hit: Hit, collection: str | None) -> ContextPassage:
+    """``hit`` as a prompt shows it, whole: with its collection where it is a named one."""
+    return ContextPassage(hit.source, hit.text, hit.page, collection)
 
 
 def held_budget(candidates: list[Candidate], path: Sequence[int], request: BudgetRequest,
