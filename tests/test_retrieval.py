@@ -46,6 +46,8 @@ def test_query_cache_embeds_each_query_once_and_evicts_the_oldest():
     assert calls == ["a", "b", "c", "a"] and (cache.hits, cache.misses) == (1, 4)
     with pytest.raises(ValueError):
         first[0] = 5  # a cached vector cannot be changed under a later caller
+    cache.vector("a", "acme")  # asked in another collection: embedded again, its speed tells nothing of the other
+    assert calls[-1] == "a" and cache.misses == 5
 
 
 def test_unknown_mode_is_a_clear_error():

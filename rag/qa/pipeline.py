@@ -314,8 +314,8 @@ class Pipeline:
         query, scope = valid_search(query, k, scope)
         collection = check_collection_name(collection)
         mode = check_mode(mode) if mode is not None else self.retrieval
-        return retrieve(self.index(), query, lambda: self.components.query_cache.vector(query), k, mode, scope=scope,
-                        collection=collection)
+        return retrieve(self.index(), query, lambda: self.components.query_cache.vector(query, collection), k, mode,
+                        scope=scope, collection=collection)
 
     def ask(self, question: str, options: AskOptions | None = None, **changes) -> Answer:
         """Answer ``question`` from the index, with sources, budget and
@@ -392,7 +392,7 @@ class Pipeline:
         index = self.index()
         embed = query = None
         if options.evidence_embed:
-            embed, query = self.embedder.embed, self.components.query_cache.vector(question)
+            embed, query = self.embedder.embed, self.components.query_cache.vector(question, options.collection)
         # Every candidate's sentences, not only those the budget will take: the passage holding
         # the best goes first (``Ranked.leading``).
         return rank(question, hits, embed=embed, query_vector=query, text_before=index.text_before,

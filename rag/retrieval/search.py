@@ -57,30 +57,33 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K) ->
 
 
 class QueryCache:
-    """The last ``size`` query vectors, by query text: a repeated question
-    (a retry, a benchmark, a chat's `/sources`) is not embedded again."""
+    """The last ``size`` query vectors, by collection and query text: a
+    repeated question (a retry, a benchmark, a chat's `/sources`) is not
+    embedded again. Kept per collection, so how fast a question is embedded
+    tells nothing of what was asked in another collection."""
 
     def __init__(self, embed: Callable[[Sequence[str]], np.ndarray], size: int = 1024) -> None:
         self._embed = embed
         self._size = size
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def vector(self, query: str) -> np.ndarray:
-        """The unit vector of ``query``, from the cache when it is there."""
+    def vector(self, query: str, collection: str = DEFAULT_COLLECTION) -> np.ndarray:
+        """The unit vector of ``query``, from the cache when it was asked in ``collection``."""
+        key = (collection, query)
         with self._lock:
-            found = self._vectors.get(query)
+            found = self._vectors.get(key)
             if found is not None:
-                self._vectors.move_to_end(query)
+                self._vectors.move_to_end(key)
                 self.hits += 1
                 return found
         vector = self._embed([query])[0]
         vector.setflags(write=False)
         with self._lock:
             self.misses += 1
-            self._vectors[query] = vector
+            self._vectors[key] = vector
             while len(self._vectors) > self._size:
                 self._vectors.popitem(last=False)
         return vector
