@@ -28,20 +28,45 @@ KEYS = {"alice": ALICE, "bob": BOB, "carol": CAROL, "nobody": "rag_not-a-key", N
 RIGHTS = {"alice": {"acme": "write", "default": "read"}, "bob": {"board": "read"}, "carol": {"*": "write"}}
 
 
+def _serve(p: Pipeline, keys) -> LoopbackServer:
+    return LoopbackServer(create_app(p, ServiceSettings(keys_file=keys, rate_limit_per_minute=0,
+                                                        auth_failures_per_minute=100_000)))
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, pgvector_cluster, embedder, backend):
+def team(tmp_path_factory, pgvector_cluster, embedder, backend):
+    """The PostgreSQL index of the three collections, and the key file."""
     root = tmp_path_factory.mktemp("team")
-    p = Pipeline.open(pgvector_cluster.new_database(), embedder=embedder, backend=backend,
-                      conversations=root / "c.sqlite")
+    url = pgvector_cluster.new_database()
+    p = Pipeline.open(url, embedder=embedder, backend=backend, conversations=root / "c.sqlite")
     p.ingest([write_corpus(root / "corpus")])
     p.ingest([write_corpus(root / "acme", {"contract.md": ACME})], collection="acme")
     p.ingest([write_corpus(root / "board", {"minutes.md": BOARD})], collection="board")
     keys = root / "keys.json"
     keys.write_text(json.dumps({"keys": {name: {"sha256": key_hash(KEYS[name]), "collections": rights}
                                          for name, rights in RIGHTS.items()}}), encoding="utf-8")
-    server = LoopbackServer(create_app(p, ServiceSettings(keys_file=keys, rate_limit_per_minute=0,
-                                                                auth_failures_per_minute=100_000)))
+    yield p, url, keys
+
+
+@pytest.fixture(scope="module")
+def served(team):
+    p, _, keys = team
+    server = _serve(p, keys)
     yield server, p
+    server.stop()
+    p.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def conversations_served(request, served, team, embedder, backend):
+    """The service over the same index with its conversations in SQLite, or in PostgreSQL."""
+    if request.param == "sqlite":
+        yield served[0]
+        return
+    _, url, keys = team
+    p = Pipeline.open(url, embedder=embedder, backend=backend, conversations=request.getfixturevalue("postgres_url"))
+    server = _serve(p, keys)
+    yield server
     server.stop()
     p.close()
 
@@ -157,8 +182,8 @@ def test_an_upload_lands_in_its_collection_only(served):
     assert {d["source"] for d in p.documents()} >= set(CORPUS)
 
 
-def test_a_conversation_belongs_to_the_key_and_the_collection_it_was_opened_in(served):
-    server, _ = served
+def test_a_conversation_belongs_to_the_key_and_the_collection_it_was_opened_in(conversations_served):
+    server = conversations_served
     alice, bob = ({"Authorization": f"Bearer {k}"} for k in (ALICE, BOB))
 
     def asked(headers, collection, question="When does the contract renew?", session="s1"):
