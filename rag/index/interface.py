@@ -60,6 +60,8 @@ class IndexWriter(Protocol):
 
     def files(self, root: str | None = None) -> dict[tuple[str, str], FileRecord]: ...
     def remove_file(self, file_id: int) -> None: ...
+    def exists(self) -> bool: ...
+    def record(self, kept: bool) -> None: ...
     def create_collection(self) -> bool: ...
     def remove_collection(self) -> int | None: ...
     def vectors_by_text(self, file_id: int) -> dict[str, np.ndarray]: ...
@@ -103,6 +105,23 @@ def remove_every_file(writer: IndexWriter) -> int:
     for record in records:
         writer.remove_file(record.id)
     return len(records)
+
+
+def create_collection(writer: IndexWriter) -> bool:
+    """Record ``writer``'s collection, empty if it holds nothing yet; whether it is new."""
+    new = not writer.exists()
+    writer.record(True)
+    return new
+
+
+def remove_collection(writer: IndexWriter) -> int | None:
+    """Remove ``writer``'s collection: every file, with their chunks, and
+    its record; how many files (None: there was no such collection)."""
+    if not writer.exists():
+        return None
+    removed = remove_every_file(writer)
+    writer.record(False)
+    return removed
 
 
 def text_ending_at(before: Sequence | None, hit: Hit) -> str:

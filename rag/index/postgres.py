@@ -48,7 +48,8 @@ import numpy as np
 
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from . import language
-from .interface import COLLECTIONS_TABLE, HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
+from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, remove_collection, stats_of,
+                        text_ending_at)
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
 from .collection_names import DEFAULT_COLLECTION
@@ -497,25 +498,24 @@ class PostgresWriter:
         """The files of its collection as this transaction sees them, as ``IndexReader.files``."""
         return _files(self._db, root, self.collection)
 
-    def _exists(self) -> bool:
+    def exists(self) -> bool:
+        """Whether its collection is there: recorded, or holding files."""
         return bool(self._db.execute(f"SELECT EXISTS (SELECT 1 FROM {S}.collections WHERE name = %s) OR EXISTS "
                                      f"(SELECT 1 FROM {S}.files WHERE collection = %s)", (self.collection,) * 2
                                      ).fetchone()[0])
 
+    def record(self, kept: bool) -> None:
+        """Record its collection (``kept``), or forget the record."""
+        self._db.execute(f"INSERT INTO {S}.collections (name) VALUES (%s) ON CONFLICT DO NOTHING" if kept else
+                         f"DELETE FROM {S}.collections WHERE name = %s", (self.collection,))
+
     def create_collection(self) -> bool:
-        """Record its collection, empty if it holds nothing yet; whether it is new."""
-        new = not self._exists()
-        self._db.execute(f"INSERT INTO {S}.collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (self.collection,))
-        return new
+        """See :func:`interface.create_collection`."""
+        return create_collection(self)
 
     def remove_collection(self) -> int | None:
-        """Remove its collection: every file, with their chunks, and its
-        record; how many files (None: there was no such collection)."""
-        if not self._exists():
-            return None
-        removed = remove_every_file(self)
-        self._db.execute(f"DELETE FROM {S}.collections WHERE name = %s", (self.collection,))
-        return removed
+        """See :func:`interface.remove_collection`."""
+        return remove_collection(self)
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks, vectors and postings."""
@@ -538,7 +538,7 @@ class PostgresWriter:
             f"INSERT INTO {S}.files (collection, root, source, path, sha256, size, n_chunks) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
             (self.collection, root, source, path, sha256, size, len(chunks))).fetchone()[0]
-        db.execute(f"INSERT INTO {S}.collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (self.collection,))
+        self.record(True)  # kept once emptied
         if not chunks:
             return
         self._changed += len(chunks)

@@ -40,7 +40,8 @@ from .generations import (
     write_lock,
 )
 from .lexical import LexicalIndex
-from .interface import COLLECTIONS_TABLE, HIT_COLUMNS, hit_of, remove_every_file, stats_of, text_ending_at
+from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, remove_collection, stats_of,
+                        text_ending_at)
 from .collection_names import DEFAULT_COLLECTION
 from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
@@ -353,24 +354,23 @@ class FolderWriter:
         """The files of its collection in the staged generation, as :meth:`FolderIndex.files`."""
         return _files(self._db, root, self.collection)
 
-    def _exists(self) -> bool:
+    def exists(self) -> bool:
+        """Whether its collection is there: recorded, or holding files."""
         return self._db.execute("SELECT EXISTS (SELECT 1 FROM collections WHERE name = ?) OR EXISTS "
                                 "(SELECT 1 FROM files WHERE collection = ?)", (self.collection,) * 2).fetchone()[0] == 1
 
+    def record(self, kept: bool) -> None:
+        """Record its collection (``kept``), or forget the record."""
+        self._db.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)" if kept else
+                         "DELETE FROM collections WHERE name = ?", (self.collection,))
+
     def create_collection(self) -> bool:
-        """Record its collection, empty if it holds nothing yet; whether it is new."""
-        new = not self._exists()
-        self._db.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (self.collection,))
-        return new
+        """See :func:`interface.create_collection`."""
+        return create_collection(self)
 
     def remove_collection(self) -> int | None:
-        """Remove its collection: every file, with their chunks, and its
-        record; how many files (None: there was no such collection)."""
-        if not self._exists():
-            return None
-        removed = remove_every_file(self)
-        self._db.execute("DELETE FROM collections WHERE name = ?", (self.collection,))
-        return removed
+        """See :func:`interface.remove_collection`."""
+        return remove_collection(self)
 
     def remove_file(self, file_id: int) -> None:
         """Remove a file and all of its chunks and vectors."""
@@ -399,7 +399,7 @@ class FolderWriter:
             (self.collection, root, source, path, sha256, size, len(chunks)),
         )
         file_id = cur.lastrowid
-        self._db.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (self.collection,))  # kept once emptied
+        self.record(True)  # kept once emptied
         ids = []
         for c in chunks:
             cur = self._db.execute(
