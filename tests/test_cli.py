@@ -46,6 +46,8 @@ def test_collections_are_created_listed_and_deleted(run, corpus, tmp_path):
     made = run("collections", "create", "legal", "--index", index)  # before any ingest: the index is made with it
     assert made.exit_code == 0 and "created the collection legal" in made.stderr, made.output
     assert "exists already" in run("collections", "create", "legal", "--index", index).stderr
+    alone = run("search", "bread", "--index", index, "--collection", "legal")  # the index's one collection, empty
+    assert alone.exit_code == 1 and "'legal' holds no documents" in alone.stderr, alone.output
     assert run("ingest", corpus, "--index", index).exit_code == 0
     listed = run("collections", "list", "--index", index, "--json")
     assert json.loads(listed.stdout)["collections"] == [{"name": "default", "documents": 4},

@@ -145,6 +145,29 @@ def test_unchanged_reingest_does_nothing_and_removal(embedder, chunker, corpus, 
         index.close()
 
 
+def test_an_index_written_before_the_collections_table_gets_it_with_its_named_collections(embedder, chunker, corpus,
+                                                                                        pgvector_url, tmp_path):
+    _ingest(pgvector_url, corpus, embedder, chunker)
+    _ingest(pgvector_url, write_corpus(tmp_path / "acme", {"a.md": "Acme renews in March."}), embedder, chunker,
+            collection="acme")
+    with postgres.connect(pgvector_url) as db:  # as the index was before collections were recorded
+        db.execute("DROP TABLE rag_index.collections")
+    index = open_index(pgvector_url, embedder=embedder.name, dim=embedder.dim)
+    try:
+        assert index.collections() == {"default": len(CORPUS), "acme": 1}  # its readers see what its files name
+    finally:
+        index.close()
+    with open_writer(pgvector_url, live_manifest(pgvector_url), collection="acme") as writer:  # the next writer
+        for record in writer.files().values():
+            writer.remove_file(record.id)
+        writer.commit()
+    index = open_index(pgvector_url, embedder=embedder.name, dim=embedder.dim)
+    try:
+        assert index.collections() == {"default": len(CORPUS), "acme": 0}  # recorded: emptied, not gone
+    finally:
+        index.close()
+
+
 def test_an_exception_or_a_crash_inside_the_writer_leaves_the_previous_index(embedder, chunker, corpus,
                                                                               pgvector_url):
     _ingest(pgvector_url, corpus, embedder, chunker)

@@ -538,7 +538,8 @@ class PostgresWriter:
             f"INSERT INTO {S}.files (collection, root, source, path, sha256, size, n_chunks) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
             (self.collection, root, source, path, sha256, size, len(chunks))).fetchone()[0]
-        self.record(True)  # kept once emptied
+        if self.collection != DEFAULT_COLLECTION:  # kept once emptied; the default one is there while it holds files
+            self.record(True)
         if not chunks:
             return
         self._changed += len(chunks)
@@ -716,8 +717,12 @@ def _with_collections(db) -> None:
     """Give an index written before collections their table and its files
     their column, every file in the default collection, unique per
     collection (in the writer's transaction)."""
+    new_table = db.execute("SELECT to_regclass(%s)", (f"{S}.collections",)).fetchone()[0] is None
     db.execute(COLLECTIONS_TABLE.format(name=f"{S}.collections"))
     if _collection_column(db) == "collection":
+        if new_table:  # the named collections its files hold, kept once emptied as any other
+            db.execute(f"INSERT INTO {S}.collections (name) SELECT DISTINCT collection FROM {S}.files "
+                       "WHERE collection != %s ON CONFLICT DO NOTHING", (DEFAULT_COLLECTION,))
         return
     db.execute(f"ALTER TABLE {S}.files ADD COLUMN collection TEXT NOT NULL DEFAULT '{DEFAULT_COLLECTION}'")
     db.execute(f"ALTER TABLE {S}.files DROP CONSTRAINT IF EXISTS files_root_source_key")

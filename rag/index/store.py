@@ -399,7 +399,8 @@ class FolderWriter:
             (self.collection, root, source, path, sha256, size, len(chunks)),
         )
         file_id = cur.lastrowid
-        self.record(True)  # kept once emptied
+        if self.collection != DEFAULT_COLLECTION:  # kept once emptied; the default one is there while it holds files
+            self.record(True)
         ids = []
         for c in chunks:
             cur = self._db.execute(
@@ -586,8 +587,12 @@ def _with_collections(db: sqlite3.Connection) -> None:
     their column: the files table is made again with it (SQLite cannot
     change a UNIQUE constraint in place), every file in the default
     collection, ids kept."""
+    new_table = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collections'").fetchone() is None
     db.execute(COLLECTIONS_TABLE.format(name="collections"))
     if _collection_column(db) == "collection":
+        if new_table:  # the named collections its files hold, kept once emptied as any other
+            db.execute("INSERT OR IGNORE INTO collections (name) SELECT DISTINCT collection FROM files "
+                       "WHERE collection != ?", (DEFAULT_COLLECTION,))
         return
     db.commit()
     db.execute("PRAGMA foreign_keys = OFF")  # the chunks' references go to the new table once it is renamed

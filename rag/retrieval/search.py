@@ -99,7 +99,8 @@ def scoped_ids(index: IndexReader, scope: Scope | None, collection: str = DEFAUL
     ScopeMatchesNothing error when no indexed document of the collection is
     in it, CollectionNotFound when the collection holds none."""
     everything = scope is None or scope.everything
-    if everything and set(index.collections()) <= {collection}:
+    counts = index.collections()
+    if everything and set(counts) <= {collection} and counts.get(collection):
         return None
     allowed = index.chunk_ids_of(scope.allows if scope is not None else _anything, scope, collection)
     if len(allowed) == 0:

@@ -23,7 +23,7 @@ from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .keys import Caller
-from .owners import continued_session
+from .owners import continued_session, stored_session
 from .rights import refusal
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -49,8 +49,11 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
         return waited
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
     try:
+        # An explicit session is claimed as /v1/ask's is; one made from the OpenAI ``user`` (an end user's
+        # name, which two applications may both send) is only kept apart per key, never refused.
         session = await run_in_threadpool(continued_session, state.pipeline.conversations, who, body.collection,
-                                          body.session_id())
+                                          body.session) if body.session is not None else \
+            stored_session(who, body.collection, body.session_id())
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s, session=session,
                                        max_tokens=max_tokens, scope=body.scope,
                                        collection=body.collection)

@@ -9,7 +9,8 @@ no conversation of that id (404), and nothing of the first is read. That
 404 tells the other key only that the id is in use, never by whom or what
 it holds; ids drawn at random (as the page draws them) tell nothing. The
 local user (no keys) and plain API keys, which may do everything, are one
-holder, and keep today's ids in the default collection.
+holder, keep today's ids in the default collection, and are never refused
+(their conversations are stored apart from every key's).
 
 Does not: store conversations (``rag.conversations``) or find the caller (``gate``).
 """
@@ -66,19 +67,28 @@ def continued_session(conversations: Conversations, caller: Caller, collection: 
     """The id ``session`` is stored under for ``caller`` in ``collection``
     (as :func:`stored_session`), once the id is known to be the caller's:
     claimed now if no one has used it, SessionNotFound if another holder
-    did. An id the local user asked in before ids were claimed is the
-    local user's."""
+    did. A conversation the caller already holds under it (one from before
+    ids were claimed) stays the caller's; so does one the local user holds
+    under the bare id. Callers that may do everything are never refused:
+    their conversations are stored apart from every key's, so none of a
+    key's is read, and the local user is not locked out of its own ids."""
     stored = stored_session(caller, collection, session)
     if session is None:
         return None
     mine = owner_tag(caller)
     owner = conversations.owner(session)
     if owner is None:
-        earlier = conversations.load(session)  # the bare id: the local user's, if it has turns
-        owner = conversations.claim(session, _EVERYONE if earlier.turns or earlier.folded else mine)
-    if owner != mine:
+        owner = conversations.claim(session, mine if _holds(conversations, stored) or not _holds(
+            conversations, session) else _EVERYONE)  # the bare id's turns: the local user's, before claims
+    if owner != mine and not caller.everything and not _holds(conversations, stored):
         raise SessionNotFound(f"no conversation {session} for this key: choose another session id")
     return stored
+
+
+def _holds(conversations: Conversations, stored: str) -> bool:
+    """Whether the store holds turns (or a summary of them) under ``stored``."""
+    earlier = conversations.load(stored)
+    return bool(earlier.turns or earlier.folded)
 
 
 def own_sessions(caller: Caller, collection: str, listed: list[dict[str, object]]) -> list[dict[str, object]]:
