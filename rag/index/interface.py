@@ -114,6 +114,14 @@ def create_collection(writer: IndexWriter) -> bool:
     return new
 
 
+def keep_listed(writer: IndexWriter) -> None:
+    """What adding a file does to ``writer``'s collection's record: a named
+    collection is recorded, so it is still listed once emptied; the default
+    one is listed while it holds files (unless made on purpose)."""
+    if writer.collection != DEFAULT_COLLECTION:
+        writer.record(True)
+
+
 def remove_collection(writer: IndexWriter) -> int | None:
     """Remove ``writer``'s collection: every file, with their chunks, and
     its record; how many files (None: there was no such collection)."""

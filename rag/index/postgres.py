@@ -48,8 +48,8 @@ import numpy as np
 
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from . import language
-from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, remove_collection, stats_of,
-                        text_ending_at)
+from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, keep_listed, remove_collection,
+                        stats_of, text_ending_at)
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
 from .collection_names import DEFAULT_COLLECTION
@@ -110,8 +110,8 @@ CREATE TABLE {S}.postings (
     PRIMARY KEY (term, chunk)
 );
 CREATE INDEX postings_chunk ON {S}.postings (chunk);
-{{collections}};
-""".replace("{collections}", COLLECTIONS_TABLE.format(name=f"{S}.collections"))
+{COLLECTIONS_TABLE.format(name=f"{S}.collections")};
+"""
 # A chunk's vector stays in its row (in a wide row it would be moved out of line first, and an exact
 # search would read every vector back from the TOAST table); its text is what is compressed or moved.
 # With this and the ANALYZE after a large commit, dense search over the 12,215 Python docs chunks
@@ -538,8 +538,7 @@ class PostgresWriter:
             f"INSERT INTO {S}.files (collection, root, source, path, sha256, size, n_chunks) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
             (self.collection, root, source, path, sha256, size, len(chunks))).fetchone()[0]
-        if self.collection != DEFAULT_COLLECTION:  # kept once emptied; the default one is there while it holds files
-            self.record(True)
+        keep_listed(self)
         if not chunks:
             return
         self._changed += len(chunks)
@@ -706,9 +705,13 @@ def _collection_column(db) -> str:
     return "collection" if found else f"'{DEFAULT_COLLECTION}'"
 
 
+def _has_collections_table(db) -> bool:
+    return db.execute("SELECT to_regclass(%s)", (f"{S}.collections",)).fetchone()[0] is not None
+
+
 def _created(db) -> list[str]:
     """The collections recorded in the index (none in one written before they were)."""
-    if db.execute("SELECT to_regclass(%s)", (f"{S}.collections",)).fetchone()[0] is None:
+    if not _has_collections_table(db):
         return []
     return [name for (name,) in db.execute(f"SELECT name FROM {S}.collections")]
 
@@ -717,7 +720,7 @@ def _with_collections(db) -> None:
     """Give an index written before collections their table and its files
     their column, every file in the default collection, unique per
     collection (in the writer's transaction)."""
-    new_table = db.execute("SELECT to_regclass(%s)", (f"{S}.collections",)).fetchone()[0] is None
+    new_table = not _has_collections_table(db)
     db.execute(COLLECTIONS_TABLE.format(name=f"{S}.collections"))
     if _collection_column(db) == "collection":
         if new_table:  # the named collections its files hold, kept once emptied as any other

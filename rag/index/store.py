@@ -40,8 +40,8 @@ from .generations import (
     write_lock,
 )
 from .lexical import LexicalIndex
-from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, remove_collection, stats_of,
-                        text_ending_at)
+from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, keep_listed, remove_collection,
+                        stats_of, text_ending_at)
 from .collection_names import DEFAULT_COLLECTION
 from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
@@ -399,8 +399,7 @@ class FolderWriter:
             (self.collection, root, source, path, sha256, size, len(chunks)),
         )
         file_id = cur.lastrowid
-        if self.collection != DEFAULT_COLLECTION:  # kept once emptied; the default one is there while it holds files
-            self.record(True)
+        keep_listed(self)
         ids = []
         for c in chunks:
             cur = self._db.execute(
@@ -575,9 +574,13 @@ def _collection_column(db: sqlite3.Connection) -> str:
     return "collection" if "collection" in columns else f"'{DEFAULT_COLLECTION}'"
 
 
+def _has_collections_table(db: sqlite3.Connection) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collections'").fetchone() is not None
+
+
 def _created(db: sqlite3.Connection) -> list[str]:
     """The collections recorded in ``db`` (none in an index written before they were)."""
-    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collections'").fetchone() is None:
+    if not _has_collections_table(db):
         return []
     return [name for (name,) in db.execute("SELECT name FROM collections")]
 
@@ -587,7 +590,7 @@ def _with_collections(db: sqlite3.Connection) -> None:
     their column: the files table is made again with it (SQLite cannot
     change a UNIQUE constraint in place), every file in the default
     collection, ids kept."""
-    new_table = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'collections'").fetchone() is None
+    new_table = not _has_collections_table(db)
     db.execute(COLLECTIONS_TABLE.format(name="collections"))
     if _collection_column(db) == "collection":
         if new_table:  # the named collections its files hold, kept once emptied as any other

@@ -64,7 +64,8 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
     readable(caller, collection)
     answerer = connection.get()
     options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(),
-                            session=continued_session(answerer.conversations, caller, collection, session),
+                            session=None if session is None else continued_session(
+                                answerer.conversations, caller, collection, session),  # no store opened without one
                             collection=collection)
     text = ""
     with answerer.stream(question, options) as stream:

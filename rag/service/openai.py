@@ -51,9 +51,11 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     try:
         # An explicit session is claimed as /v1/ask's is; one made from the OpenAI ``user`` (an end user's
         # name, which two applications may both send) is only kept apart per key, never refused.
-        session = await run_in_threadpool(continued_session, state.pipeline.conversations, who, body.collection,
-                                          body.session) if body.session is not None else \
-            stored_session(who, body.collection, body.session_id())
+        if body.session is not None:
+            session = await run_in_threadpool(continued_session, state.pipeline.conversations, who, body.collection,
+                                              body.session)
+        else:
+            session = stored_session(who, body.collection, body.session_id())
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s, session=session,
                                        max_tokens=max_tokens, scope=body.scope,
                                        collection=body.collection)

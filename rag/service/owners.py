@@ -18,12 +18,11 @@ Does not: store conversations (``rag.conversations``) or find the caller (``gate
 from __future__ import annotations
 
 import hashlib
-
 from typing import TYPE_CHECKING
 
 from ..errors import RagError, SessionNotFound
 from ..index.collection_names import DEFAULT_COLLECTION
-from .keys import Caller
+from .keys import LOCAL_USER, Caller
 
 if TYPE_CHECKING:
     from ..conversations import Conversations
@@ -36,14 +35,19 @@ def _tag(text: str, digits: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:digits]
 
 
-_EVERYONE = _tag("holder:", _TAG)  # the owner tag of the callers that may do everything
+def owner_tag(caller: Caller) -> str:
+    """Who ``caller`` is as a session's owner: its holder's tag (one for
+    every caller that may do everything)."""
+    return _tag("holder:" + ("" if caller.everything else caller.holder), _TAG)
+
+
+_EVERYONE = owner_tag(LOCAL_USER)  # the owner tag of the callers that may do everything
 
 
 def _prefix(caller: Caller, collection: str) -> str:
     if caller.everything and collection == DEFAULT_COLLECTION:
         return ""
-    holder = "" if caller.everything else caller.holder
-    return f"{_tag('holder:' + holder, _TAG)}.{_tag('collection:' + collection, 8)}:"
+    return f"{owner_tag(caller)}.{_tag('collection:' + collection, 8)}:"
 
 
 def stored_session(caller: Caller, collection: str, session: str | None) -> str | None:
@@ -55,12 +59,6 @@ def stored_session(caller: Caller, collection: str, session: str | None) -> str 
     if prefix and len(session) > MAX_OWNED_SESSION:
         raise RagError(f"session id of {len(session)} characters: use at most {MAX_OWNED_SESSION} with a key")
     return prefix + session
-
-
-def owner_tag(caller: Caller) -> str:
-    """Who ``caller`` is as a session's owner: its holder's tag (one for
-    every caller that may do everything)."""
-    return _tag("holder:" + ("" if caller.everything else caller.holder), _TAG)
 
 
 def continued_session(conversations: Conversations, caller: Caller, collection: str, session: str | None) -> str | None:

@@ -104,8 +104,8 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
         return waited
     shown = {"session": body.session} if body.session is not None else {}  # the id the caller gave, not the stored one
     try:
-        session = await run_in_threadpool(continued_session, state.pipeline.conversations, who, collection,
-                                          body.session)
+        session = None if body.session is None else await run_in_threadpool(
+            continued_session, state.pipeline.conversations, who, collection, body.session)  # a store read: off the loop
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=session,
                                        max_tokens=body.max_tokens, scope=body.scope, **body.options())
         if not body.stream:
