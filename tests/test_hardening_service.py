@@ -110,7 +110,7 @@ def test_hostile_headers_and_bodies_get_4xx(keyed):
     r = httpx.post(f"{keyed.url}/v1/chat/completions", headers=auth, timeout=120,
                    json={"messages": [{"role": "user", "content": "What is prefill?"}], "user": "alice smith",
                          "max_tokens": 4})
-    assert r.status_code == 200 and r.json()["rag"]["session"].startswith("user-")
+    assert r.status_code == 200 and r.json()["rag"]["session"].startswith("user-")  # as made from ``user``, not as stored
     for path in ("/metrics", "/docs", "/openapi.json"):
         assert httpx.get(f"{keyed.url}{path}").status_code == 401
         assert httpx.get(f"{keyed.url}{path}", headers=auth).status_code == 200

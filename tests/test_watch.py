@@ -16,10 +16,12 @@ import httpx
 import pytest
 
 from rag.service import LoopbackServer, ServiceSettings, create_app
+from rag.service.settings import WatchedFolder
 
 from .conftest import write_corpus
 
 WAIT_S = 60  # an upper bound on waiting for the watcher, not a timing assertion
+AGAIN_S = 3  # a change not yet seen is made again this often (a hang guard's step, not a timing claim)
 
 
 def _until(condition, what: str):
@@ -29,6 +31,24 @@ def _until(condition, what: str):
         if value:
             return value
         time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def _change_until(change, condition, what: str):
+    """Make ``change()`` until ``condition()`` holds, again every
+    :data:`AGAIN_S`: a change made before the watcher listens is never seen,
+    and how long a watcher takes to start depends on the machine, so no
+    sleep guesses it. A change seen twice costs an ingest that finds the
+    file unchanged and publishes nothing."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        change()
+        again = min(time.monotonic() + AGAIN_S, deadline)
+        while time.monotonic() < again:
+            value = condition()
+            if value:
+                return value
+            time.sleep(0.1)
     raise AssertionError(f"gave up waiting for {what}")
 
 
@@ -42,10 +62,11 @@ def test_changes_are_ingested_and_stopping_is_clean(pipeline_factory, tmp_path):
                                kwargs={"stop": stop})
     watcher.start()
     try:
-        time.sleep(0.5)  # let the watcher start listening before the first change
-        (docs / "sailing.md").write_text("# Sailing\n\nReef the mainsail before the squall arrives.\n")
-        (docs / "images.png").write_bytes(b"\x89PNG")  # not a change that matters
-        first = _until(lambda: [r for r, _, _ in reports if r is not None and r.added], "the new file")[0]
+        def add():
+            (docs / "sailing.md").write_text("# Sailing\n\nReef the mainsail before the squall arrives.\n")
+            (docs / "images.png").write_bytes(b"\x89PNG")  # not a change that matters
+
+        first = _change_until(add, lambda: [r for r, _, _ in reports if r is not None and r.added], "the new file")[0]
         assert first.added == ["sailing.md"]
         assert pipeline.search("reef the mainsail", k=1)[0].source == "sailing.md"
         (docs / "decode.txt").unlink()
@@ -72,10 +93,9 @@ def test_the_command_line_watches_until_ctrl_c(tmp_path):
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
     reader.start()
     try:
-        _until(lambda: any("watching" in l for l in lines), "the watch to start")
-        time.sleep(0.5)
-        (docs / "tides.md").write_text("# Tides\n\nSpring tides follow the full moon.\n")
-        _until(lambda: any(l.startswith("added 1,") for l in lines), "the change to be ingested")
+        _until(lambda: any("watching" in l for l in lines), "the watch to start")  # said before it listens
+        _change_until(lambda: (docs / "tides.md").write_text("# Tides\n\nSpring tides follow the full moon.\n"),
+                      lambda: any(l.startswith("added 1,") for l in lines), "the change to be ingested")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     finally:
@@ -93,9 +113,8 @@ def test_the_service_keeps_a_watched_folder_indexed(pipeline_factory, tmp_path):
     try:
         listed = lambda: {d["source"] for d in httpx.get(f"{server.url}/v1/documents").json().get("documents", [])}
         _until(lambda: "prefill.md" in listed(), "the first ingest")
-        time.sleep(0.5)
-        (docs / "anchors.md").write_text("# Anchors\n\nA kedge anchor is carried out by a small boat.\n")
-        _until(lambda: "anchors.md" in listed(), "the new file")
+        anchors = "# Anchors\n\nA kedge anchor is carried out by a small boat.\n"
+        _change_until(lambda: (docs / "anchors.md").write_text(anchors), lambda: "anchors.md" in listed(), "the new file")
     finally:
         server.stop()
     assert server.server.should_exit and not server.thread.is_alive()
@@ -108,8 +127,11 @@ def test_serve_settings_read_watched_folders(tmp_path, monkeypatch):
 
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
-    monkeypatch.setenv("RAG_SERVE_WATCH", f"{a},{b}")
-    assert ServiceSettings().watch == [a, b]
+    monkeypatch.setenv("RAG_SERVE_WATCH", f"{a},{b}=handbook")
+    assert ServiceSettings().watch == [WatchedFolder(a, "default"), WatchedFolder(b, "handbook")]
+    assert ServiceSettings(watch=[a]).watch == [WatchedFolder(a)]
+    with pytest.raises(ValidationError, match="cannot name a collection"):
+        ServiceSettings(watch=[f"{a}=Not A Name"])
     monkeypatch.setenv("RAG_SERVE_WATCH", str(tmp_path / "missing"))
     with pytest.raises(ValidationError, match="no such folder to watch"):
         ServiceSettings()

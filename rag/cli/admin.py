@@ -55,8 +55,10 @@ def serve(
     port: Optional[int] = typer.Option(None, "--port", help="Port (default: $RAG_SERVE_PORT, else 8000)."),
     index: Optional[str] = INDEX_OPTION,
     model: Optional[Path] = MODEL_OPTION,
-    watch: List[Path] = typer.Option(
-        [], "--watch", help="Keep this folder indexed while serving (repeatable; default: $RAG_SERVE_WATCH)."),
+    watch: List[str] = typer.Option(
+        [], "--watch", metavar="DIR[=COLLECTION]",
+        help="Keep this folder indexed while serving, in COLLECTION (default: the default collection; "
+             "repeatable; default: $RAG_SERVE_WATCH)."),
 ) -> None:
     """Serve document QA over HTTP: the web page at /, /v1/ask, /v1/chat/completions
     (OpenAI-compatible), /v1/documents, /v1/sessions, /healthz, /metrics, /docs. Starts

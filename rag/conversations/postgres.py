@@ -9,7 +9,7 @@ for the whole turn, so it is released if its process dies. Selected by a
 URL such as ``RAG_CONVERSATIONS=postgresql://user@host/db`` (or
 ``postgresql:///db?host=/run/postgresql`` for a Unix socket); the database
 should be one of its own (the tables are ``sessions``, ``turns``,
-``summaries``, ``session_owners`` and ``rag_meta``).
+``summaries``, ``session_owners``, ``store_secrets`` and ``rag_meta``).
 
 Needs psycopg 3 (``pip install 'rag-budget[postgres]'``).
 

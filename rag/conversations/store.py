@@ -18,7 +18,10 @@ store answer a conversation's questions one at a time.
 
 A session id given to the service is claimed by the first caller to use it
 (:meth:`Conversations.claim`, the table ``session_owners``, which an older
-rag-budget leaves alone), so another caller's use of it can be refused.
+rag-budget leaves alone), so another caller's use of it can be refused; the
+service's holders are tagged with a secret the store keeps
+(:meth:`Conversations.secret`, the table ``store_secrets``), so a stored id
+cannot be worked out from a holder's name.
 
 Each session records the index it was started against (:func:`index_key`),
 so one store shared by front-ends over several indexes lists each index's
@@ -37,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -86,6 +90,10 @@ CREATE TABLE IF NOT EXISTS session_owners (
     session TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
     created {float} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS store_secrets (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 """
 
@@ -325,6 +333,44 @@ class Conversations(abc.ABC):
             db.execute("INSERT INTO session_owners (session, owner, created) VALUES (?, ?, ?) "
                        "ON CONFLICT(session) DO NOTHING", (session, owner, time.time()))
             return str(db.execute("SELECT owner FROM session_owners WHERE session = ?", (session,)).fetchone()[0])
+
+    def secret(self, name: str) -> bytes:
+        """The store's secret ``name`` (32 random bytes), drawn by the first
+        process that asks and the same for every process sharing the store
+        (two drawing at once: the first written stands); kept in memory once read."""
+        kept: dict[str, bytes] = self.__dict__.setdefault("_secrets", {})  # the stores have no common __init__
+        if name in kept:
+            return kept[name]
+        with self._access(write=True) as db:
+            db.execute("INSERT INTO store_secrets (name, value) VALUES (?, ?) ON CONFLICT(name) DO NOTHING",
+                       (name, secrets.token_hex(32)))
+            value = bytes.fromhex(str(db.execute("SELECT value FROM store_secrets WHERE name = ?",
+                                                 (name,)).fetchone()[0]))
+        kept[name] = value
+        return value
+
+    def rename(self, old: str, new: str) -> bool:
+        """Move the conversation ``old`` (its turns, summary and summaries)
+        to the id ``new``, in one transaction; False, and nothing moved, when
+        ``old`` holds none or ``new`` holds one already."""
+        check_session_id(old)
+        check_session_id(new)
+        with self._access() as db:
+            if db.execute("SELECT 1 FROM sessions WHERE id = ?", (old,)).fetchone() is None:
+                return False  # the usual case, read without a write transaction
+        with self._access(write=True) as db:
+            if db.execute("SELECT 1 FROM sessions WHERE id = ?", (new,)).fetchone() is not None:
+                return False
+            moved = db.execute(
+                "INSERT INTO sessions (id, created, updated, summary, summary_version, index_id) "
+                "SELECT ?, created, updated, summary, summary_version, index_id FROM sessions WHERE id = ?",
+                (new, old)).rowcount
+            if moved != 1:
+                return False
+            db.execute("UPDATE turns SET session_id = ? WHERE session_id = ?", (new, old))
+            db.execute("UPDATE summaries SET session_id = ? WHERE session_id = ?", (new, old))
+            db.execute("DELETE FROM sessions WHERE id = ?", (old,))
+        return True
 
     def sessions(self, index: str | None = None) -> list[dict[str, object]]:
         """Every session id with its turn count and last update, newest

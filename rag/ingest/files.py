@@ -123,7 +123,7 @@ class _Walk:
     """One find_files call's state."""
 
     def __init__(self, include: Sequence[str], exclude: Sequence[str], max_file_bytes: int,
-                 follow_links: bool = True) -> None:
+                 follow_links: bool = True, skip: Iterable[Path] = ()) -> None:
         try:
             self.include = tuple(usable_glob(g) for g in include)
             self.exclude = tuple(usable_glob(g) for g in exclude)
@@ -131,6 +131,7 @@ class _Walk:
             raise RagError(f"--include/--exclude: {exc}") from None
         self.max_bytes = max_file_bytes
         self.follow_links = follow_links
+        self.skip = {Path(p).resolve() for p in skip}
         self.found = FoundFiles()
         self.seen: dict[tuple[str, str], Path] = {}  # (root, source) -> the file that has that name
         self.shadowed: set[Path] = set()  # files not UTF-8 whose printable name is another file's real one
@@ -230,7 +231,8 @@ class _Walk:
                 except OSError:
                     is_dir = False
                 if is_dir:
-                    subfolders.append(full)
+                    if full not in self.skip:
+                        subfolders.append(full)
                 else:
                     self.consider(shown_root, source, full, named=False, within=root)
             stack.extend(reversed(subfolders))
@@ -247,6 +249,7 @@ def find_files(
     *,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     follow_links: bool = True,
+    skip: Iterable[Path] = (),
 ) -> FoundFiles:
     """The supported files under ``paths``, the folders walked, and every
     file or path set aside with its reason.
@@ -258,8 +261,10 @@ def find_files(
     A symbolic link in a folder is read only when it leads to a file inside
     that folder (never with ``follow_links`` False); one that leads outside
     is set aside in ``ignored``, as is a link to a folder (never walked).
+    The folders ``skip`` (an index's own: its files and its uploads) are
+    never walked when met inside a folder.
     """
-    walk = _Walk(include, exclude, max_file_bytes, follow_links)
+    walk = _Walk(include, exclude, max_file_bytes, follow_links, skip)
     for raw in paths:
         path = Path(raw).expanduser()
         try:

@@ -8,6 +8,7 @@ both in).
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import re
@@ -185,7 +186,8 @@ class DocumentLibrary:
         with self._cancellable(cancel) as cancel:
             report = ingest(self.index_location, paths, embedder=self._embedder(), chunker=chunker, include=include,
                             exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress,
-                            follow_links=follow_links, cancel=cancel, collection=collection)
+                            follow_links=follow_links, cancel=cancel, collection=collection,
+                            skip=self.own_folders())
         self._changed()
         return report
 
@@ -197,7 +199,19 @@ class DocumentLibrary:
         Ctrl-C; see :func:`rag.ingest.watch.watch`. The index's own folders
         are not watched."""
         watch(paths, lambda: self.ingest(paths, **options), on_report,
-              ignore=[p.resolve() for p in (folder_of(self.index_location), self.uploads_dir) if p is not None], stop=stop)
+              ignore=[p.resolve() for p in (folder_of(self.index_location), self.uploads_dir) if p is not None]
+              + [self.uploads_dir.resolve().with_name(self.uploads_dir.name + "-")], stop=stop)
+
+    def own_folders(self) -> list[Path]:
+        """The folders of the index itself: its own folder and every
+        collection's uploads folder. An ingest never walks them, so a
+        folder that holds the index (``rag serve --watch DIR``) does not
+        take one collection's uploads into another."""
+        folders = [p for p in (folder_of(self.index_location), self.uploads_dir) if p is not None]
+        parent = self.uploads_dir.parent
+        if parent.is_dir():
+            folders += sorted(parent.glob(glob.escape(self.uploads_dir.name) + "-*"))
+        return [p.resolve() for p in folders]
 
     def documents(self, files: dict, collection: str = DEFAULT_COLLECTION) -> list[dict[str, object]]:
         """The files of an open index (``IndexReader.files()``, of
@@ -339,8 +353,9 @@ class DocumentLibrary:
 
     def remove_collection(self, collection: str) -> int:
         """Remove ``collection`` from the index, atomically, with every
-        document in it and their chunks (uploaded files stay on disk); how
-        many documents. DocumentNotFound when there is no such collection."""
+        document in it and their chunks, then the files uploaded into it
+        (its uploads folder); how many documents. DocumentNotFound when
+        there is no such collection."""
         if not index_exists(self.index_location):
             raise DocumentNotFound(f"no collection {collection!r}: the index is empty")
         with open_writer(self.index_location, live_manifest(self.index_location), collection=collection) as writer:
@@ -349,7 +364,28 @@ class DocumentLibrary:
                 raise DocumentNotFound(f"no collection {collection!r} (rag collections lists them)")
             writer.commit()
         self._changed()
+        self._remove_uploads(collection)
         return removed
+
+    def _remove_uploads(self, collection: str) -> None:
+        """Delete what was uploaded into ``collection`` (its uploads folder,
+        under the folder's lock, so no upload is half written meanwhile); a
+        link in its place is removed, never followed."""
+        folder = self.upload_folder(collection)
+        if folder.is_symlink():
+            folder.unlink()
+            return
+        if not folder.is_dir():
+            return
+        with _folder_lock(folder):
+            for entry in folder.iterdir():
+                if entry.name == ".lock":
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # the lock file last, once no upload holds it
 
     def _manifest(self) -> Manifest:
         """The live index's manifest, or what an ingest would write one with."""

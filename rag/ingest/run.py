@@ -162,6 +162,7 @@ def ingest(
     follow_links: bool = True,
     cancel: threading.Event | None = None,
     collection: str = DEFAULT_COLLECTION,
+    skip: Sequence[Path] = (),
 ) -> IngestReport:
     """Bring the index in ``index_location`` (a folder, or a PostgreSQL URL: see
     ``rag.index.location``) up to date with the files under
@@ -187,11 +188,12 @@ def ingest(
     links in a folder are read only when they lead to a file inside it, and
     never with ``follow_links`` False (see :func:`~rag.ingest.files.find_files`).
     Everything happens within ``collection``: the files of other
-    collections are neither compared, removed nor rebuilt.
+    collections are neither compared, removed nor rebuilt. The folders
+    ``skip`` (the index's own) are never walked.
     """
     started = time.perf_counter()
     report = IngestReport()
-    found = find_files(paths, include, exclude, max_file_bytes=max_file_bytes, follow_links=follow_links)
+    found = find_files(paths, include, exclude, max_file_bytes=max_file_bytes, follow_links=follow_links, skip=skip)
     report.failed.extend(found.failed)
     report.ignored.extend(found.ignored)
     report.unmatched.extend(found.unmatched)

@@ -22,7 +22,7 @@ from ..qa.answer import Answer, where
 from ..qa.options import AskOptions, valid_text
 from ..retrieval.scope import Scope
 from ..service.keys import LOCAL_USER, Caller
-from ..service.owners import continued_session
+from ..service.owners import claim_session, continued_session
 
 if TYPE_CHECKING:
     from .connection import Answerer, Connection
@@ -73,6 +73,8 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
             if piece and on_text is not None:
                 text += piece
                 on_text(text)
+    if session is not None:  # answered: now the id is claimed (a failed ask claims nothing)
+        claim_session(answerer.conversations, caller, collection, session)
     return answered(stream.answer) | ({"session": session} if session is not None else {})
 
 

@@ -19,6 +19,8 @@ from ..qa.pipeline import Pipeline
 from . import content, openai, routes, sessions
 from .errors import REBUILD, ShellWords, error, failure, for_the_web
 from .gate import Gate
+from .keys import LOCAL_USER
+from .owners import SHELL_USER
 from .settings import ServiceSettings
 from .state import ServiceState, warmed
 from .uploads import TrackUploads
@@ -54,6 +56,9 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None, *,
     app = FastAPI(title="rag-budget", version="1", description="Local document QA that treats the prompt as a cost.",
                   lifespan=lifespan)
     app.state.service = state
+    # Who a request without a key is: the local user, or through the resident server's socket its shell,
+    # whose session ids are stored as given (rag.service.owners).
+    app.state.keyless_caller = SHELL_USER if audience == "shell" else LOCAL_USER
     # Kept for tests and the bench: the parts they look at.
     app.state.pipeline, app.state.settings, app.state.metrics = pipeline, settings, state.metrics
     app.state.queue = state.answering.queue

@@ -23,7 +23,7 @@ from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .keys import Caller
-from .owners import continued_session, stored_session
+from .owners import claimer, continued_session, stored_session
 from .rights import refusal
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -47,18 +47,19 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)  # as /v1/ask does
     if waited is not None:
         return waited
-    reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens)
+    reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens,
+                  body.session_id())
     try:
         # An explicit session is claimed as /v1/ask's is; one made from the OpenAI ``user`` (an end user's
         # name, which two applications may both send) is only kept apart per key, never refused.
+        conversations = state.pipeline.conversations
         if body.session is not None:
-            session = await run_in_threadpool(continued_session, state.pipeline.conversations, who, body.collection,
-                                              body.session)
+            session = await run_in_threadpool(continued_session, conversations, who, body.collection, body.session)
         else:
-            session = stored_session(who, body.collection, body.session_id())
+            session = await run_in_threadpool(stored_session, conversations, who, body.collection, body.session_id())
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s, session=session,
-                                       max_tokens=max_tokens, scope=body.scope,
-                                       collection=body.collection)
+                                       max_tokens=max_tokens, scope=body.scope, collection=body.collection,
+                                       answered=claimer(state, who, body.collection, body.session))
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return reply.completion(done) if done is not None else Response(status_code=499)
@@ -78,8 +79,9 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
 class Reply:
     """One chat completion's identity, and its wire forms."""
 
-    def __init__(self, cid: str, created: int, model: str, max_tokens: int) -> None:
+    def __init__(self, cid: str, created: int, model: str, max_tokens: int, session: str | None = None) -> None:
         self.cid, self.created, self.model, self.max_tokens = cid, created, model, max_tokens
+        self.session = session  # the conversation's id as the caller names it, never as it is stored
 
     def completion(self, answer: Answer) -> dict:
         """The ``chat.completion`` object of a finished answer."""
@@ -93,11 +95,10 @@ class Reply:
             **self._extension(answer),
         }
 
-    @staticmethod
-    def _extension(answer: Answer) -> dict:
+    def _extension(self, answer: Answer) -> dict:
         # Beyond OpenAI's fields: the sources and evidence beside the message, and the whole answer
         # contract (rag.qa.answer) under "rag".
-        whole = answer.to_dict()
+        whole = answer.to_dict() | ({"session": self.session} if self.session is not None else {})
         return {"sources": whole["sources"], "evidence": whole["evidence"], "rag": whole}
 
     def _finish_reason(self, answer: Answer) -> str:

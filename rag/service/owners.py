@@ -1,16 +1,33 @@
 """Whose a conversation is: the service stores each session under an id of
-its own for the key that opened it and the collection it was opened in, so
-one key can neither read, continue, list nor delete another's, and a
-session never crosses into another collection.
+its own for the holder that opened it and the collection it was opened in,
+so no caller can read, continue, list or delete another's, and a session
+never crosses into another collection.
 
-A session id is claimed by the holder that first asks in it
-(:func:`continued_session`): another key that asks in it is told there is
-no conversation of that id (404), and nothing of the first is read. That
-404 tells the other key only that the id is in use, never by whom or what
-it holds; ids drawn at random (as the page draws them) tell nothing. The
-local user (no keys) and plain API keys, which may do everything, are one
-holder, keep today's ids in the default collection, and are never refused
-(their conversations are stored apart from every key's).
+A stored id is ``<holder tag>.<collection tag>:<session id>``. The holder
+tag is an HMAC of the holder under a secret kept in the conversation store
+itself (:meth:`Conversations.secret`, drawn at random by the first service
+that needs it and shared by every service over the same store), so it
+cannot be worked out from a holder's name: knowing alice's name and her
+session id tells nothing of where her turns are stored. Every holder has
+its tag: each key file holder, the plain ``RAG_SERVE_API_KEYS`` keys (one
+holder together, apart from the local user) and the local user in a named
+collection. Only the local user (the CLI, MCP over stdio, a service without
+keys) keeps bare ids in the default collection, as before holders existed;
+an id shaped like a stored one is refused there, so it cannot name a
+holder's conversation by its stored id either.
+
+A session id is claimed, per collection, by the holder whose question in
+it is first answered (:func:`claim_session`, after the answer: a request
+that fails claims nothing). Another holder asking in that id in that
+collection is told there is no conversation of that id (404), and nothing
+of the first is read; the same id in another collection is free. That 404
+tells the other key only that the id is in use, never by whom or what it
+holds; ids drawn at random (as the page draws them) tell nothing. The local
+user is never refused: its conversations are stored apart from every key's.
+
+Conversations stored under the tags of earlier releases (a SHA-256 of the
+holder's name, which anyone could compute) are moved under the secret tag
+the first time their holder names them (:func:`_moved_from_before`).
 
 Does not: store conversations (``rag.conversations``) or find the caller (``gate``).
 """
@@ -18,7 +35,8 @@ Does not: store conversations (``rag.conversations``) or find the caller (``gate
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+import hmac
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import RagError, SessionNotFound
 from ..index.collection_names import DEFAULT_COLLECTION
@@ -29,58 +47,115 @@ if TYPE_CHECKING:
 
 _TAG = 12  # hex digits of a holder's tag; a collection's is 8: 12 + 1 + 8 + 1 ahead of the session id
 MAX_OWNED_SESSION = 128 - _TAG - 1 - 8 - 1  # the stored id stays within a session id's 128 characters
+SECRET = "session-owners"  # the name of the store's secret the holder tags are made with
+PLAIN_KEYS = "plain keys"  # the holder the RAG_SERVE_API_KEYS keys are together
+# The local user's own front ends through the resident server's socket (the CLI, MCP): their session ids
+# are stored as given, in every collection, as a pipeline in their process stores them; MCP over HTTP has
+# already made a key's ids its own (stored_session) before it asks through that socket.
+SHELL_USER = Caller("local user (resident)", everything=True)
 
 
-def _tag(text: str, digits: int) -> str:
+def _hexdigest(text: str, digits: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:digits]
 
 
-def owner_tag(caller: Caller) -> str:
-    """Who ``caller`` is as a session's owner: its holder's tag (one for
-    every caller that may do everything)."""
-    return _tag("holder:" + ("" if caller.everything else caller.holder), _TAG)
+def holder_of(caller: Caller) -> str:
+    """Who ``caller`` is as a conversation's owner: the local user, the
+    plain keys (together), or a key file's holder by its name; a holder
+    name can never be one of the first two (key files' names hold no space)."""
+    if caller == LOCAL_USER:
+        return "local:"
+    if caller.everything:
+        return "plain:" + PLAIN_KEYS
+    return "holder:" + caller.holder
 
 
-_EVERYONE = owner_tag(LOCAL_USER)  # the owner tag of the callers that may do everything
+def owner_tag(conversations: Conversations, caller: Caller) -> str:
+    """``caller``'s tag in ``conversations``: an HMAC of its holder under
+    the store's secret, so no one without the store can work it out."""
+    secret = conversations.secret(SECRET)
+    return hmac.new(secret, holder_of(caller).encode("utf-8"), hashlib.sha256).hexdigest()[:_TAG]
 
 
-def _prefix(caller: Caller, collection: str) -> str:
-    if caller.everything and collection == DEFAULT_COLLECTION:
+def _collection_tag(collection: str) -> str:
+    return _hexdigest("collection:" + collection, 8)
+
+
+def _bare(caller: Caller, collection: str) -> bool:
+    """Whether ``caller``'s ids in ``collection`` are stored bare (the
+    local user's in the default collection, its shell's everywhere)."""
+    return caller == SHELL_USER or (caller == LOCAL_USER and collection == DEFAULT_COLLECTION)
+
+
+def _local(caller: Caller) -> bool:
+    return caller == LOCAL_USER or caller == SHELL_USER
+
+
+def _prefix(conversations: Conversations, caller: Caller, collection: str) -> str:
+    if _bare(caller, collection):
         return ""
-    return f"{owner_tag(caller)}.{_tag('collection:' + collection, 8)}:"
+    return f"{owner_tag(conversations, caller)}.{_collection_tag(collection)}:"
 
 
-def stored_session(caller: Caller, collection: str, session: str | None) -> str | None:
+def stored_session(conversations: Conversations, caller: Caller, collection: str, session: str | None) -> str | None:
     """The id ``session`` is stored under for ``caller`` in ``collection``
-    (None stays None); a RagError for an id too long to carry its owner."""
+    (None stays None); SessionNotFound for a bare id shaped like another's
+    stored id, a RagError for an id too long to carry its owner. A
+    conversation the caller held under an earlier release's id is moved
+    under this one first."""
     if session is None:
         return None
-    prefix = _prefix(caller, collection)
-    if prefix and len(session) > MAX_OWNED_SESSION:
+    prefix = _prefix(conversations, caller, collection)
+    if not prefix:
+        if _owned(session) and caller != SHELL_USER:  # a stored id of a holder: never reachable by naming it
+            raise SessionNotFound(f"no conversation {session}")
+        return session
+    if len(session) > MAX_OWNED_SESSION:
         raise RagError(f"session id of {len(session)} characters: use at most {MAX_OWNED_SESSION} with a key")
-    return prefix + session
+    stored = prefix + session
+    _moved_from_before(conversations, caller, collection, session, stored)
+    return stored
+
+
+def _claim_key(collection: str, session: str) -> str:
+    """What a claim of ``session`` in ``collection`` is recorded under (a claim is per collection)."""
+    return f"{_collection_tag(collection)}:{session}"[:128]
 
 
 def continued_session(conversations: Conversations, caller: Caller, collection: str, session: str | None) -> str | None:
     """The id ``session`` is stored under for ``caller`` in ``collection``
-    (as :func:`stored_session`), once the id is known to be the caller's:
-    claimed now if no one has used it, SessionNotFound if another holder
-    did. A conversation the caller already holds under it (one from before
-    ids were claimed) stays the caller's; so does one the local user holds
-    under the bare id. Callers that may do everything are never refused:
-    their conversations are stored apart from every key's, so none of a
-    key's is read, and the local user is not locked out of its own ids."""
-    stored = stored_session(caller, collection, session)
-    if session is None:
-        return None
-    mine = owner_tag(caller)
-    owner = conversations.owner(session)
-    if owner is None:
-        owner = conversations.claim(session, mine if _holds(conversations, stored) or not _holds(
-            conversations, session) else _EVERYONE)  # the bare id's turns: the local user's, before claims
-    if owner != mine and not caller.everything and not _holds(conversations, stored):
+    (as :func:`stored_session`), once the id is known to be the caller's
+    to use: no other holder's answered question claimed it in this
+    collection, or the caller already holds a conversation under it (one
+    from before ids were claimed); SessionNotFound otherwise. Claims
+    nothing: :func:`claim_session` does, once an answer came. A key asking
+    in a default-collection id under which the local user kept turns
+    before claims existed is refused too: that conversation is the local
+    user's. The local user is never refused."""
+    stored = stored_session(conversations, caller, collection, session)
+    if session is None or _local(caller):
+        return stored
+    owner = conversations.owner(_claim_key(collection, session))
+    if owner is None and collection == DEFAULT_COLLECTION and not _owned(session) and _holds(conversations, session):
+        owner = "local"  # the bare id's turns: the local user's, from before claims
+    if owner is not None and owner != owner_tag(conversations, caller) and not _holds(conversations, stored):
         raise SessionNotFound(f"no conversation {session} for this key: choose another session id")
     return stored
+
+
+def claim_session(conversations: Conversations, caller: Caller, collection: str, session: str | None) -> None:
+    """Record that ``caller`` answered in ``session`` in ``collection``
+    (after its answer: nothing is claimed by a request that failed); the
+    first holder's claim stands. The local user claims nothing."""
+    if session is None or _local(caller):
+        return
+    conversations.claim(_claim_key(collection, session), owner_tag(conversations, caller))
+
+
+def claimer(state, caller: Caller, collection: str, session: str | None) -> Callable[[], None]:
+    """What claims ``session`` for ``caller`` in ``collection`` once its
+    answer came (:func:`claim_session` over ``state``'s conversation store)."""
+    return lambda: claim_session(state.pipeline.conversations, caller, collection, session)
 
 
 def _holds(conversations: Conversations, stored: str) -> bool:
@@ -89,16 +164,40 @@ def _holds(conversations: Conversations, stored: str) -> bool:
     return bool(earlier.turns or earlier.folded)
 
 
-def own_sessions(caller: Caller, collection: str, listed: list[dict[str, object]]) -> list[dict[str, object]]:
+def _before(caller: Caller, collection: str) -> str | None:
+    """The prefix an earlier release stored ``caller``'s ids in
+    ``collection`` under (a SHA-256 of the holder's name), or None where it
+    used bare ids or its ids were shared (the plain keys' were the local user's)."""
+    if caller != LOCAL_USER and caller.everything:
+        return None
+    name = "" if caller == LOCAL_USER else caller.holder
+    if caller == LOCAL_USER and collection == DEFAULT_COLLECTION:
+        return None
+    return f"{_hexdigest('holder:' + name, _TAG)}.{_collection_tag(collection)}:"
+
+
+def _moved_from_before(conversations: Conversations, caller: Caller, collection: str, session: str,
+                       stored: str) -> None:
+    """Move the conversation an earlier release kept for ``caller`` under
+    a computable id to ``stored``, the first time it is named (nothing when
+    ``stored`` already holds one, or there was none)."""
+    before = _before(caller, collection)
+    if before is not None:
+        conversations.rename(before + session, stored)
+
+
+def own_sessions(conversations: Conversations, caller: Caller, collection: str,
+                 listed: list[dict[str, object]]) -> list[dict[str, object]]:
     """Those of ``listed`` (the store's sessions) that ``caller`` opened in
     ``collection``, each under the id the caller gave it."""
-    prefix = _prefix(caller, collection)
-    if not prefix:  # everything's own ids: all but those stored for an owner or another collection
+    prefix = _prefix(conversations, caller, collection)
+    if not prefix:  # the local user's own ids: all but those stored for an owner
         return [s for s in listed if not _owned(str(s["session"]))]
     return [s | {"session": str(s["session"])[len(prefix):]} for s in listed if str(s["session"]).startswith(prefix)]
 
 
 def _owned(stored: str) -> bool:
+    """Whether ``stored`` has the shape of an id stored for an owner."""
     head, colon, _ = stored.partition(":")
     tag, dot, ctag = head.partition(".")
     return bool(colon and dot and len(tag) == _TAG and len(ctag) == 8

@@ -16,7 +16,7 @@ from ..errors import CollectionNotFound
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.options import AskOptions
 from .errors import error, failure
-from .keys import Caller
+from .keys import EVERY_COLLECTION, Caller
 
 
 # ``?collection=NAME`` on the document routes (uploads, lists, deletes, reads).
@@ -37,3 +37,13 @@ def refusal(caller: Caller, collection: str, *, write: bool = False) -> JSONResp
 def readable(caller: Caller, names) -> list[str]:
     """Those of ``names`` that ``caller`` may read, in their order."""
     return [name for name in names if caller.may_read(name)]
+
+
+def service_wide_refusal(caller: Caller) -> JSONResponse | None:
+    """The response refusing ``caller`` the service's own figures
+    (``/metrics``, ``/v1/profile``: prompt sizes, answers and waits of every
+    collection's callers), or None when it may read every collection."""
+    if caller.may_read(EVERY_COLLECTION):
+        return None
+    return error(403, "the service's figures cover every collection: they need a key that may read every "
+                      "collection (\"*\" in the key file) or a plain API key", "forbidden")

@@ -25,8 +25,8 @@ from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, CollectionBody, SearchBody
-from .owners import continued_session
-from .rights import COLLECTION_QUERY, readable, refusal
+from .owners import claimer, continued_session
+from .rights import COLLECTION_QUERY, readable, refusal, service_wide_refusal
 from .keys import Caller
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -62,16 +62,26 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
 
 
 @public.get("/metrics")
-async def prometheus(state: ServiceState = Depends(service)) -> Response:
-    """Prometheus metrics."""
+async def prometheus(state: ServiceState = Depends(service), who: Caller = Depends(caller)) -> Response:
+    """Prometheus metrics; 403 for a key that may not read every collection
+    (they count every collection's questions and prompts)."""
+    refused = service_wide_refusal(who)
+    if refused is not None:
+        return refused
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/profile")
-async def profile(state: ServiceState = Depends(service)):
+async def profile(state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """The prefill cost model budgets are planned with: the profile's key
     and fit, each measured point (calibration and recent answers) and the
-    predicted prefill and TTFT of a prompt with nothing cached, by size."""
+    predicted prefill and TTFT of a prompt with nothing cached, by size;
+    403 for a key that may not read every collection (the points are every
+    collection's recent answers)."""
+    refused = service_wide_refusal(who)
+    if refused is not None:
+        return refused
+
     def view() -> dict:
         with engine_errors():  # with no profile yet, the engine is measured now
             return state.pipeline.costs.view()
@@ -107,7 +117,8 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
         session = None if body.session is None else await run_in_threadpool(
             continued_session, state.pipeline.conversations, who, collection, body.session)  # a store read: off the loop
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=session,
-                                       max_tokens=body.max_tokens, scope=body.scope, **body.options())
+                                       max_tokens=body.max_tokens, scope=body.scope,
+                                       answered=claimer(state, who, collection, body.session), **body.options())
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return done.to_dict() | shown if done is not None else Response(status_code=499)

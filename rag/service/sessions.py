@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import RagError
+from ..errors import RagError, SessionNotFound
 from .errors import error, failure
 from ..qa.options import CollectionName
 from .keys import Caller
@@ -35,7 +35,10 @@ async def list_sessions(collection: CollectionName = COLLECTION_QUERY, state: Se
     if refused is not None:
         return refused
     try:
-        return {"sessions": own_sessions(who, collection, await run_in_threadpool(state.pipeline.memory.sessions))}
+        pipeline = state.pipeline
+        listed = await run_in_threadpool(
+            lambda: own_sessions(pipeline.conversations, who, collection, pipeline.memory.sessions()))
+        return {"sessions": listed}
     except RagError as exc:
         return failure(exc)
 
@@ -50,7 +53,10 @@ async def show_session(session: str = SESSION, collection: CollectionName = COLL
     if refused is not None:
         return refused
     try:
-        conversation = await run_in_threadpool(state.pipeline.conversation, stored_session(who, collection, session))
+        conversation = await run_in_threadpool(lambda: state.pipeline.conversation(
+            stored_session(state.pipeline.conversations, who, collection, session)))
+    except SessionNotFound:
+        return error(404, f"no conversation {session}; GET /v1/sessions lists them", "not_found")
     except RagError as exc:
         return failure(exc)
     if not conversation.turns and not conversation.folded:
@@ -71,17 +77,23 @@ async def reset_session(session: str = SESSION, collection: CollectionName = COL
     refused = refusal(who, collection)
     if refused is not None:
         return refused
-    shown, session = session, stored_session(who, collection, session)
+    shown = session
 
     def reset() -> bool:
-        known = any(s["session"] == session for s in pipeline.conversations.sessions())
-        if known:
-            pipeline.reset(session)
-        return known
+        # Found as show_session finds it (turns or a summary under the caller's own stored id), so
+        # deleting what the caller may not read answers as reading it does.
+        stored = stored_session(pipeline.conversations, who, collection, shown)
+        found = pipeline.conversation(stored)
+        if not found.turns and not found.folded:
+            return False
+        pipeline.reset(stored)
+        return True
 
     try:
         if not await run_in_threadpool(reset):
             return error(404, f"no conversation {shown}; GET /v1/sessions lists them", "not_found")
+    except SessionNotFound:
+        return error(404, f"no conversation {shown}; GET /v1/sessions lists them", "not_found")
     except RagError as exc:
         return failure(exc)
     return {"reset": shown}

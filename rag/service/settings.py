@@ -8,12 +8,39 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, NamedTuple, Optional
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ..errors import RagError
+from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name
+
+
+class WatchedFolder(NamedTuple):
+    """A folder a service keeps indexed, and the collection it goes into."""
+
+    folder: Path
+    collection: str = DEFAULT_COLLECTION
+
+    @classmethod
+    def parse(cls, text: "str | Path | WatchedFolder") -> "WatchedFolder":
+        """``DIR`` or ``DIR=COLLECTION`` (the default collection when none
+        is named); a ValueError for a collection name that cannot be one.
+
+        ``WatchedFolder.parse("docs=handbook") -> WatchedFolder(Path("docs"), "handbook")``
+        """
+        if isinstance(text, WatchedFolder):
+            return text
+        if isinstance(text, Path):
+            return cls(text)
+        folder, equals, collection = str(text).rpartition("=")
+        if not equals:
+            return cls(Path(collection))
+        try:
+            return cls(Path(folder), check_collection_name(collection, "watch"))
+        except RagError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class ServiceSettings(BaseSettings):
@@ -47,22 +74,28 @@ class ServiceSettings(BaseSettings):
     load_aware: bool = Field(True, description="Plan each request's budget with the queue wait expected ahead of it")
     admission: Literal["deadline", "queue"] = Field(
         "deadline", description="deadline: the engine's scheduler plans and refuses; queue: one request at a time")
-    watch: Annotated[list[Path], NoDecode] = Field(
-        default_factory=list, description="Folders kept indexed: ingested at start and whenever a file changes "
-                                          "(comma-separated or a JSON list)")
+    watch: Annotated[list[WatchedFolder], NoDecode] = Field(
+        default_factory=list, description="Folders kept indexed: ingested at start and whenever a file changes, "
+                                          "each DIR or DIR=COLLECTION (default: the default collection; "
+                                          "comma-separated or a JSON list)")
 
     @field_validator("api_keys", "watch", mode="before")
     @classmethod
     def _split(cls, value, info):
-        return listed(value, info.field_name)
+        if info.field_name != "watch":
+            return listed(value, info.field_name)
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            return [WatchedFolder.parse(v) for v in value]  # paths given in code: a Path is a folder whole
+        value = listed(value, "watch")
+        return [WatchedFolder.parse(v) for v in value] if isinstance(value, list) else value
 
     @field_validator("watch")
     @classmethod
-    def _existing(cls, value: list[Path]) -> list[Path]:
-        missing = [str(p) for p in value if not p.expanduser().exists()]
+    def _existing(cls, value: list[WatchedFolder]) -> list[WatchedFolder]:
+        missing = [str(w.folder) for w in value if not w.folder.expanduser().exists()]
         if missing:
             raise ValueError(f"no such folder to watch: {', '.join(missing)}")
-        return [p.expanduser() for p in value]
+        return [WatchedFolder(w.folder.expanduser(), w.collection) for w in value]
 
     @model_validator(mode="after")
     def _room_for_one_upload(self) -> "ServiceSettings":

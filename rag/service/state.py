@@ -53,7 +53,8 @@ def caller(request: Request) -> Caller:
     """Who is asking and what it may do (a FastAPI dependency): the key's
     holder the gate found, or with no keys (loopback, the resident
     server's socket) the local user, with every right."""
-    return request.scope.get("rag.rights", LOCAL_USER)
+    found = request.scope.get("rag.rights")
+    return found if found is not None else getattr(request.app.state, "keyless_caller", LOCAL_USER)
 
 
 async def warmed(request: Request) -> None:

@@ -1,7 +1,8 @@
-"""Folders a running service keeps indexed (``RAG_SERVE_WATCH``): ingested
-when the service starts, then again whenever a file in them changes, on a
-thread of its own; questions meanwhile are answered from the last
-generation published. And what stops a service's ingests when the server
+"""Folders a running service keeps indexed (``RAG_SERVE_WATCH``, each
+``DIR`` or ``DIR=COLLECTION``): ingested into their collection when the
+service starts, then again whenever a file in them changes, on a thread
+for each collection; the index's own folders under them are never walked.
+Questions meanwhile are answered from the last generation published. And what stops a service's ingests when the server
 is told to exit (SIGTERM, Ctrl-C): :func:`stop_ingests_on_exit`.
 
 Does not: watch by itself (``rag.ingest.watch`` does) or take requests.
@@ -18,44 +19,60 @@ from ..errors import RagError
 from ..ingest.library import DocumentLibrary
 from ..ingest.run import IngestReport
 from ..qa.pipeline import Pipeline
+from .settings import WatchedFolder
 
 log = logging.getLogger("rag.serve.watch")
 
 
 class FolderWatcher:
-    """Keeps ``paths`` ingested into ``pipeline``'s index while running;
-    ``reports`` counts the ingests done (the first is the one at start)."""
+    """Keeps the ``watched`` folders ingested into ``pipeline``'s index
+    while running, each into its collection (one thread a collection);
+    ``reports`` counts the ingests done (the first of each is the one at start)."""
 
-    def __init__(self, pipeline: Pipeline, paths: Sequence[Path]) -> None:
-        self.pipeline, self.paths = pipeline, [Path(p) for p in paths]
+    def __init__(self, pipeline: Pipeline, watched: Sequence[WatchedFolder | Path]) -> None:
+        self.pipeline = pipeline
+        self.watched = [WatchedFolder.parse(w) for w in watched]
+        self.paths = [w.folder for w in self.watched]
         self.stop_event = threading.Event()
         self.reports = 0
         self.last: IngestReport | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._first = threading.Lock()
 
     def start(self) -> None:
-        """Ingest the folders and watch them, on a daemon thread."""
-        self._thread = threading.Thread(target=self._run, name="rag-watch", daemon=True)
-        self._thread.start()
+        """Ingest the folders and watch them, on a daemon thread a collection."""
+        collections = dict.fromkeys(w.collection for w in self.watched)
+        for collection in collections:
+            paths = [w.folder for w in self.watched if w.collection == collection]
+            thread = threading.Thread(target=self._run, args=(paths, collection), name=f"rag-watch-{collection}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
-    def _run(self) -> None:
+    def _run(self, paths: list[Path], collection: str) -> None:
         library = self.pipeline.library
         # Stopping the watch stops its ingest too, before its next batch embedded.
-        options = {"max_file_bytes": self.pipeline.settings.max_file_bytes, "cancel": self.stop_event}
+        options = {"max_file_bytes": self.pipeline.settings.max_file_bytes, "cancel": self.stop_event,
+                   "collection": collection}
+        told = lambda report, problem, n: self._told(paths, collection, report, problem)  # noqa: E731
         try:
-            self._told(library.ingest(self.paths, **options), None, 0)
-            library.watch(self.paths, self._told, stop=self.stop_event, **options)
+            with self._first:  # the collections' first ingests one at a time: one writer at a time
+                first = library.ingest(paths, **options)
+            told(first, None, 0)
+            library.watch(paths, told, stop=self.stop_event, **options)  # retries while another writes
         except RagError as exc:
-            log.error("watching %s stopped: %s", ", ".join(map(str, self.paths)), exc)
+            log.error("watching %s stopped: %s", ", ".join(map(str, paths)), exc)
 
-    def _told(self, report: IngestReport | None, problem: str | None, n_changes: int) -> None:
+    def _told(self, paths: list[Path], collection: str, report: IngestReport | None, problem: str | None) -> None:
         if report is None:
             log.error("ingest after a change failed: %s", problem)
             return
-        self.last, self.reports = report, self.reports + 1
+        with self._lock:
+            self.last, self.reports = report, self.reports + 1
         c = report.counts()
-        log.info("ingested %s: added %d, updated %d, removed %d, failed %d", ", ".join(map(str, self.paths)),
-                 c["added"], c["updated"], c["removed"], c["failed"])
+        log.info("ingested %s into %s: added %d, updated %d, removed %d, failed %d", ", ".join(map(str, paths)),
+                 collection, c["added"], c["updated"], c["removed"], c["failed"])
         for source, error in report.failed:
             log.warning("failed: %s: %s", source, error)
 
@@ -63,8 +80,8 @@ class FolderWatcher:
         """Stop watching; an ingest in progress stops before its next
         batch embedded, publishing nothing."""
         self.stop_event.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+        for thread in self._threads:
+            thread.join(timeout=60)
 
 
 def stop_ingests_on_exit(server, library: DocumentLibrary) -> None:
