@@ -26,6 +26,11 @@ from .errors import ContextOverflow, GenerationFailed
 
 Role = Literal["system", "user", "assistant"]
 
+# The collection passages are of where the caller names none (``PassageKV``): an
+# engine keys every passage it keeps by its collection, this one too. Spelled as
+# rag names its default collection, so naming that one or none is the same.
+DEFAULT_COLLECTION = "default"
+
 
 @dataclass(frozen=True)
 class Message:
@@ -327,23 +332,31 @@ class PassageKV(Protocol):
     """An optional ability: an engine that keeps the KV of passages it has
     evaluated and splices it into later prompts holding them (its
     ``generate`` takes ``passages=``, the texts as :func:`prompt_budget.layout.passage_body`
-    writes them). ``splice_fresh``: tokens at a spliced passage's head that
-    are evaluated again; None when splicing is off."""
+    writes them, and ``collection=``, the collection they are of).
+    ``splice_fresh``: tokens at a spliced passage's head that are evaluated
+    again; None when splicing is off.
+
+    What it keeps is keyed by the passages' ``collection`` as well as their
+    tokens (:data:`DEFAULT_COLLECTION` when none is named): a passage of one
+    collection is never served to, nor counted as stored for, a prompt of
+    another, even where the two passages' texts are the same."""
 
     splice_fresh: int | None
 
-    def stored_passages(self, texts: Sequence[str]) -> list[int]:
-        """For each passage, the prompt tokens a prompt holding it would take
-        from the store instead of evaluating (0: not stored)."""
+    def stored_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> list[int]:
+        """For each passage of ``collection``, the prompt tokens a prompt
+        holding it would take from the store instead of evaluating (0: not stored)."""
         ...
 
-    def keep_passages(self, texts: Sequence[str]) -> int:
-        """Evaluate and keep these passages when the engine is otherwise idle;
-        how many were queued."""
+    def keep_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> int:
+        """Evaluate and keep these passages of ``collection`` when the engine
+        is otherwise idle; how many were queued."""
         ...
 
-    def precompute_passages(self, texts: Sequence[str], progress=None) -> dict[str, int]:
-        """Evaluate and keep these passages now; what it computed and the bytes stored."""
+    def precompute_passages(self, texts: Sequence[str], progress=None, *,
+                            collection: str = DEFAULT_COLLECTION) -> dict[str, int]:
+        """Evaluate and keep these passages of ``collection`` now; what it
+        computed and the bytes stored."""
         ...
 
 
@@ -351,19 +364,21 @@ class PassageKV(Protocol):
 class ExactPassages(Protocol):
     """An optional ability: an engine that keeps the exact KV of the
     passages of prompts it answered, cut at passage boundaries, and reuses
-    it in a later prompt that begins with the same tokens up to a
-    passage's end (its ``generate`` takes ``passages=`` as for
-    :class:`PassageKV`). ``exact_passages``: whether it does now."""
+    it in a later prompt of the same collection that begins with the same
+    tokens up to a passage's end (its ``generate`` takes ``passages=`` and
+    ``collection=`` as for :class:`PassageKV`). ``exact_passages``: whether it does now."""
 
     exact_passages: bool
 
-    def held_passages(self, texts: Sequence[str]) -> list[bool]:
-        """For each passage: whether the engine may hold it (a hint)."""
+    def held_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> list[bool]:
+        """For each passage of ``collection``: whether the engine may hold it (a hint)."""
         ...
 
-    def held_prefix(self, tokens: Sequence[int], texts: Sequence[str]) -> tuple[int, int]:
+    def held_prefix(self, tokens: Sequence[int], texts: Sequence[str], *,
+                    collection: str = DEFAULT_COLLECTION) -> tuple[int, int]:
         """Leading prompt tokens that will not be evaluated (cached, then
-        held passages following on), and how many of ``texts`` lie inside."""
+        held passages of ``collection`` following on), and how many of
+        ``texts`` lie inside."""
         ...
 
 

@@ -258,9 +258,10 @@ def test_a_stored_passage_is_never_spliced_into_another_collections_prompt(splic
     p.warm_up()
     assert p.passages.precompute()["computed"] == 1
     p.ingest([write_corpus(tmp_path / "twin", {"contract.md": text})], collection="twin")
-    stored = lambda collection: splicing.stored_passages(  # noqa: E731
-        [passage_body(ContextPassage("contract.md", text, None, collection))])[0]
-    assert stored("first") > 0 and stored("twin") == 0 and stored(None) == 0
+    stored = lambda collection, under: splicing.stored_passages(  # noqa: E731
+        [passage_body(ContextPassage("contract.md", text, None, collection))], collection=under)[0]
+    assert stored("first", "first") > 0 and stored("twin", "twin") == 0 and stored(None, "default") == 0
+    assert stored("first", "twin") == 0 and stored("first", "default") == 0  # keyed by collection, not text alone
     question = "When does the maintenance contract renew?"
     twin = p.ask(question, collection="twin", no_target=True, max_tokens=4)
     assert twin.sources and twin.timings.spliced_tokens == 0 and not any(d.spliced for d in twin.budget.decisions)

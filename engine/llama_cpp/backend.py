@@ -27,7 +27,7 @@ from typing import Callable, Generator, Sequence
 
 import numpy as np
 
-from ..backend import Generation, Message, Timings, check_fits
+from ..backend import DEFAULT_COLLECTION, Generation, Message, Timings, check_fits
 from .loop import EngineLoop
 from .requests import Request, Trace
 from ..errors import ContextOverflow, EngineSettingsError, ModelFileError
@@ -213,6 +213,7 @@ class LlamaCppBackend:
         background: bool = False,
         stop: Sequence[str] = (),
         passages: Sequence[str] = (),
+        collection: str = DEFAULT_COLLECTION,
         trace: Trace | None = None,
     ) -> Generation:
         """The greedy completion of ``prompt`` (text or tokens), streamed.
@@ -222,8 +223,10 @@ class LlamaCppBackend:
         The answer ends at the token whose text completes one of ``stop``
         (that text streamed, no token decoded after it). ``passages`` are
         the texts of retrieved passages inside the prompt (see
-        :meth:`stored_passages`): those stored are spliced in. A
-        ``trace`` records the answer's tokens and logits (measurements).
+        :meth:`stored_passages`), of ``collection``: those stored for that
+        collection are spliced in, and it is the collection the prompt's
+        exact segments are kept for. A ``trace`` records the answer's
+        tokens and logits (measurements).
 
         Raises ContextOverflow before any work if the prompt plus
         ``max_tokens`` exceed the context window.
@@ -237,8 +240,8 @@ class LlamaCppBackend:
         spans = tuple(s for s in find_spans(tokens, [self.tokenize(p) for p in passages]) if s is not None) \
             if passages and self.passages.enabled else ()
         request = Request(0, tokens, max(max_tokens, 1), session=session, background=background,
-                          deadline=math.inf if deadline is None else deadline, spans=spans, trace=trace,
-                          stops=tuple(s for s in stop if s))
+                          deadline=math.inf if deadline is None else deadline, spans=spans,
+                          collection=collection, trace=trace, stops=tuple(s for s in stop if s))
         # Submitted now, not when first read, so that the load the next request is planned for includes it.
         self.loop.submit(request)
         return Generation(self._run(request), engine=self.name, release=lambda: self._release(request),
@@ -303,35 +306,40 @@ class LlamaCppBackend:
         """Whether prompts reuse the exact KV of passages held from earlier prompts."""
         return self.passages.exact
 
-    def held_passages(self, texts: Sequence[str]) -> list[bool]:
+    def held_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> list[bool]:
         """For each passage text (as :meth:`stored_passages` takes it):
-        whether a kept exact segment may hold it (a hint for the planner;
-        :meth:`held_prefix` says what a prompt really finds)."""
-        return self.shelf.held(texts)
+        whether a kept exact segment of ``collection`` may hold it (a hint
+        for the planner; :meth:`held_prefix` says what a prompt really finds)."""
+        return self.shelf.held(texts, collection)
 
-    def held_prefix(self, tokens: Sequence[int], texts: Sequence[str]) -> tuple[int, int]:
-        """Leading ``tokens`` (a prompt holding the passages ``texts``, in
-        order) that will not be evaluated: the cached prefix, then the held
-        exact segments that follow on from it; and how many of the passages
-        lie inside that."""
-        return self.shelf.held_prefix(tokens, texts, self.cached_prefix(tokens))
+    def held_prefix(self, tokens: Sequence[int], texts: Sequence[str], *,
+                    collection: str = DEFAULT_COLLECTION) -> tuple[int, int]:
+        """Leading ``tokens`` (a prompt of ``collection`` holding the
+        passages ``texts``, in order) that will not be evaluated: the cached
+        prefix, then the held exact segments of that collection that follow
+        on from it; and how many of the passages lie inside that."""
+        return self.shelf.held_prefix(tokens, texts, self.cached_prefix(tokens), collection)
 
-    def stored_passages(self, texts: Sequence[str]) -> list[int]:
-        """For each passage text (as a prompt shows it, less its number): the
-        prompt tokens that would be spliced from the store instead of
-        evaluated; 0 for one not stored, or when splicing is off."""
-        return self.shelf.stored(texts)
+    def stored_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> list[int]:
+        """For each passage text (as a prompt shows it, less its number) of
+        ``collection``: the prompt tokens that would be spliced from the
+        store instead of evaluated; 0 for one not stored for that
+        collection, or when splicing is off."""
+        return self.shelf.stored(texts, collection)
 
-    def keep_passages(self, texts: Sequence[str]) -> int:
-        """Evaluate and keep these passages while the engine is otherwise
-        idle (giving way to any request); how many were queued."""
-        return self.shelf.keep(texts)
+    def keep_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> int:
+        """Evaluate and keep these passages of ``collection`` while the
+        engine is otherwise idle (giving way to any request); how many were
+        queued."""
+        return self.shelf.keep(texts, collection)
 
-    def precompute_passages(self, texts: Sequence[str], progress=None) -> dict[str, int]:
-        """Evaluate and keep every passage of ``texts`` not stored yet, now;
-        ``progress(done, total)`` after each. Returns the passages computed,
-        those already stored, and the bytes the store holds."""
-        return self.shelf.precompute(texts, progress)
+    def precompute_passages(self, texts: Sequence[str], progress=None, *,
+                            collection: str = DEFAULT_COLLECTION) -> dict[str, int]:
+        """Evaluate and keep every passage of ``texts`` (of ``collection``)
+        not stored yet, now; ``progress(done, total)`` after each. Returns
+        the passages computed, those already stored, and the bytes the store
+        holds."""
+        return self.shelf.precompute(texts, progress, collection)
 
     def forget_prompts(self) -> None:
         """Drop the prompts idle sequences hold (the system prompt, saved

@@ -5,11 +5,11 @@ A passage's KV is computed at one canonical place: right behind the system
 prompt (its first token at position ``len(system)``), attending to nothing
 else. It is kept under a key made of the engine's set-up (model, build,
 context, KV type: states are only meaningful to the set-up that wrote
-them), the system prompt's tokens and the passage's exact tokens, so a
-passage whose text changed (a re-ingest) has another key and is never served
-from its old KV. Entries live in a byte-bounded LRU in RAM and on disk (the
-snapshot files of ``snapshots``, checksummed; a damaged one is dropped and
-computed again, never loaded).
+them), the collection the passage is of, the system prompt's tokens and the
+passage's exact tokens, so a passage whose text changed (a re-ingest) has
+another key and is never served from its old KV. Entries live in a
+byte-bounded LRU in RAM and on disk (the snapshot files of ``snapshots``,
+checksummed; a damaged one is dropped and computed again, never loaded).
 
 Splicing a stored passage into a prompt is not a full prefill: its cells
 never attended to what precedes them in that prompt. The first ``fresh``
@@ -28,6 +28,20 @@ it attends to there, so it is as exact as a prefix cache (up to the
 summation order of the batch that computed it), a prefix cache cut at
 passage boundaries, as RAGCache keeps its knowledge tree.
 
+Every key holds the passages' collection (the default one's name too), so
+one collection's prompt is never served from, nor by its cached or spliced
+token counts told of, another collection's passages. The tokens alone do
+not keep them apart: a named collection's passage names its collection in
+its text, but the default collection's passages name none, so a default
+passage can have exactly the tokens of a named one (a file named and
+written to read as " (a.md; collection acme)" and its text). Exact
+segments are keyed by the whole prompt up to their end, and two
+collections' prompts differ today in the heading of their passages; the
+collection is in their keys all the same, so that no key of the store
+rests on how a prompt is worded (a conversation's earlier turns may show
+another collection's passages word for word, and the heading is
+``prompt_budget.layout``'s to change).
+
 Does not: evaluate, load or place anything (``loop`` does), or choose
 which passages to keep (the caller asks for them).
 """
@@ -43,6 +57,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..backend import DEFAULT_COLLECTION
 from ..errors import EngineSettingsError
 from .snapshots import Snapshot, SnapshotCache
 
@@ -114,9 +129,21 @@ def segments(prompt: Sequence[int], spans: Sequence[tuple[int, int]], origin: in
     return found
 
 
-def body_digest(tokens: Sequence[int]) -> str:
-    """A short name for a passage's tokens (what the planner is told is held)."""
-    return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()[:32]
+def collection_part(collection: str) -> bytes:
+    """``collection`` as key material: its length goes first, so that no
+    name runs into the tokens after it.
+
+    ``collection_part("acme") -> b"|collection 4:acme|"``
+    """
+    name = collection.encode("utf-8")
+    return b"|collection %d:%s|" % (len(name), name)
+
+
+def body_digest(tokens: Sequence[int], collection: str = DEFAULT_COLLECTION) -> str:
+    """A short name for a passage's tokens in ``collection`` (what the planner is told is held)."""
+    digest = hashlib.sha256(collection_part(collection))
+    digest.update(np.asarray(tokens, dtype="<i4").tobytes())
+    return digest.hexdigest()[:32]
 
 
 class PassageStore:
@@ -155,11 +182,12 @@ class PassageStore:
         """Whether prompts take passages' KV from the store (lossy or exact)."""
         return self.fresh is not None or self.exact
 
-    def segment_keys(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]]) -> list[str]:
-        """The key of each exact segment ``bounds`` of ``prompt``: the
-        engine's set-up, every prompt token up to the segment's end, and
-        where it starts."""
-        digest = hashlib.sha256(self.identity.encode("utf-8") + b"|exact|")
+    def segment_keys(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], *,
+                     collection: str = DEFAULT_COLLECTION) -> list[str]:
+        """The key of each exact segment ``bounds`` of ``prompt``, a prompt
+        of ``collection``: the engine's set-up, the collection, every prompt
+        token up to the segment's end, and where it starts."""
+        digest = hashlib.sha256(self.identity.encode("utf-8") + b"|exact|" + collection_part(collection))
         hay = np.asarray(prompt, dtype="<i4")
         keys, at = [], 0
         for start, end in bounds:
@@ -170,22 +198,25 @@ class PassageStore:
             keys.append("segment:" + mine.hexdigest())
         return keys
 
-    def exact_splices(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int) -> list[Splice]:
-        """The held segments among ``bounds`` of ``prompt`` that end after
-        ``after`` (what precedes is cached already), in order; one whose
-        head is cached is taken from where the cache ends."""
+    def exact_splices(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int, *,
+                      collection: str = DEFAULT_COLLECTION) -> list[Splice]:
+        """The held segments of ``collection`` among ``bounds`` of ``prompt``
+        that end after ``after`` (what precedes is cached already), in order;
+        one whose head is cached is taken from where the cache ends."""
         found = []
-        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds)):
+        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds, collection=collection)):
             if end > after and self.holds(key):
                 found.append(Splice(start, end, key, max(after - start, 0), origin=start))
         return found
 
-    def held_chain(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int) -> tuple[int, int]:
-        """How far ``prompt`` is held when its first ``after`` tokens are
-        cached: the end of the last of the held segments that follow on
-        without a gap, and how many segments end inside that."""
+    def held_chain(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int, *,
+                   collection: str = DEFAULT_COLLECTION) -> tuple[int, int]:
+        """How far ``prompt``, a prompt of ``collection``, is held when its
+        first ``after`` tokens are cached: the end of the last of the held
+        segments that follow on without a gap, and how many segments end
+        inside that."""
         held, count = after, 0
-        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds)):
+        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds, collection=collection)):
             if end <= held:
                 count += 1
             elif start <= held and self.holds(key):
@@ -204,27 +235,28 @@ class PassageStore:
             self.cache, self._bodies = cache, held if held is not None else OrderedDict()
         return before
 
-    def note_bodies(self, bodies: Sequence[Sequence[int]]) -> None:
-        """Remember that these passages lie inside kept segments; the hint
-        keeps at most as many passages as the cache holds entries, the
-        least recently kept going first."""
+    def note_bodies(self, bodies: Sequence[Sequence[int]], *, collection: str = DEFAULT_COLLECTION) -> None:
+        """Remember that these passages of ``collection`` lie inside kept
+        segments; the hint keeps at most as many passages as the cache holds
+        entries, the least recently kept going first."""
         limit = self.cache.entries()
         with self._bodies_lock:
             for body in bodies:
-                digest = body_digest(body)
+                digest = body_digest(body, collection)
                 self._bodies[digest] = None
                 self._bodies.move_to_end(digest)
             while len(self._bodies) > limit:
                 self._bodies.popitem(last=False)
 
-    def may_hold(self, body: Sequence[int]) -> bool:
-        """Whether a kept segment may hold this passage (a hint: only the
-        segment keys say whether a prompt's passages are held)."""
-        return body_digest(body) in self._bodies
+    def may_hold(self, body: Sequence[int], *, collection: str = DEFAULT_COLLECTION) -> bool:
+        """Whether a kept segment of ``collection`` may hold this passage (a
+        hint: only the segment keys say whether a prompt's passages are held)."""
+        return body_digest(body, collection) in self._bodies
 
-    def key(self, system: Sequence[int], tokens: Sequence[int]) -> str:
-        """The key of a passage of ``tokens`` computed behind ``system``."""
+    def key(self, system: Sequence[int], tokens: Sequence[int], *, collection: str = DEFAULT_COLLECTION) -> str:
+        """The key of a passage of ``collection`` of ``tokens`` computed behind ``system``."""
         digest = hashlib.sha256(self.identity.encode("utf-8"))
+        digest.update(collection_part(collection))
         digest.update(np.asarray(system, dtype="<i4").tobytes())
         digest.update(b"|")
         digest.update(np.asarray(tokens, dtype="<i4").tobytes())
@@ -258,17 +290,19 @@ class PassageStore:
             "exact_passages": self.exact}
 
     def splices(self, system: Sequence[int], prompt: Sequence[int], spans: Sequence[tuple[int, int]],
-                after: int) -> list[Splice]:
-        """The stored passages among ``spans`` of ``prompt`` that end after
-        position ``after`` (what precedes is cached already), in order:
-        passages stored behind the system prompt when splicing is lossy,
-        held exact segments when it is exact, nothing when the store is off.
-        A passage whose head is cached already is spliced from where the
-        cache ends; one that ends the prompt is not spliced."""
+                after: int, *, collection: str = DEFAULT_COLLECTION) -> list[Splice]:
+        """The stored passages among ``spans`` of ``prompt``, a prompt of
+        ``collection``, that end after position ``after`` (what precedes is
+        cached already), in order: passages of that collection stored behind
+        the system prompt when splicing is lossy, its held exact segments
+        when it is exact, nothing when the store is off. A passage whose
+        head is cached already is spliced from where the cache ends; one
+        that ends the prompt is not spliced."""
         if not system:
             return []
         if self.fresh is None:
-            return self.exact_splices(prompt, segments(prompt, spans, len(system)), after) if self.exact else []
+            bounds = segments(prompt, spans, len(system))
+            return self.exact_splices(prompt, bounds, after, collection=collection) if self.exact else []
         found = []
         for start, end in spans:
             # A cached prefix often runs into the first passage (the previous prompt began with
@@ -278,7 +312,7 @@ class PassageStore:
                 # A prompt's last token is always evaluated, for the logits of the answer's first token:
                 # a passage it ends with is evaluated, or nothing would be left to schedule.
                 continue
-            key = self.key(system, prompt[start:end])
+            key = self.key(system, prompt[start:end], collection=collection)
             if self.holds(key):
                 found.append(Splice(start, end, key, fresh))
         return found

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import Timings
+from ..backend import DEFAULT_COLLECTION, Timings
 from ..errors import EngineError
 from .native import Sampler
 from .passage_kv import Splice
@@ -57,6 +57,7 @@ class Request:
     deadline: float = math.inf
     background: bool = False
     spans: tuple[tuple[int, int], ...] = ()  # where retrieved passages lie in ``tokens`` (they may be spliced)
+    collection: str = DEFAULT_COLLECTION  # the collection those passages are of: part of their keys in the store
     stored: int = 0  # of ``tokens``, those its stored passages will supply (not evaluated)
     pieces: int = 0  # those stored passages: each ends an evaluation step
     store: str | None = None  # a passage behind the system prompt, to evaluate and keep under this key

@@ -18,10 +18,11 @@ from typing import Callable, Sequence
 from engine.backend import Backend, Generation
 
 from ..conversations import Conversation, ConversationMemory, kv_key
+from ..index.collection_names import named
 from ..index.store import Hit
 from .engine_setup import EngineSetup
 from .options import AskOptions
-from .passages import splicing, takes_passages
+from .passages import for_collection, splicing, takes_passages
 from .arrivals import Arrival, Arrivals
 from .evidence import Ranked
 from .planner import ShownForms, PlannedPrompt, PromptPlanner, load_plan
@@ -107,11 +108,14 @@ class Dispatcher:
     def _generate(backend: Backend, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
                   session: str | None, stop: Sequence[str] = ()) -> Generation:
         """Submit ``prompt`` to ``backend``; an engine that keeps passages
-        splices those it holds and is asked to keep the rest for next time."""
+        splices those it holds for the prompt's collection and is asked to
+        keep the rest for next time, under that collection."""
         engine = splicing(backend)
+        collection = for_collection(named(options.collection))  # what the engine keys the passages by
         generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
                                       session=kv_key(session) if session is not None else None, stop=tuple(stop),
-                                      **({"passages": tuple(prompt.passages)} if takes_passages(backend) else {}))
+                                      **({"passages": tuple(prompt.passages), **collection}
+                                         if takes_passages(backend) else {}))
         if engine is not None and prompt.to_keep:
-            engine.keep_passages(tuple(prompt.to_keep))
+            engine.keep_passages(tuple(prompt.to_keep), **collection)
         return generation

@@ -52,7 +52,7 @@ from ..index.language import terms_in
 from .answer import Budget, BudgetDecision
 from .evidence import Evidence, Ranked
 from .options import AskOptions
-from .passages import exact_reuse
+from .passages import exact_reuse, for_collection
 
 HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
 KEEP_AT_MOST = 8  # passages one question asks the engine to store
@@ -276,7 +276,8 @@ class PromptPlanner:
         bare = len(tokens)
         evidence, quotes, text, tokens = self._quoted(ranked, hits, chosen, shown, render, place, text, tokens,
                                                       max_tokens)
-        held, extra_s = self._held_after_splice(tokens, shown, chosen, plan, candidates, cached, path, cost, load)
+        held, extra_s = self._held_after_splice(tokens, shown, chosen, plan, candidates, cached, path, cost, load,
+                                                collection)
         seconds = loaded(max(len(tokens) - held, 0), held) + extra_s
         budget = Budget(
             target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
@@ -308,13 +309,14 @@ class PromptPlanner:
 
     def _held_after_splice(self, tokens: Sequence[int], shown: Sequence[ContextPassage], chosen: Sequence[int],
                            plan, candidates, cached: int, path: bool, cost: PrefillCostModel,
-                           load: LoadPlan) -> tuple[int, float]:
+                           load: LoadPlan, collection: str | None = None) -> tuple[int, float]:
         """Prompt tokens the engine will not evaluate (cached, or stored
-        passages' KV reused) and the seconds reusing them costs. Spliced
-        passages are loaded, not evaluated: they cost their load time and
-        count as cached."""
+        passages' KV of ``collection`` reused) and the seconds reusing them
+        costs. Spliced passages are loaded, not evaluated: they cost their
+        load time and count as cached."""
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
-            held, _ = self.backend.held_prefix(tokens, [passage_body(p) for p in shown])
+            held, _ = self.backend.held_prefix(tokens, [passage_body(p) for p in shown],
+                                               **for_collection(collection))
             held = max(held, cached)
             extra_s = cost.splice_seconds(held - cached) + load.step_s if held > cached else 0.0
         else:
@@ -380,12 +382,12 @@ class PromptPlanner:
     def _block_tokens(self, number: int, passage: ContextPassage) -> int:
         return self._tokens(format_passage(number, passage) + "\n\n")
 
-    def _stored(self, passages: Sequence[ContextPassage]) -> list[int]:
-        """The tokens of each passage the engine would splice from its store."""
+    def _stored(self, passages: Sequence[ContextPassage], collection: str | None = None) -> list[int]:
+        """The tokens of each passage (of ``collection``) the engine would splice from its store."""
         backend = self.backend
         if not passages or not isinstance(backend, PassageKV) or backend.splice_fresh is None:
             return [0] * len(passages)
-        return backend.stored_passages([passage_body(p) for p in passages])
+        return backend.stored_passages([passage_body(p) for p in passages], **for_collection(collection))
 
     def _to_keep(self, hits: Sequence[Hit], plan, candidates: Sequence[Candidate], collection: str | None = None
                  ) -> tuple[str, ...]:
@@ -397,20 +399,22 @@ class PromptPlanner:
         worth += [i for i, reason in plan.dropped if reason in ("ttft", "max_k") and not candidates[i].spliced]
         return tuple(passage_body(as_shown(hits[i], collection)) for i in worth[:KEEP_AT_MOST])
 
-    def _held_path(self, variants: Sequence[Sequence[ContextPassage]], render,
-                   cached: int) -> list[tuple[int, ContextPassage, int]]:
+    def _held_path(self, variants: Sequence[Sequence[ContextPassage]], render, cached: int,
+                   collection: str | None = None) -> list[tuple[int, ContextPassage, int]]:
         """The passages that, first in a prompt in this order, the engine
         holds the exact KV of, following on from the ``cached`` prefix:
         each as an index, the form it is held in (one of ``variants``, e.g.
         whole or focused, each a list over the candidates) and the prompt
-        tokens it adds to what is held; best first at each place. Empty for
-        an engine without exact passage reuse."""
-        backend = self.backend
+        tokens it adds to what is held; best first at each place; only those
+        held for ``collection`` (as prompts name it). Empty for an engine
+        without exact passage reuse."""
+        backend, named_kw = self.backend, for_collection(collection)
         if not variants or not variants[0] or exact_reuse(backend) is None:
             return []
         forms: dict[int, list[ContextPassage]] = {}
         for variant in variants:
-            for i, (p, hinted) in enumerate(zip(variant, backend.held_passages([passage_body(v) for v in variant]))):
+            hints = backend.held_passages([passage_body(v) for v in variant], **named_kw)
+            for i, (p, hinted) in enumerate(zip(variant, hints)):
                 if hinted and p not in forms.setdefault(i, []):
                     forms[i].append(p)
         forms = {i: f for i, f in forms.items() if f}
@@ -422,7 +426,7 @@ class PromptPlanner:
                 for form in candidates:
                     shown = [p for _, p, _ in path] + [form]
                     reach, inside = backend.held_prefix(backend.tokenize(render(shown)),
-                                                        [passage_body(p) for p in shown])
+                                                        [passage_body(p) for p in shown], **named_kw)
                     if inside == len(shown):
                         found = (i, form, max(reach - held, 0))
                         held = max(reach, held)
@@ -458,18 +462,18 @@ class PromptPlanner:
         variants = [passages, focused] if cap is not None else [passages]
         if self.forms is not None and exact_reuse(self.backend) is not None:
             variants.append([self.forms.get(h.chunk_id) or p for h, p in zip(hits, passages)])
-        path = self._held_path(variants, render, cached)
+        path = self._held_path(variants, render, cached, collection)
         if path:
             held = {i: (form, extra) for i, form, extra in path}
             passages = [held[i][0] if i in held else f for i, f in enumerate(focused)]
             sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
             stored = [min(held[i][1], size) if i in held else 0 for i, size in enumerate(sizes)]
         else:
-            stored = self._stored(passages)
+            stored = self._stored(passages, collection)
             if cap is not None:
                 passages = [p if kept else f for p, f, kept in zip(passages, focused, stored)]
                 sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
-                stored = self._stored(passages)
+                stored = self._stored(passages, collection)
         candidates = [
             Candidate(tokens=size, score=h.score, source=h.source, start=h.char_start, end=h.char_end,
                       spliced=kept, splice_s=splice_seconds(kept) if kept else 0.0)
