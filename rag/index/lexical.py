@@ -12,15 +12,25 @@ removing a file touches only that file's rows: a one-file upload into a large
 index does not re-read the whole corpus. Saved as JSON and ``.npy`` arrays,
 read with ``allow_pickle=False``.
 
+Every statistic a score uses (the number of chunks, each term's document
+frequency, the mean length, the languages a query is read in) is taken over
+the chunks a search is given ``within``: a question's collection, so that
+its ranking, scores included, is the same whatever another collection holds
+(were they the whole index's, the order of two chunks would tell whether
+another collection holds a word). Ties are broken by chunk id, never by
+where a row lies among other collections' rows.
+
 Does not: fuse rankings (``rag.retrieval``) or touch SQLite.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -29,6 +39,23 @@ from . import language
 _FOLDER_FORMAT = 3  # 1: bm25s's own files, which are read no more (rebuilt); 2: English terms, unstemmed
 K1, B = 1.5, 0.75
 _ARRAYS = ("chunk_ids", "offsets", "terms", "counts", "langs")
+DOMAINS_KEPT = 64  # the statistics of this many sets of chunk ids (collections) kept per index
+
+
+def ids_key(ids: np.ndarray) -> bytes:
+    """A key for the chunk ids ``ids`` as given (a collection's, which a
+    reader hands out again and again): a 128-bit digest, so a cache of
+    statistics does not keep every id list."""
+    return hashlib.blake2b(np.ascontiguousarray(ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+
+
+class Domain(NamedTuple):
+    """The chunks whose statistics a search ranks by."""
+
+    rows: np.ndarray | None  # whether each row is one of them (None: every row)
+    n: int  # how many
+    avg: float  # their mean length, in terms (1.0 for none)
+    languages: tuple[str, ...]  # their languages, sorted: a query is read in each
 
 
 def tokenize(text: str, lang: str = language.DEFAULT) -> list[str]:
@@ -46,7 +73,8 @@ class LexicalIndex:
 
     Row ``i`` stands for chunk ``chunk_ids[i]``; its distinct terms are
     ``terms[offsets[i]:offsets[i+1]]`` with their ``counts``, its language
-    ``codes[langs[i]]``. A query is tokenized in every language held.
+    ``codes[langs[i]]``. A query is tokenized in every language held by
+    the chunks it is searched ``within``.
     """
 
     def __init__(self, vocab: dict[str, int], chunk_ids: np.ndarray, offsets: np.ndarray, terms: np.ndarray,
@@ -59,6 +87,9 @@ class LexicalIndex:
         self.terms = terms.astype(np.int32, copy=False)
         self.counts = counts.astype(np.int32, copy=False)
         self._postings: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float] | None = None
+        # The statistics of each set of chunk ids searched within, by ids_key: the index never changes.
+        self._domains: OrderedDict[bytes, Domain] = OrderedDict()
+        self._domains_lock = threading.Lock()
 
     # -- building --------------------------------------------------------------
 
@@ -133,34 +164,70 @@ class LexicalIndex:
             self._postings = (starts, rows[order], self.counts[order], doc_len, avg or 1.0)
         return self._postings
 
-    def search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
-        """Up to ``k`` ``(chunk id, BM25 score)`` pairs, best first; only
-        chunks sharing a term with ``query``, and among the chunk ids
-        ``allowed`` when given (the statistics stay the whole index's)."""
-        wanted = [self.vocab[t] for t in language.terms_in(query, self.languages) if t in self.vocab]
-        k = min(k, len(self))
+    def domain(self, within: np.ndarray | None = None) -> Domain:
+        """The statistics of the chunk ids ``within`` (None: of every chunk),
+        computed once per set of ids (the last ``DOMAINS_KEPT``)."""
+        if within is None:
+            return Domain(None, len(self.chunk_ids), self._term_postings()[4], self.languages)
+        key = ids_key(within)
+        with self._domains_lock:
+            found = self._domains.get(key)
+            if found is not None:
+                self._domains.move_to_end(key)
+                return found
+        rows = np.isin(self.chunk_ids, np.asarray(within, dtype=np.int64))
+        lengths = self._term_postings()[3][rows]
+        avg = float(lengths.mean()) if len(lengths) else 1.0
+        languages = tuple(sorted({self.codes[i] for i in np.unique(self.langs[rows])}))
+        found = Domain(rows, int(rows.sum()), avg or 1.0, languages)
+        with self._domains_lock:
+            self._domains[key] = found
+            while len(self._domains) > DOMAINS_KEPT:
+                self._domains.popitem(last=False)
+        return found
+
+    def search(self, query: str, k: int, allowed: np.ndarray | None = None,
+               within: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """Up to ``k`` ``(chunk id, BM25 score)`` pairs, best first (ties by
+        chunk id); only chunks sharing a term with ``query``, among the
+        chunk ids ``within`` (None: all) and of those, ``allowed`` when
+        given. Every statistic (document frequencies, the number of chunks,
+        the mean length, the languages ``query`` is read in) is that of the
+        chunks ``within``, whatever else the index holds; ``allowed`` only
+        filters."""
+        domain = self.domain(within)
+        wanted = [self.vocab[t] for t in language.terms_in(query, domain.languages) if t in self.vocab]
+        k = min(k, domain.n)
         if k <= 0 or not wanted:
             return []
-        starts, rows, counts, doc_len, avg = self._term_postings()
-        n = len(self.chunk_ids)
+        starts, rows, counts, doc_len, _ = self._term_postings()
+        n = domain.n
         hit_rows, weights = [], []
         for term in wanted:  # a repeated query term counts again, as in bm25s
             a, b = starts[term], starts[term + 1]
-            if a == b:
+            held, tf = rows[a:b], counts[a:b]
+            if domain.rows is not None:  # the postings of other collections' chunks count for nothing
+                kept = domain.rows[held]
+                held, tf = held[kept], tf[kept]
+            df = len(held)
+            if df == 0:
                 continue
-            idf = np.log(1.0 + (n - (b - a) + 0.5) / ((b - a) + 0.5))
-            tf = counts[a:b].astype(np.float64)
-            norm = K1 * ((1 - B) + B * doc_len[rows[a:b]] / avg)
-            hit_rows.append(rows[a:b])
+            idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            tf = tf.astype(np.float64)
+            norm = K1 * ((1 - B) + B * doc_len[held] / domain.avg)
+            hit_rows.append(held)
             weights.append(idf * tf / (tf + norm))
         if not hit_rows:
             return []
-        scores = np.bincount(np.concatenate(hit_rows), weights=np.concatenate(weights), minlength=n)
-        if allowed is not None:
+        scores = np.bincount(np.concatenate(hit_rows), weights=np.concatenate(weights), minlength=len(self.chunk_ids))
+        if allowed is not None and allowed is not within:
             scores[~np.isin(self.chunk_ids, allowed)] = 0.0
-        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(self.chunk_ids[r]), float(scores[r])) for r in top if scores[r] > 0]
+        found = np.flatnonzero(scores > 0)
+        if len(found) > k:  # the k best, and every row tied with the k-th, then ordered by score and chunk id
+            kth = np.partition(scores[found], len(found) - k)[len(found) - k]
+            found = found[scores[found] >= kth]
+        found = found[np.lexsort((self.chunk_ids[found], -scores[found]))][:k]
+        return [(int(self.chunk_ids[r]), float(scores[r])) for r in found]
 
     # -- on disk -----------------------------------------------------------------
 

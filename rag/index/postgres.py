@@ -8,17 +8,22 @@ does), so retrieval, ingest and the service work on either unchanged.
 Tables, in the schema ``rag_index`` (a database may hold conversations too):
 
     meta      key/value: format, format_version, store_format, embedder,
-              dim, chunker (JSON), generation, chunks, lengths, vector_search
+              dim, chunker (JSON), generation, chunks, lengths, vector_search,
+              statistics (JSON: each collection's chunks, lengths, languages)
     files     as in SQLite: root, source, path, sha256, size, n_chunks
     chunks    as in SQLite, plus embedding vector(dim) and length (BM25 terms)
     postings  term, chunk, tf, length: BM25, scored in SQL at query time
 
 BM25 is ``lexical.LexicalIndex``'s Lucene formula over the same terms
-(``lexical.tokenize``); the corpus size and total length live in ``meta``,
-written by each commit, and a term's document frequency is counted from its
-postings when a query comes. Vectors are searched by inner product on unit
-vectors (``<#>``), exactly below ``APPROXIMATE_FROM`` chunks and through an
-HNSW index from there (`rag bench search --store` chose both).
+(``lexical.tokenize``); each collection's size, total length and languages
+live in ``meta``, written by each commit, and a term's document frequency is
+counted from the collection's postings when a query comes: a question is
+ranked by its collection's statistics alone, and every search keeps to its
+collection in the SQL itself (the rows are live: a filter dropped on what a
+reader once read of its collections could reach one committed since).
+Vectors are searched by inner product on unit vectors (``<#>``), exactly
+below ``APPROXIMATE_FROM`` chunks and through an HNSW index from there (`rag
+bench search --store` chose both).
 
 One ingest is one transaction: a crash or an exception anywhere leaves the
 previous state, which readers keep seeing by MVCC until the commit. Writers
@@ -118,16 +123,33 @@ CREATE INDEX postings_chunk ON {S}.postings (chunk);
 # went from 32.5 to 6.5 ms p50 (`rag bench retrieval --store`). Up to this many dimensions (4 KB of 8).
 INLINE_DIM = 1000
 
+# BM25 of the chunks sharing a term with the query: ``{within}`` keeps the postings to one collection's chunks
+# (document frequencies included), ``{where}`` to a scope's. Each term's share of a score is rounded to a multiple
+# of GRAIN (under 5e-13 off), so that the sum is exact (below 2**13) and the same in whatever order the plan adds a
+# chunk's terms: plans change with the tables' sizes, which other collections make, and a score must not.
+GRAIN = 2.0 ** 40
 _LEXICAL = f"""
 WITH q AS (SELECT * FROM unnest(%(terms)s::text[], %(times)s::int[]) AS q(term, times)),
-hits AS (SELECT p.term, p.chunk, p.tf, p.length FROM {S}.postings p JOIN q USING (term)),
+hits AS (SELECT p.term, p.chunk, p.tf, p.length FROM {S}.postings p JOIN q USING (term){{within}}),
 df AS (SELECT term, count(*)::float8 AS df FROM hits GROUP BY term)
-SELECT h.chunk, sum(q.times * ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5))
-                    * h.tf / (h.tf + %(k1)s * ((1 - %(b)s) + %(b)s * h.length / %(avg)s))) AS score
+SELECT h.chunk, sum(round(q.times * ln(1 + (%(n)s - df.df + 0.5) / (df.df + 0.5))
+                          * h.tf / (h.tf + %(k1)s * ((1 - %(b)s) + %(b)s * h.length / %(avg)s)) * %(grain)s)
+                    / %(grain)s) AS score
 FROM hits h JOIN q USING (term) JOIN df USING (term)
 {{where}}
 GROUP BY h.chunk ORDER BY score DESC, h.chunk LIMIT %(k)s
 """
+# A search's filter to one collection, in the statement itself: the rows are live, and the filter is never
+# dropped on what a reader once read of its collections. Whether the index holds no other collection is asked
+# once per statement (by the files' unique index), so of the rows it reads: then nothing is looked up, and a
+# vector search keeps its HNSW scan (an OR is never made a join); else each row's file is.
+_ALONE = (f"(SELECT NOT EXISTS (SELECT 1 FROM {S}.files WHERE {{column}} < %(collection)s) "
+          f"AND NOT EXISTS (SELECT 1 FROM {S}.files WHERE {{column}} > %(collection)s))")
+_OF_COLLECTION = f"({_ALONE} OR file_id IN (SELECT id FROM {S}.files WHERE {{column}} = %(collection)s))"
+_WITHIN = f"""
+WHERE {_ALONE}
+   OR EXISTS (SELECT 1 FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id
+              WHERE c.id = p.chunk AND {{column}} = %(collection)s)"""
 
 
 def _modules():
@@ -196,6 +218,20 @@ def _manifest(meta: dict[str, str], url: str) -> Manifest:
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise IndexMismatch(f"{redacted(url)}: the {S} tables are not an index this rag-budget reads ({exc}); "
                             f"rebuild it with `rag ingest --rebuild PATH --index URL`") from None
+
+
+def _statistics(meta: dict[str, str]) -> dict[str, tuple[int, int, list[str]]] | None:
+    """Each collection's ``(chunks, lengths, languages)`` as the last commit
+    wrote them in ``meta`` (None: that commit did not, or not for this
+    generation: an older rag-budget's)."""
+    try:
+        written = json.loads(meta.get("statistics") or "null")
+        if not isinstance(written, dict) or str(written.get("generation")) != meta.get("generation"):
+            return None
+        return {str(name): (int(n), int(lengths), [str(x) for x in langs])
+                for name, (n, lengths, langs) in written["collections"].items()}
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def generation_name(number: int) -> str:
@@ -275,6 +311,8 @@ class PostgresIndex:
         self._avg = (int(meta.get("lengths", 0)) / self._count) if self._count else 1.0
         self._approximate = meta.get("vector_search", "").startswith("approximate")
         self.languages = tuple(x for x in meta.get("languages", "").split(",") if x)  # a query is read in each
+        self._statistics = _statistics(meta)  # each collection's, as the commit it was opened at wrote them
+        self._domains: dict[str, tuple[float, float, tuple[str, ...]]] = {}  # by collection: see _domain
         self._scopes: OrderedDict[object, np.ndarray] = OrderedDict()
         self._collections: dict[str, int] | None = None  # files per collection, read on first use
         self.notes: list[str] = []
@@ -332,50 +370,99 @@ class PostgresIndex:
         """Nothing to load: BM25 is scored in the database (the folder store loads its arrays here)."""
         return self
 
-    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[Hit]:
+    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None, *,
+               collection: str | None = None) -> list[Hit]:
         """The ``k`` chunks nearest the unit vector ``query`` by inner
-        product (cosine), best first, among the chunk ids ``allowed`` (None: all)."""
-        found = self.search_ids(query, k, allowed)
+        product (cosine), best first, among the chunk ids ``allowed`` (None:
+        all) of ``collection`` (None: of any)."""
+        found = self.search_ids(query, k, allowed, collection=collection)
         return self.hits([i for i, _ in found], query, known=dict(found))
 
-    def search_ids(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def search_ids(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None, *,
+                   collection: str | None = None) -> list[tuple[int, float]]:
         """``(chunk id, cosine)`` of the ``k`` nearest vectors, best first,
-        among the chunk ids ``allowed`` (None: all). Through HNSW when the
-        index has one and no scope is given; a scope is searched exactly
-        (an HNSW scan filtered afterwards could return fewer than ``k``)."""
+        among the chunk ids ``allowed`` (None: all) of ``collection`` (None:
+        of any), the collection filtered in the SQL itself. Through HNSW when
+        the index has one and no scope is given: for a collection, where it
+        was the only one when this reader read its collections, and exactly
+        again where the filtered scan returned fewer than ``k`` (another
+        collection's chunks committed since crowded it). A scope, or a
+        collection among others, is searched exactly (an HNSW scan filtered
+        afterwards could return fewer than ``k``)."""
         if k <= 0 or len(self) == 0 or (allowed is not None and len(allowed) == 0):
             return []
         q = np.asarray(query, dtype=np.float32).reshape(-1)
-        where, params = "", [q]
-        if allowed is not None:
-            where, params = " WHERE id = ANY(%s::bigint[])", [q, np.asarray(allowed, dtype=np.int64).tolist()]
-        sql = f"SELECT id, -(embedding <#> %s) FROM {S}.chunks{where} ORDER BY embedding <#> %s LIMIT %s"
+        # Whether an HNSW scan may answer: what the reader read of its collections only chooses the plan, the
+        # collection's filter stays in the SQL whatever it says.
+        graph = self._approximate and allowed is None and (
+            collection is None or set(self.collections()) <= {collection})
+        where, params = [], {"q": q, "k": k, "collection": collection}
         with self._access() as db:
-            if allowed is not None and self._approximate:
+            if collection is not None:
+                where.append(_OF_COLLECTION.format(column=_collection_column(db)))
+            if allowed is not None:
+                where.append("id = ANY(%(allowed)s::bigint[])")
+                params["allowed"] = np.asarray(allowed, dtype=np.int64).tolist()
+            sql = (f"SELECT id, -(embedding <#> %(q)s) FROM {S}.chunks{' WHERE ' if where else ''}"
+                   f"{' AND '.join(where)} ORDER BY embedding <#> %(q)s LIMIT %(k)s")
+            rows = None
+            if graph or not self._approximate:
+                rows = db.execute(sql, params, binary=True).fetchall()
+                if graph and collection is not None and len(rows) < k:
+                    rows = None
+            if rows is None:
                 with db.transaction():
                     db.execute("SET LOCAL enable_indexscan = off")  # the HNSW scan is an index scan
-                    rows = db.execute(sql, (*params, q, k), binary=True).fetchall()
-            else:
-                rows = db.execute(sql, (*params, q, k), binary=True).fetchall()
+                    rows = db.execute(sql, params, binary=True).fetchall()
         return [(int(i), float(s)) for i, s in rows]
 
-    def lexical_search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def lexical_search(self, query: str, k: int, allowed: np.ndarray | None = None, *,
+                       collection: str | None = None) -> list[tuple[int, float]]:
         """``(chunk id, BM25 score)`` of up to ``k`` chunks sharing terms
-        with ``query``, best first, among the chunk ids ``allowed`` (None:
-        all; the statistics stay the whole index's): the scores of
-        ``LexicalIndex.search`` over the same chunks."""
-        counted = Counter(language.terms_in(query, self.languages))
-        if k <= 0 or not counted or len(self) == 0:
+        with ``query``, best first (ties by chunk id), among the chunk ids
+        ``allowed`` (None: all) of ``collection`` (None: of any): the scores
+        of ``LexicalIndex.search`` over the same chunks (each term's share to
+        within 5e-13: ``GRAIN``). Every statistic is ``collection``'s alone
+        (the whole index's for None): document frequencies counted over its
+        postings, in the same statement as the scores; its size, mean length
+        and languages as :meth:`_domain` reads them."""
+        n, avg, languages = self._domain(collection)
+        counted = Counter(language.terms_in(query, languages))
+        if k <= 0 or not counted or n == 0:
             return []
-        params = {"terms": list(counted), "times": list(counted.values()), "n": float(self._count),
-                  "avg": float(self._avg or 1.0), "k1": K1, "b": B, "k": k}
+        params = {"terms": list(counted), "times": list(counted.values()), "n": n, "avg": avg, "k1": K1, "b": B,
+                  "k": k, "grain": GRAIN, "collection": collection}
         where = ""
         if allowed is not None:
             where, params["allowed"] = "WHERE h.chunk = ANY(%(allowed)s::bigint[])", \
                 np.asarray(allowed, dtype=np.int64).tolist()
         with self._access() as db:
-            rows = db.execute(_LEXICAL.format(where=where), params).fetchall()
+            within = _WITHIN.format(column=_collection_column(db)) if collection is not None else ""
+            rows = db.execute(_LEXICAL.format(within=within, where=where), params).fetchall()
         return [(int(i), float(s)) for i, s in rows if s > 0]
+
+    def _domain(self, collection: str | None) -> tuple[float, float, tuple[str, ...]]:
+        """The number of chunks of ``collection`` (None: of the whole index),
+        their mean BM25 length and their languages, as the commit this reader
+        was opened at wrote them in ``meta`` (read once per collection where
+        an older commit did not): kept while the reader is open, as its
+        collections are, they are that collection's alone whatever commits
+        follow (a new generation is a new reader)."""
+        if collection is None:
+            return float(self._count), float(self._avg or 1.0), self.languages
+        found = self._domains.get(collection)
+        if found is None:
+            if self._statistics is not None:
+                chunks, lengths, langs = self._statistics.get(collection, (0, 0, []))
+            else:
+                with self._access() as db:
+                    chunks, lengths, langs = db.execute(
+                        f"SELECT COUNT(*), COALESCE(SUM(c.length), 0), array_agg(DISTINCT c.lang) FROM {S}.chunks c "
+                        f"JOIN {S}.files f ON f.id = c.file_id WHERE {_collection_column(db)} = %s", (collection,)
+                    ).fetchone()
+            avg = (int(lengths) / chunks) if chunks else 1.0
+            found = self._domains[collection] = (float(chunks), float(avg or 1.0), tuple(sorted(langs or ())))
+        return found
 
     def collections(self) -> dict[str, int]:
         """The files of each collection, by its name (0: created, or emptied,
@@ -566,17 +653,24 @@ class PostgresWriter:
         the next generation number, with the BM25 statistics and the vector
         search that suit its size."""
         db = self._db
-        n, lengths = db.execute(f"SELECT COUNT(*), COALESCE(SUM(length), 0) FROM {S}.chunks").fetchone()
+        # Each collection's BM25 statistics, which its questions are ranked by; the index's are their sums.
+        statistics = {name: [n, int(lengths), langs] for name, n, lengths, langs in db.execute(
+            f"SELECT f.collection, COUNT(*), COALESCE(SUM(c.length), 0), array_agg(DISTINCT c.lang ORDER BY c.lang) "
+            f"FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id GROUP BY 1")}
+        n = sum(s[0] for s in statistics.values())
+        lengths = sum(s[1] for s in statistics.values())
         row = db.execute(f"SELECT value FROM {S}.meta WHERE key = 'generation'").fetchone()
         generation = (int(row[0]) if row else 0) + 1
         search = fit_vector_search(db, n, approximate_from=self.approximate_from)
-        languages = ",".join(r[0] for r in db.execute(f"SELECT DISTINCT lang FROM {S}.chunks ORDER BY 1"))
+        languages = ",".join(sorted({lang for s in statistics.values() for lang in s[2]}))
         if self._changed * 10 >= max(n, 1):
             # The planner's statistics, at once after a large change (autovacuum would come later):
             # without them a first BM25 query after a bulk ingest scans every posting.
-            db.execute(f"ANALYZE {S}.chunks, {S}.postings")
+            db.execute(f"ANALYZE {S}.files, {S}.chunks, {S}.postings")
         _put_meta(db, {"generation": str(generation), "chunks": str(n), "lengths": str(int(lengths)),
-                       "vector_search": search, "languages": languages})
+                       "vector_search": search, "languages": languages,
+                       "statistics": json.dumps({"generation": generation, "collections": statistics},
+                                                sort_keys=True)})
         db.commit()
         self.committed = True
 

@@ -143,27 +143,45 @@ class FolderIndex:
     def __len__(self) -> int:
         return int(self._vectors.ntotal)
 
-    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[Hit]:
+    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None, *,
+               collection: str | None = None) -> list[Hit]:
         """The ``k`` chunks whose vectors have the highest inner product with
         the unit vector ``query`` (cosine similarity), best first, among the
-        chunk ids ``allowed`` (None: all). Above ``APPROXIMATE_FROM`` vectors
-        the search is approximate (IVF)."""
-        found = self.search_ids(query, k, allowed)
+        chunk ids ``allowed`` (None: all) of ``collection`` (None: of any).
+        Above ``APPROXIMATE_FROM`` vectors the search is approximate (IVF)."""
+        found = self.search_ids(query, k, allowed, collection=collection)
         return self.hits([i for i, _ in found], query, known=dict(found))
 
-    def search_ids(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def search_ids(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None, *,
+                   collection: str | None = None) -> list[tuple[int, float]]:
         """``(chunk id, cosine)`` of the ``k`` nearest vectors, best first,
-        among the chunk ids ``allowed`` (None: all)."""
+        among the chunk ids ``allowed`` (None: all) of ``collection`` (None: of any)."""
+        within = self._within(collection)
+        if within is not None:
+            allowed = within if allowed is None else allowed[np.isin(allowed, within)]
         if k <= 0 or len(self) == 0 or (allowed is not None and len(allowed) == 0):
             return []
         q = np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32)
         scores, ids = vector_search(self._vectors, q, k, allowed=allowed)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
 
-    def lexical_search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def lexical_search(self, query: str, k: int, allowed: np.ndarray | None = None, *,
+                       collection: str | None = None) -> list[tuple[int, float]]:
         """``(chunk id, BM25 score)`` of up to ``k`` chunks sharing terms
-        with ``query``, best first, among the chunk ids ``allowed`` (None: all)."""
-        return self.lexical().search(query, k, allowed=allowed)
+        with ``query``, best first (ties by chunk id), among the chunk ids
+        ``allowed`` (None: all) of ``collection`` (None: of any), scored by
+        the statistics of ``collection``'s chunks alone (``LexicalIndex.search``;
+        computed once per collection: the generation never changes)."""
+        return self.lexical().search(query, k, allowed=allowed, within=self._within(collection))
+
+    def _within(self, collection: str | None) -> np.ndarray | None:
+        """The chunk ids of ``collection``, sorted; None where no filter is
+        needed: no collection named, or the generation holds that one alone
+        (it is one state, which no commit changes while it is open, so no
+        other collection can appear in it between this and the search)."""
+        if collection is None or set(self._counts) <= {collection}:
+            return None
+        return self.chunk_ids_of(_anything, None, collection)
 
     def collections(self) -> dict[str, int]:
         """The files of each collection, by its name (0: created, or emptied, and not deleted)."""
@@ -538,6 +556,10 @@ def _load(generation: Path, manifest: Manifest):
         db.close()
         raise IndexDamaged(f"{generation.name}: {vectors.ntotal} vectors for {count} chunks")
     return vectors, db
+
+
+def _anything(source: str) -> bool:
+    return True
 
 
 def _lexical_of(db: sqlite3.Connection) -> LexicalIndex:

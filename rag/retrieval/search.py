@@ -2,7 +2,10 @@
 
 A :class:`~rag.retrieval.scope.Scope` restricts every mode to the chunks of
 the documents in it, inside each search, so the ``k`` returned are the best
-in scope rather than what is left of the best overall.
+in scope rather than what is left of the best overall. A question's
+collection is given to each search by name: the store keeps to its chunks,
+and BM25 ranks by its statistics alone, so a ranking in one collection is the
+same whatever another holds.
 
 ``hybrid`` runs both searches and fuses their rankings by reciprocal rank
 (Cormack et al., 2009): a chunk's fused score is the sum over the rankings
@@ -94,28 +97,33 @@ class ScopeMatchesNothing(RagError):
 
 
 def scoped_ids(index: IndexReader, scope: Scope | None, collection: str = DEFAULT_COLLECTION) -> np.ndarray | None:
-    """The chunk ids in ``scope`` within ``collection`` (None: no
-    restriction, the index holding that collection only); a
+    """The chunk ids in ``scope`` within ``collection`` (None: the whole
+    collection, which each search is given by name and keeps to); a
     ScopeMatchesNothing error when no indexed document of the collection is
-    in it, CollectionNotFound when the collection holds none."""
-    everything = scope is None or scope.everything
-    counts = index.collections()
-    if everything and set(counts) <= {collection} and counts.get(collection):
+    in it, CollectionNotFound when the collection holds none.
+
+    The collection's filter is never dropped here on the reader's list of
+    collections: the store applies it. A folder generation holding that
+    collection alone needs none (it never changes while open); PostgreSQL's
+    rows are live, a first commit to another collection could come between
+    reading the list and searching, so it filters in the SQL itself, at a
+    cost measured small: the only collection's vector search keeps HNSW (a
+    collection among others, or a scope, is searched exactly, as before),
+    and BM25 looks a posting's chunk up only where another collection exists."""
+    if scope is None or scope.everything:
+        if not index.collections().get(collection):
+            raise CollectionNotFound(missing_collection(collection))
         return None
-    allowed = index.chunk_ids_of(scope.allows if scope is not None else _anything, scope, collection)
+    allowed = index.chunk_ids_of(scope.allows, scope, collection)
     if len(allowed) == 0:
         n = len(index.files(collection=collection))
-        if everything or n == 0:
+        if n == 0:
             raise CollectionNotFound(missing_collection(collection))
         raise ScopeMatchesNothing(
             f"no document in the index matches {scope.describe()} ({n} document{'s' if n != 1 else ''} indexed; "
             "globs match a source's path relative to the folder ingested, or its name)"
         )
     return allowed
-
-
-def _anything(source: str) -> bool:
-    return True
 
 
 def retrieve(
@@ -128,13 +136,13 @@ def retrieve(
     document is in the scope."""
     allowed = scoped_ids(index, scope, collection)
     if mode == "dense":
-        return index.search(vector(), k, allowed)
+        return index.search(vector(), k, allowed, collection=collection)
     if mode == "bm25":
-        found = index.lexical_search(query, k, allowed)
+        found = index.lexical_search(query, k, allowed, collection=collection)
         return index.hits([i for i, _ in found], vector()) if found else []
     depth = max(k, FUSION_DEPTH)
     q = vector()
-    dense = index.search_ids(q, depth, allowed)
-    lexical = index.lexical_search(query, depth, allowed)
+    dense = index.search_ids(q, depth, allowed, collection=collection)
+    lexical = index.lexical_search(query, depth, allowed, collection=collection)
     fused = reciprocal_rank_fusion([[i for i, _ in dense], [i for i, _ in lexical]], k=rrf_k)[:k]
     return index.hits([i for i, _ in fused], q, known=dict(dense))
