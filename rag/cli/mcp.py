@@ -27,7 +27,8 @@ def mcp(
     target_ttft: Optional[str] = TARGET_OPTION,
     retrieval: Optional[str] = RETRIEVAL_OPTION,
     http: bool = typer.Option(False, "--http", help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio."),
-    host: str = typer.Option("127.0.0.1", "--host", help="With --http: the loopback address to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="With --http: the address to listen on (loopback only "
+                                                          "without the service's keys)."),
     port: int = typer.Option(DEFAULT_MCP_PORT, "--port", help="With --http: the port (0: any free one)."),
     no_server: bool = NO_SERVER_OPTION,
 ) -> None:

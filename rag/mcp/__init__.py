@@ -36,19 +36,20 @@ def is_loopback(host: str) -> bool:
 def serve(open_answerer: Callable[[], "Answerer"], *, http: bool = False, host: str = "127.0.0.1",
           port: int = 8765) -> None:
     """Serve MCP until the client hangs up (stdio) or until interrupted
-    (``http``: streamable HTTP at ``http://HOST:PORT/mcp``; with the
-    service's keys, each call as its key's holder, else loopback only). ``open_answerer`` gives what
-    answers; it is called once, in the background as soon as the server
-    runs. A RagError for a host off loopback or a port that cannot be had."""
+    (``http``: streamable HTTP at ``http://HOST:PORT/mcp``, with the
+    service's settings: with its keys, each call as its key's holder, else
+    loopback only; and its limits). ``open_answerer`` gives what answers;
+    it is called once, in the background as soon as the server runs. A
+    RagError for a host off loopback or a port that cannot be had."""
     from .connection import Connection
 
-    keys = None
+    settings = None
     if http:
         from ..service.settings import ServiceSettings
 
-        settings = ServiceSettings()  # the service's keys: RAG_SERVE_KEYS_FILE, RAG_SERVE_API_KEYS
-        keys = settings.keyring() if settings.keyed else None
-        if not is_loopback(host) and keys is None:
+        # The service's keys (RAG_SERVE_KEYS_FILE, RAG_SERVE_API_KEYS) and limits; the Host its gate expects.
+        settings = ServiceSettings(host=host)
+        if not is_loopback(host) and not settings.keyed:
             raise RagError(f"--host {host}: without keys rag mcp listens on loopback only (127.0.0.1, ::1 or "
                            "localhost); set RAG_SERVE_KEYS_FILE (or RAG_SERVE_API_KEYS) to serve beyond it")
         if not 0 <= port <= 65535:
@@ -57,8 +58,8 @@ def serve(open_answerer: Callable[[], "Answerer"], *, http: bool = False, host: 
     try:
         from . import server
 
-        if http:
-            server.serve_http(connection, host, port, keys)
+        if settings is not None:
+            server.serve_http(connection, host, port, settings)
         else:
             server.serve_stdio(connection)
     finally:

@@ -2,7 +2,16 @@
 ``MCPServer``: the tools ``search``, ``ask``, ``list_documents`` and
 ``read_document``, and every document as the resource
 ``rag://documents/{doc_id}`` (its text as indexed), over stdio or
-streamable HTTP on a loopback address.
+streamable HTTP.
+
+Over HTTP it keeps the service's rules (``rag serve``'s settings, the
+``RAG_SERVE_*`` variables): the service's own gate stands in front of the
+transport (keys, wrong keys an address may send, the flood rate, the
+request body limit; without keys, the Host and Origin of a loopback
+server), ``ask`` keeps to the service's cap on answer tokens
+(``max_tokens_limit``) and to the questions a caller may have in flight
+(``questions_in_flight``), and the SDK's guard against DNS rebinding knows
+the address the server is bound to.
 
 Every argument is checked against the bounds its input schema declares
 (the SDK validates them with pydantic); a refused argument, or a RagError
@@ -20,12 +29,14 @@ from __future__ import annotations
 import contextlib
 import socket
 import sys
-from typing import Annotated, Any, AsyncIterator, Iterator, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Iterator, Optional
 
 import anyio
 import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import Resource, ToolAnnotations
 from pydantic import Field, ValidationError
 
@@ -35,8 +46,13 @@ from ..qa.options import DEFAULT_MAX_TOKENS, AskOptions, CollectionName
 from ..retrieval.scope import Scope
 from ..service.keys import Caller, KeyRing
 from . import tools
-from .callers import RequireKey, caller_of
+from .callers import caller_of
 from .connection import Connection
+
+if TYPE_CHECKING:
+    from ..service.metrics import Metrics
+    from ..service.ratelimit import CallerLimits
+    from ..service.settings import ServiceSettings
 
 NAME = "rag-budget"
 DOCUMENT_URI = "rag://documents/{doc_id}"
@@ -126,14 +142,83 @@ def _warming(connection: Connection):
 COLLECTION = Field(description=AskOptions.describe("collection") + ".")
 
 
-def build(connection: Connection, keys: KeyRing | None = None) -> RagMCPServer:
-    """The MCP server whose tools answer over ``connection``; over HTTP
-    with ``keys``, each call as the holder of its bearer key (on stdio, and
-    without keys on loopback, as the local user, with every right)."""
+def answer_tokens(most: int) -> Any:
+    """The type of ``ask``'s ``max_tokens``: 1 to ``most``, as its input schema declares it."""
+    return Annotated[int, Field(ge=1, le=most, description=MAX_TOKENS_WORDS)]
+
+
+AnswerTokens = answer_tokens(tools.MAX_ANSWER_TOKENS)  # on stdio; over HTTP, within the service's cap (build)
+# The names the SDK's guard against DNS rebinding knows a loopback server by (its own list for 127.0.0.1).
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass
+class OverHTTP:
+    """What serving over HTTP keeps of the service: its settings (``rag
+    serve``'s, from the ``RAG_SERVE_*`` variables), the keys it accepts
+    (none: loopback, no key needed) and its limits per caller. It is what
+    the service's gate reads of the service's state (``ServiceState``),
+    so the gate stands in front of MCP as it stands in front of the service."""
+
+    settings: ServiceSettings
+    keys: KeyRing
+    limits: CallerLimits
+    metrics: Metrics  # the gate counts the requests it refuses; MCP serves no /metrics
+
+    @classmethod
+    def of(cls, settings: ServiceSettings) -> "OverHTTP":
+        """The keys and limits ``settings`` ask for; a RagError naming a key file that cannot be read."""
+        from ..service.metrics import Metrics
+        from ..service.ratelimit import CallerLimits
+
+        return cls(settings, settings.keyring(), CallerLimits.of(settings), Metrics())
+
+    @property
+    def max_tokens(self) -> int:
+        """The most answer tokens ``ask`` may be asked for: the service's cap, within the tool's own."""
+        return min(tools.MAX_ANSWER_TOKENS, self.settings.max_tokens_limit)
+
+
+def build(connection: Connection, http: OverHTTP | None = None) -> RagMCPServer:
+    """The MCP server whose tools answer over ``connection``: on stdio
+    (``http`` None) as the local user, with every right; over HTTP with
+    the service's keys, each call as the holder of its request's bearer
+    key (a call without one is refused), without keys (loopback) as the
+    local user; over HTTP, ``ask`` within the service's limits."""
+    keys = http.keys if http is not None and http.settings.keyed else None
     server = RagMCPServer(connection, keys, log_level="WARNING")
+    transport = "stdio" if http is None else "http"
+    most_tokens = tools.MAX_ANSWER_TOKENS if http is None else http.max_tokens
+    default_tokens = min(DEFAULT_MAX_TOKENS, most_tokens)  # a call that names none is not refused for it
 
     def who(ctx: Context) -> Caller:
-        return caller_of(ctx.headers, keys)
+        return caller_of(transport, ctx.headers, keys)
+
+    def capped(tool):
+        # The SDK reads a tool's annotations by name in this module (they are strings here), so the cap
+        # known only now is set on the function itself.
+        tool.__annotations__["max_tokens"] = answer_tokens(most_tokens)
+        return tool
+
+    @contextlib.contextmanager
+    def question_held(ctx: Context, caller: Caller) -> Iterator[None]:
+        """Over HTTP, a place among the questions its caller has in flight
+        (the service's ``questions_in_flight``: the caller is who the gate
+        counted the request against, its key or else its address); a
+        RagError when it already has as many as it may."""
+        if http is None:
+            yield
+            return
+        request = ctx.request_context.request
+        counted = getattr(request, "scope", {}).get("rag.caller") or f"key:{caller.holder}"
+        questions = http.limits.questions
+        if questions.enter(counted) is not None:
+            raise RagError(f"this caller already has {questions.most} questions in flight, the most it may "
+                           "(questions_in_flight); ask again once one is answered")
+        try:
+            yield
+        finally:
+            questions.leave(counted)
 
     @server.tool(annotations=READ_ONLY)
     def search(
@@ -150,6 +235,7 @@ def build(connection: Connection, keys: KeyRing | None = None) -> RagMCPServer:
             return tools.search(connection, query, k, scope, collection=collection, caller=who(ctx))
 
     @server.tool(annotations=ANSWERS)
+    @capped
     def ask(
         question: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
                                        description="The question to answer from your documents.")],
@@ -157,7 +243,7 @@ def build(connection: Connection, keys: KeyRing | None = None) -> RagMCPServer:
         target_ttft: Annotated[Optional[float], Field(
             gt=0, le=tools.MAX_TARGET_TTFT_S,
             description=AskOptions.describe("target_ttft") + " (default: the set-up's, 2.0).")] = None,
-        max_tokens: Annotated[int, Field(ge=1, le=tools.MAX_ANSWER_TOKENS, description=MAX_TOKENS_WORDS)] = DEFAULT_MAX_TOKENS,
+        max_tokens: AnswerTokens = default_tokens,
         scope: Annotated[Optional[Scope], SCOPE] = None,
         session: Annotated[Optional[str], Field(
             max_length=128, description=AskOptions.describe("session") + ".")] = None,
@@ -171,8 +257,10 @@ def build(connection: Connection, keys: KeyRing | None = None) -> RagMCPServer:
             anyio.from_thread.run(ctx.report_progress, len(text), None, text[-200:])
 
         with tool_errors():
-            return tools.ask(connection, question, target_ttft=target_ttft, max_tokens=max_tokens, scope=scope,
-                             session=session, on_text=progress, collection=collection, caller=who(ctx))
+            caller = who(ctx)
+            with question_held(ctx, caller):
+                return tools.ask(connection, question, target_ttft=target_ttft, max_tokens=max_tokens, scope=scope,
+                                 session=session, on_text=progress, collection=collection, caller=caller)
 
     @server.tool(annotations=READ_ONLY)
     def list_documents(
@@ -216,6 +304,31 @@ def serve_stdio(connection: Connection) -> None:
     anyio.run(build(connection).run_stdio_async)
 
 
+def rebinding_guard(host: str) -> TransportSecuritySettings:
+    """The SDK's guard against DNS rebinding for a server bound to the
+    loopback ``host`` without keys: requests addressed (``Host``) and sent
+    from pages (``Origin``) by a loopback name the SDK knows or by ``host``
+    itself, at any port. The SDK guards only the three names it knows, and
+    not at all a server bound to another (127.0.0.2 is loopback too)."""
+    shown = f"[{host}]" if ":" in host else host
+    names = list(dict.fromkeys([*LOOPBACK_NAMES, shown]))
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=[f"{n}:*" for n in names],
+                                     allowed_origins=[f"http://{n}:*" for n in names])
+
+
+def http_app(server: RagMCPServer, host: str, http: OverHTTP):
+    """The ASGI application serving ``server`` over streamable HTTP at
+    ``/mcp`` for a server bound to ``host``, behind the service's gate
+    (``rag.service.gate``), which reads ``http`` as the service's state:
+    with keys, every request needs one (401; 429 once an address has sent
+    too many wrong ones), and every request keeps to the service's flood
+    rate and body limit (413). Without keys the SDK's guard knows ``host``."""
+    from ..service.gate import Gate  # the service's, with FastAPI: not on stdio
+
+    guard = None if http.settings.keyed else rebinding_guard(host)  # keyed: the SDK's own choice, as before
+    return Gate(server.streamable_http_app(host=host, transport_security=guard), state=http)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host``:``port`` (0: any free port); a
     RagError saying why when it cannot be had."""
@@ -231,20 +344,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_http(connection: Connection, host: str, port: int, keys: KeyRing | None = None) -> None:
+def serve_http(connection: Connection, host: str, port: int, settings: ServiceSettings) -> None:
     """Serve MCP over streamable HTTP at ``http://HOST:PORT/mcp`` until
-    interrupted, saying where on stderr once it listens; with ``keys``,
-    every request needs one of them (401 otherwise) and each tool call has
-    its holder's rights."""
+    interrupted, saying where on stderr once it listens, with the service's
+    ``settings`` (its keys, with each tool call as its key's holder, and
+    its limits: :func:`http_app`); a RagError naming a key file that
+    cannot be read, or a port that cannot be had."""
     import uvicorn
 
-    server = build(connection, keys)
+    http = OverHTTP.of(settings)
+    server = build(connection, http)
     sock = bind(host, port)
     shown = f"[{host}]" if ":" in host else host
-    app = server.streamable_http_app(host=host)
-    if keys is not None:
-        app = RequireKey(app, keys)
-    web = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    web = uvicorn.Server(uvicorn.Config(http_app(server, host, http), log_level="warning"))
     connection.warm()
     print(f"rag mcp: streamable HTTP at http://{shown}:{sock.getsockname()[1]}/mcp", file=sys.stderr, flush=True)
     web.run(sockets=[sock])

@@ -15,13 +15,17 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..errors import RagError
 from ..settings import Settings
 from .address import CODE, EXIT_ALREADY_RUNNING, SETTINGS_VARIABLE, Address, held, server_settings
 from .wire import BROKEN, Unanswered, call
 
+# The service's keys (rag.service.settings): the resident server's only client is its user's command
+# line, which sends no key, so a server that took them from a shell exporting them would refuse it.
+KEY_VARIABLES = frozenset({"RAG_SERVE_API_KEYS", "RAG_SERVE_KEYS_FILE", "RAG_SERVE_PUBLIC_DOCS",
+                           "RAG_SERVE_AUTH_FAILURES_PER_MINUTE"})
 START_WAIT_S = 900  # a first start may index the sample corpus; Ctrl-C ends the wait sooner
 PROBE_S = 30.0
 
@@ -60,8 +64,15 @@ def ensure_running(address: Address, settings: Settings, notice: Callable[[str],
     return info
 
 
+def server_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a resident server starts with: ``environ`` without
+    the service's keys (:data:`KEY_VARIABLES`, in any case, as the settings
+    read them)."""
+    return {name: value for name, value in environ.items() if name.upper() not in KEY_VARIABLES}
+
+
 def _spawn(address: Address, settings: Settings) -> subprocess.Popen:
-    env = dict(os.environ)
+    env = server_environment(os.environ)
     env[SETTINGS_VARIABLE] = server_settings(settings).model_dump_json()
     # The server runs this very code, wherever it was imported from.
     env["PYTHONPATH"] = os.pathsep.join([str(CODE.parent)] + [p for p in [env.get("PYTHONPATH")] if p])

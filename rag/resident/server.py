@@ -159,14 +159,20 @@ async def stop(request: Request) -> dict:
     return {"stopping": os.getpid(), "in_flight": life.in_flight}
 
 
+def resident_settings() -> ServiceSettings:
+    """The service's settings as the command line needs them: no keys, even
+    where the shell exports the service's (its one client sends none; the
+    socket's file mode is its guard), no rate limit, no cap on answer
+    tokens beyond the context, every request answered even when late (as
+    in process)."""
+    return ServiceSettings(api_keys=[], keys_file=None, watch=[], rate_limit_per_minute=0,
+                           max_tokens_limit=1 << 30, reject_over_target=False)
+
+
 def resident_app(pipeline: Pipeline, life: Life) -> FastAPI:
-    """The service's application for ``pipeline``, as the command line
-    needs it: no keys, no rate limit, no cap on answer tokens beyond the
-    context, every request answered even when late (as in process); with
+    """The service's application for ``pipeline`` with :func:`resident_settings`,
     the resident routes and the request tracking."""
-    settings = ServiceSettings(api_keys=[], watch=[], rate_limit_per_minute=0, max_tokens_limit=1 << 30,
-                               reject_over_target=False)
-    app = create_app(pipeline, settings, audience="shell")  # its client prints errors as the CLI words them
+    app = create_app(pipeline, resident_settings(), audience="shell")  # its client prints errors as the CLI words them
     app.state.life = life
     app.include_router(resident)
     app.add_middleware(Tracked, life=life, pipeline=pipeline)

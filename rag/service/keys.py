@@ -11,6 +11,11 @@ with its holder and its rights per collection (``"*"``: every collection)::
 documents, and creating and deleting the collection. ``RAG_SERVE_API_KEYS``
 keys stay what they were: each may do everything.
 
+A holder's name is 1 to 64 characters of letters, digits, ``.``, ``_``,
+``@`` and ``-``, starting with a letter or digit (:func:`check_holder`):
+never empty and never with a space, so never the name of the plain keys
+(``key 1``...) or of the local user, whose conversations are theirs alone.
+
 Keys are stored as their SHA-256, never as themselves. They are random
 tokens of 256 bits (``rag keys new``), not passwords a person chose: no
 guess finds one, so a slow password hash (bcrypt, scrypt, Argon2) would
@@ -39,6 +44,19 @@ from ..index.collection_names import EVERY_COLLECTION_NAME, check_collection_nam
 Right = Literal["read", "write"]
 EVERY_COLLECTION = EVERY_COLLECTION_NAME
 _HEX = re.compile(r"^[0-9a-f]{64}$")
+HOLDER_CHARS = 64
+# Letters, digits and the marks of a user or e-mail name; no space, so no holder is "key 1" or "local user".
+_HOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,%d}" % (HOLDER_CHARS - 1))
+
+
+def check_holder(holder: object, where: str) -> str:
+    """``holder`` if it can name a key's holder (1 to 64 of ``A-Z a-z 0-9 .
+    _ @ -``, starting with a letter or digit); else a RagError saying so
+    after ``where`` (which names the holder)."""
+    if not isinstance(holder, str) or not _HOLDER.fullmatch(holder):
+        raise RagError(f"{where}: a holder's name is 1 to {HOLDER_CHARS} letters, digits, '.', '_', '@' or '-', "
+                       "starting with a letter or digit")
+    return holder
 
 
 def key_hash(key: str) -> str:
@@ -108,6 +126,8 @@ class KeyRing:
         entries: dict[str, Caller] = {}
         for holder, entry in keys.items():
             where = f"the key file {path}, keys.{holder}"
+            # Quoted: an empty or spaced name must show as what the file says.
+            check_holder(holder, f"the key file {path}, keys.{json.dumps(holder)}")
             if not isinstance(entry, dict):
                 raise RagError(f"{where}: not a table")
             digest = str(entry.get("sha256", "")).lower()
