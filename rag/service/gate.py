@@ -22,10 +22,16 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from . import origin
 from .state import ServiceState
+
+if TYPE_CHECKING:
+    from .keys import KeyRing
+    from .metrics import Metrics
+    from .ratelimit import CallerLimits
+    from .settings import ServiceSettings
 
 QUESTIONS = frozenset({"/v1/ask", "/v1/chat/completions"})  # POSTed: the engine answers them
 UPLOADS = "/v1/documents"  # POSTed: a document to ingest
@@ -82,10 +88,23 @@ def _too_many(limit: str, wait_s: float) -> tuple[int, str, str, dict[str, str]]
     return 429, f"{limit}; retry in {seconds} s", "rate_limited", {"Retry-After": str(seconds)}
 
 
-class Gate:
-    """ASGI middleware: authentication, limits per caller and body limits."""
+class GateState(Protocol):
+    """What the gate reads of what it guards: the service's state, or MCP
+    over HTTP's (``rag.mcp.server.OverHTTP``). ``answering`` (the queue's
+    service time, for a question's Retry-After) is read only for the
+    question routes, which only the service has."""
 
-    def __init__(self, app, state: ServiceState) -> None:
+    settings: ServiceSettings
+    keys: KeyRing
+    limits: CallerLimits
+    metrics: Metrics
+
+
+class Gate:
+    """ASGI middleware: authentication, limits per caller and body limits,
+    in front of the service or of MCP over HTTP (see :class:`GateState`)."""
+
+    def __init__(self, app, state: GateState | ServiceState) -> None:
         self.app, self.state = app, state
 
     def _caller(self, header: bytes):

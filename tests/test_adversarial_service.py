@@ -1,0 +1,341 @@
+"""An adversarial suite over the real HTTP server (issue 55), in both
+stores: a folder index with its conversations in SQLite, and a PostgreSQL
+index with its conversations in PostgreSQL.
+
+The cases are generated from the rights, not hand-picked: every caller
+(each key file holder, a plain key, no key, a wrong key) against every
+other holder's conversation, named by its bare id and by its id as
+stored, read, deleted and continued over /v1/ask and
+/v1/chat/completions; then the side doors: the BM25 order of one
+collection while another gains a word, cached prompt tokens between
+collections, the service's own figures, claims, watched folders. The
+measure is always what reaches the caller: no byte of another's
+conversation or collection."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rag import Pipeline
+from rag.service import LoopbackServer, ServiceSettings, create_app
+from rag.service.keys import KeyRing, key_hash, new_key
+from rag.service.owners import stored_session
+
+from .conftest import write_corpus
+from .test_collections_service import ROUTES
+
+ALPHA = "The alpha secret code is 7319."
+BETA = "The beta secret code is 4682."
+ALICE, _ = new_key()
+BOB, _ = new_key()
+ADMIN, _ = new_key()
+PLAIN, _ = new_key()
+KEYS = {"alice": ALICE, "bob": BOB, "admin": ADMIN, "plain": PLAIN, "none": None, "wrong": "rag_not-a-key"}
+RIGHTS = {"alice": {"alpha": "write", "default": "read"}, "bob": {"beta": "read"}, "admin": {"*": "write"},
+          "plain": {"*": "write"}}
+COLLECTIONS = ("default", "alpha", "beta")
+
+
+@dataclass(frozen=True)
+class Held:
+    """A conversation a caller holds: its owner, collection, id, and a word only its turns hold."""
+
+    owner: str
+    collection: str
+    session: str
+    word: str
+
+
+# Each one asked once at the start, by its owner: the word is in its question, so in its stored turns.
+HELD = (Held("alice", "alpha", "s1", "Quillfeather"), Held("plain", "default", "p1", "Marrowstone"),
+        Held("admin", "beta", "a1", "Thistledown"))
+
+
+def _right(holder: str, collection: str) -> str | None:
+    rights = RIGHTS.get(holder, {})
+    return rights.get(collection) or rights.get("*")
+
+
+def _headers(holder: str) -> dict:
+    return {"Authorization": f"Bearer {KEYS[holder]}"} if KEYS[holder] else {}
+
+
+@pytest.fixture(scope="module", params=["folder", "postgresql"])
+def world(request, tmp_path_factory, embedder, backend):
+    """The service over a fresh index of three collections and its conversations, in one store or the other."""
+    root = tmp_path_factory.mktemp(f"adversary-{request.param}")
+    if request.param == "folder":
+        index, conversations = root / "index", root / "conversations.sqlite"
+    else:
+        cluster = request.getfixturevalue("pgvector_cluster")
+        index, conversations = cluster.new_database(), cluster.new_database()
+    p = Pipeline.open(index, embedder=embedder, backend=backend, conversations=conversations)
+    p.ingest([write_corpus(root / "corpus")])
+    p.ingest([write_corpus(root / "alpha", {"alpha.md": ALPHA})], collection="alpha")
+    p.ingest([write_corpus(root / "beta", {"beta.md": BETA})], collection="beta")
+    keys = root / "keys.json"
+    keys.write_text(json.dumps({"keys": {name: {"sha256": key_hash(KEYS[name]), "collections": rights}
+                                         for name, rights in RIGHTS.items() if name != "plain"}}), encoding="utf-8")
+    server = LoopbackServer(create_app(p, ServiceSettings(keys_file=keys, api_keys=[PLAIN], rate_limit_per_minute=0,
+                                                          auth_failures_per_minute=100_000)))
+    for held in HELD:
+        r = httpx.post(f"{server.url}/v1/ask", headers=_headers(held.owner), timeout=120, json={
+            "question": f"What is the code {held.word}?", "collection": held.collection, "session": held.session,
+            "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["turn"] == 1, r.text
+    yield server, p, root
+    server.stop()
+    p.close()
+
+
+def _caller(holder: str):
+    """The caller a holder's key is, as the service sees it (for working out stored ids)."""
+    if holder == "plain":
+        return KeyRing.plain([PLAIN]).caller(PLAIN)
+    from rag.service.keys import Caller
+
+    return Caller(holder, RIGHTS[holder])
+
+
+def _turns(p: Pipeline, held: Held) -> int:
+    stored = stored_session(p.conversations, _caller(held.owner), held.collection, held.session)
+    return len(p.conversation(stored).turns)
+
+
+# Every route, every caller, every collection (and one that does not exist): what each must get is worked
+# out from the caller's rights, as tests/test_collections_service.py does over PostgreSQL alone.
+ROUTE_TABLE = [(route, caller, collection) for route, caller, collection
+               in itertools.product(ROUTES, KEYS, (*COLLECTIONS, "nosuch"))]
+
+
+@pytest.mark.parametrize("route, caller, collection", ROUTE_TABLE, ids=[f"{r}-{k}-{c}" for r, k, c in ROUTE_TABLE])
+def test_every_route_with_every_caller_and_collection(world, route, caller, collection):
+    server, _, _ = world
+    writes, call = ROUTES[route]
+    method, path, options = call(collection)
+    r = httpx.request(method, f"{server.url}{path}", headers=_headers(caller), timeout=300, **options)
+    right = _right(caller, collection)
+    if caller in ("none", "wrong"):
+        assert r.status_code == 401, r.text
+    elif right is None:
+        assert r.status_code == 404 and "holds no documents" in r.json()["error"]["message"], r.text
+    elif writes and right != "write":
+        assert r.status_code == 403, r.text
+    elif route in ("search", "ask", "chat") and collection == "nosuch":
+        assert r.status_code == 404 and "holds no documents" in r.json()["error"]["message"], r.text
+    elif route in ("search", "ask", "chat", "list"):
+        assert r.status_code == 200, r.text
+    else:
+        assert r.status_code not in (401, 403), r.text
+    for text, holder in ((ALPHA, "alpha"), (BETA, "beta")):
+        if _right(caller, holder) is None or collection != holder:
+            assert text not in r.text and text.split()[-1] not in r.text  # not a byte of another collection
+
+
+# Every caller other than the owner, every conversation, both namings, every way of reaching it.
+ACTIONS = ("read", "delete", "ask", "chat-session", "chat-user")
+CASES = [(caller, held, naming, action) for caller, held, naming, action
+         in itertools.product(KEYS, HELD, ("bare", "stored"), ACTIONS) if caller != held.owner]
+
+
+def _expected(caller: str, held: Held, naming: str, action: str) -> set[int]:
+    """The statuses allowed: every one of them tells nothing of the owner's conversation."""
+    if caller in ("none", "wrong"):
+        return {401}
+    if _right(caller, held.collection) is None:
+        return {404}
+    if action in ("read", "delete"):
+        return {404}  # another's conversation reads as none, and deleting it answers as reading does
+    if naming == "bare" and action in ("ask", "chat-session"):
+        return {404}  # the id is claimed in this collection by its owner
+    # The caller's own conversation under that name (400: an id too long to carry its owner; 404: another
+    # caller of this suite claimed the same name here first).
+    return {200, 400, 404}
+
+
+@pytest.mark.parametrize("caller, held, naming, action", CASES,
+                         ids=[f"{c}-{h.owner}:{h.session}-{n}-{a}" for c, h, n, a in CASES])
+def test_no_caller_reaches_another_holders_conversation(world, caller, held, naming, action):
+    server, p, _ = world
+    before = _turns(p, held)
+    name = held.session if naming == "bare" else stored_session(
+        p.conversations, _caller(held.owner), held.collection, held.session)
+    headers, params = _headers(caller), {"collection": held.collection}
+    url = f"{server.url}/v1/sessions/{name}"
+    chat = {"model": "rag", "messages": [{"role": "user", "content": "What was my last question?"}],
+            "collection": held.collection, "max_tokens": 2}
+    r = {
+        "read": lambda: httpx.get(url, params=params, headers=headers, timeout=60),
+        "delete": lambda: httpx.delete(url, params=params, headers=headers, timeout=60),
+        "ask": lambda: httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120, json={
+            "question": "What was my last question?", "collection": held.collection, "session": name,
+            "max_tokens": 2}),
+        "chat-session": lambda: httpx.post(f"{server.url}/v1/chat/completions", headers=headers, timeout=120,
+                                           json=chat | {"session": name}),
+        "chat-user": lambda: httpx.post(f"{server.url}/v1/chat/completions", headers=headers, timeout=120,
+                                        json=chat | {"user": name}),
+    }[action]()
+    assert r.status_code in _expected(caller, held, naming, action), r.text
+    assert held.word not in r.text  # not one byte of the owner's turns
+    if r.status_code == 200 and action == "ask":
+        assert r.json()["turn"] == 1  # a conversation of its own, not the owner's continued
+    assert _turns(p, held) == before  # the owner's conversation is as it was: not deleted, not continued
+
+
+def test_the_local_user_cannot_name_a_holders_conversation_by_its_stored_id(world):
+    # A service without keys (loopback: the local user) over the same stores.
+    _, p, _ = world
+    keyless = LoopbackServer(create_app(p, ServiceSettings(rate_limit_per_minute=0)))
+    try:
+        for held in HELD:
+            stored = stored_session(p.conversations, _caller(held.owner), held.collection, held.session)
+            params = {"collection": held.collection}
+            for r in (httpx.get(f"{keyless.url}/v1/sessions/{stored}", params=params),
+                      httpx.delete(f"{keyless.url}/v1/sessions/{stored}", params=params),
+                      httpx.post(f"{keyless.url}/v1/ask", timeout=120, json={
+                          "question": "What was my last question?", "collection": held.collection,
+                          "session": stored, "max_tokens": 2})):
+                assert r.status_code in (200, 404) and held.word not in r.text, r.text
+                if r.request.method != "POST":
+                    assert r.status_code == 404
+            listed = httpx.get(f"{keyless.url}/v1/sessions", params=params).text
+            assert held.word not in listed
+            assert _turns(p, held) == 1
+    finally:
+        keyless.stop()
+
+
+def test_every_holder_reads_and_lists_its_own(world):
+    server, _, _ = world
+    for held in HELD:
+        headers, params = _headers(held.owner), {"collection": held.collection}
+        mine = httpx.get(f"{server.url}/v1/sessions/{held.session}", params=params, headers=headers)
+        assert mine.status_code == 200 and held.word in mine.text, mine.text
+        listed = httpx.get(f"{server.url}/v1/sessions", params=params, headers=headers).json()["sessions"]
+        assert held.session in {s["session"] for s in listed}
+        for other in KEYS:
+            if other != held.owner and _right(other, held.collection) is not None:
+                theirs = httpx.get(f"{server.url}/v1/sessions", params=params, headers=_headers(other))
+                assert theirs.status_code == 200 and held.word not in theirs.text
+
+
+def test_claims_lock_nobody_out(world):
+    server, _, _ = world
+    alice, bob = _headers("alice"), _headers("bob")
+
+    def ask(headers, collection, session, **extra):
+        return httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120, json={
+            "question": "What is the secret code?", "collection": collection, "session": session,
+            "max_tokens": 2} | extra)
+
+    failed = ask(bob, "beta", "z1", max_tokens=100_000)  # refused: over the service's limit
+    assert failed.status_code == 400, failed.text
+    assert ask(alice, "alpha", "z1").status_code == 200  # bob's failed request claimed nothing
+    assert ask(bob, "beta", "z2").status_code == 200  # bob's own id in beta...
+    assert ask(alice, "alpha", "z2").status_code == 200  # ...is not alice's to lose in alpha
+    assert ask(bob, "beta", "z1").status_code == 200  # and alice's z1 in alpha leaves bob his in beta
+
+
+def test_the_services_figures_are_for_keys_that_may_read_every_collection(world):
+    server, _, _ = world
+    for holder in KEYS:
+        for path in ("/metrics", "/v1/profile"):
+            r = httpx.get(f"{server.url}{path}", headers=_headers(holder), timeout=120)
+            if holder in ("none", "wrong"):
+                assert r.status_code == 401, (holder, path, r.text)
+            elif _right(holder, "alpha") is not None and _right(holder, "beta") is not None:
+                assert r.status_code == 200, (holder, path, r.text)
+            else:
+                assert r.status_code == 403 and "every collection" in r.text, (holder, path, r.text)
+
+
+def test_a_collections_bm25_ranking_is_the_same_whatever_another_collection_holds(world, tmp_path):
+    server, p, _ = world
+    for name, text in {"m4682.md": "Marker 4682 ledger.", "m9051.md": "Marker 9051 ledger."}.items():
+        r = httpx.post(f"{server.url}/v1/documents", params={"collection": "alpha"}, headers=_headers("alice"),
+                       timeout=300, files={"file": (name, text.encode())})
+        assert r.status_code == 200, r.text
+
+    def ranked() -> list[tuple[str, float]]:
+        r = httpx.post(f"{server.url}/v1/search", headers=_headers("alice"), timeout=60, json={
+            "query": "4682 9051", "collection": "alpha", "retrieval": "bm25", "k": 10})
+        assert r.status_code == 200, r.text
+        return [(h["chunk_id"], h["text"], h["score"]) for h in r.json()["results"]]
+
+    before = ranked()
+    assert {t for _, t, _ in before} >= {"Marker 4682 ledger.", "Marker 9051 ledger."}
+    flood = " ".join(["Ledger 4682 entry."] * 40)
+    r = httpx.post(f"{server.url}/v1/documents", params={"collection": "beta"}, headers=_headers("admin"),
+                   timeout=300, files={"file": ("flood.md", flood.encode())})
+    assert r.status_code == 200, r.text
+    assert ranked() == before  # byte for byte: the order and the scores tell nothing of beta
+
+
+def test_no_collections_prompt_reuses_anothers_cached_cells(world):
+    # The same document under the same name in two collections: a question in the second must find in the
+    # engine's caches no more than a prompt never asked before finds (the system prompt), or the first
+    # token's time would tell what the first collection holds.
+    server, _, _ = world
+    admin = _headers("admin")
+    for collection in ("twin-a", "twin-b", "twin-c"):
+        r = httpx.post(f"{server.url}/v1/documents", params={"collection": collection}, headers=admin, timeout=300,
+                       files={"file": ("ledger.md", b"The quarterly ledger closes on the ninth working day.")})
+        assert r.status_code == 200, r.text
+
+    def cached(collection: str) -> int:
+        r = httpx.post(f"{server.url}/v1/ask", headers=admin, timeout=120, json={
+            "question": "When does the quarterly ledger close?", "collection": collection, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        return r.json()["timings"]["cached_tokens"]
+
+    never = cached("twin-c")  # a prompt none asked before: what any prompt finds cached
+    cached("twin-a")
+    assert cached("twin-a") > never + 10  # its own collection reuses its cells
+    assert cached("twin-b") <= never + 2  # the twin finds nothing of twin-a's (a token or two of its heading)
+
+
+def test_a_watched_folder_holding_the_index_takes_nothing_of_its_uploads(world, tmp_path, embedder, backend):
+    server, p, _ = world
+    if str(p.index_location).startswith("postgresql"):
+        pytest.skip("the index's own folders exist for a folder index only")
+    home = tmp_path / "home"
+    index = home / "index"
+    pipeline = Pipeline.open(index, embedder=embedder, backend=backend, conversations=tmp_path / "c.sqlite")
+    try:
+        pipeline.library.add("secret.md", BETA.encode(), collection="beta")  # -> home/index-uploads-beta/
+        write_corpus(home / "notes", {"notes.md": "Shared notes about the harbour."})
+        watched = LoopbackServer(create_app(pipeline, ServiceSettings(
+            rate_limit_per_minute=0, watch=[str(home), f"{home / 'notes'}=alpha"])))
+        try:
+            import time
+
+            deadline = time.monotonic() + 120  # an upper bound on the watcher's first ingests, not a timing assertion
+            while time.monotonic() < deadline and not ({"notes/notes.md"} <= {
+                    d["source"] for d in pipeline.documents()} and pipeline.documents("alpha")):
+                time.sleep(0.5)
+        finally:
+            watched.stop()
+        default = {d["source"] for d in pipeline.documents()}
+        assert "notes/notes.md" in default, default  # the folder was ingested...
+        assert not any("secret" in s or "uploads" in s for s in default), default  # ...but not the index's own
+        assert {d["source"] for d in pipeline.documents("alpha")} == {"notes.md"}  # DIR=COLLECTION
+    finally:
+        pipeline.close()
+
+
+def test_a_deleted_collections_uploads_are_removed(world):
+    server, p, _ = world
+    admin = _headers("admin")
+    r = httpx.post(f"{server.url}/v1/documents", params={"collection": "scratch"}, headers=admin, timeout=300,
+                   files={"file": ("draft.md", b"A draft of no importance.")})
+    assert r.status_code == 200, r.text
+    folder = p.library.upload_folder("scratch")
+    assert (folder / "draft.md").is_file()
+    assert httpx.delete(f"{server.url}/v1/collections/scratch", headers=admin).status_code == 200
+    assert not folder.exists()
