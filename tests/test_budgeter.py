@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prompt_budget.budgeter import BudgetRequest, Candidate, ContextTooSmall, plan_budget
+
+
+# Properties, not speed: no per-example deadline (hypothesis's default is 200 ms, which a busy or slow
+# machine can pass) and no health check on how fast examples are made.
+PROPERTIES = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def cost(n_new: int, n_cached: int) -> float:
@@ -41,7 +46,7 @@ def _plan(candidates, request):
         return None
 
 
-@settings(max_examples=300)
+@settings(PROPERTIES, max_examples=300)
 @given(candidates_st, request_st)
 def test_never_over_the_context_window(candidates, request):
     plan = _plan(candidates, request)
@@ -54,7 +59,7 @@ def test_never_over_the_context_window(candidates, request):
     assert all(reason in {"ttft", "context", "relevance", "near-duplicate", "max_k"} for _, reason in plan.dropped)
 
 
-@settings(max_examples=300)
+@settings(PROPERTIES, max_examples=300)
 @given(candidates_st, request_st)
 def test_target_holds_unless_only_min_k_chunks_were_taken(candidates, request):
     plan = _plan(candidates, request)
@@ -66,7 +71,7 @@ def test_target_holds_unless_only_min_k_chunks_were_taken(candidates, request):
     assert plan.feasible == (plan.planned_ttft_s <= request.target_ttft)
 
 
-@settings(max_examples=300)
+@settings(PROPERTIES, max_examples=300)
 @given(candidates_st, request_st, st.floats(0.0, 5.0))
 def test_a_larger_target_never_chooses_fewer_chunks(candidates, request, more):
     small = _plan(candidates, request)
@@ -76,7 +81,7 @@ def test_a_larger_target_never_chooses_fewer_chunks(candidates, request, more):
     assert len(large.chosen) >= len(small.chosen)
 
 
-@settings(max_examples=200)
+@settings(PROPERTIES, max_examples=200)
 @given(candidates_st, request_st, st.integers(0, 600))
 def test_cached_tokens_never_make_a_prompt_cost_more(candidates, request, extra_cached):
     cold = _plan(candidates, BudgetRequest(**{**request.__dict__, "cached_tokens": 0}))

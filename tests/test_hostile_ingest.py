@@ -3,7 +3,7 @@ backtrack, zip bombs just under the expansion cap, symbolic links that lead
 out of the documents, thousands of nested folders, uploads over the ingest
 cap or left behind by a killed upload. On the real loaders, the real walk
 and a real index; no timing assertions: slow work runs in a subprocess
-under a generous bound (the old code took minutes), and memory is measured
+under a generous bound on its CPU seconds (the old code took minutes), and memory is measured
 as the peak RSS growth of a subprocess, under an address-space limit that
 keeps the old code from taking the machine down."""
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import zipfile
@@ -36,7 +37,9 @@ GROWTH_BOUND_MB = 400  # well below the GBs the old code took, above what a real
 # -- 2: text that makes a pattern backtrack ----------------------------------
 
 _LOAD = """
-import sys, time
+import resource, sys
+cpu_s = int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))  # past it: SIGXCPU, then SIGKILL
 from rag.errors import RagError
 from rag.ingest.formats import load_document
 path, suffix = sys.argv[1], sys.argv[2]
@@ -46,17 +49,22 @@ try:
 except RagError as exc:
     print("refused", exc)
 """
+HANG_S = 600  # the wall clock only guards against a hang: a busy machine stretches it, not the work
 
 
-def _load_in_subprocess(path: Path, timeout: float) -> str:
+def _load_in_subprocess(path: Path, cpu_s: int) -> str:
     """Load ``path`` in a new process; its one line of outcome. A process
-    still working after ``timeout`` seconds fails the test (a bound, not a
-    benchmark: the fixed loaders take well under a second)."""
+    that used more than ``cpu_s`` seconds of CPU fails the test (a bound on
+    the work, not a benchmark: the fixed loaders use about a second, the old
+    code minutes). CPU seconds, not the wall clock's: beside other tests on
+    2 cores, one second of CPU here took 9 s of wall clock."""
     try:
-        done = subprocess.run([sys.executable, "-c", _LOAD, str(path), path.suffix], capture_output=True, text=True,
-                              timeout=timeout, cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)})
+        done = subprocess.run([sys.executable, "-c", _LOAD, str(path), path.suffix, str(cpu_s)], capture_output=True,
+                              text=True, timeout=HANG_S, cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)})
     except subprocess.TimeoutExpired:
-        pytest.fail(f"loading {path.name} still ran after {timeout} s")
+        pytest.fail(f"loading {path.name} still ran after {HANG_S} s")
+    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        pytest.fail(f"loading {path.name} used more than {cpu_s} s of CPU")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     return done.stdout.strip()
 
@@ -65,7 +73,7 @@ def test_a_markdown_heading_of_spaces_loads_in_linear_time(tmp_path):
     # '# x' + 5,000 spaces + 'y': the old heading regex backtracked for minutes.
     path = tmp_path / "spaces.md"
     path.write_text("# x" + " " * 5000 + "y\n\nBody text.\n# Second ##   \n" + "# " + ":a" * 50_000 + "`\n")
-    assert _load_in_subprocess(path, timeout=20).startswith("loaded")
+    assert _load_in_subprocess(path, cpu_s=20).startswith("loaded")
 
     from rag.ingest.formats import load_document
 
@@ -78,7 +86,7 @@ def test_html_with_many_line_breaks_loads_in_linear_time(tmp_path):
     # 200,000 <br> inside a heading: the old whitespace pattern was quadratic (over 120 s).
     path = tmp_path / "breaks.html"
     path.write_text("<h1>top" + "<br>" * 200_000 + "end</h1><p>" + "<br>" * 200_000 + "tail</p>")
-    assert _load_in_subprocess(path, timeout=20).startswith("loaded")
+    assert _load_in_subprocess(path, cpu_s=20).startswith("loaded")
 
 
 # -- 3: zip bombs just under the expansion cap --------------------------------

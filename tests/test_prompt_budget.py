@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import FakeBackend
@@ -32,6 +32,7 @@ def test_fit_refuses_when_the_fixed_part_alone_does_not_fit():
         fit_to_context([], fixed_tokens=120, n_ctx=128, reserve_tokens=16, max_k=3)
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a property, not a speed
 @given(
     tokens=st.lists(st.integers(min_value=1, max_value=600), max_size=25),
     fixed=st.integers(min_value=0, max_value=500),

@@ -2,12 +2,23 @@
 generates a few tokens before the engine serves; a child that dies by a
 signal (made to, through the test hook) or hangs sends the engine to the
 safe configuration (no extra buffer types), remembered in a file that is
-believed only when whole and for this build, CPU and model."""
+believed only when whole and for this build, CPU and model.
+
+Which signal a CPU sends is not the product's promise: the default
+configuration dies by SIGSEGV on one AMX machine and by SIGILL on another.
+The hook's fault fires once the model is loaded, and llama.cpp repacks the
+weights into its extra buffer types while it loads, so where the default
+configuration breaks for real it may die before the injected fault: a
+default configuration's death is asserted as a named signal
+(:data:`NAMED_DEATH`), never as the one this CPU sends. Only the safe
+configuration, which runs on every machine these tests run on, is held to
+the signal the test injected."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -19,6 +30,10 @@ from engine.llama_cpp.selfcheck import FAULT_VARIABLE, engine_verdict
 from engine.models import default_model_path
 
 pytestmark = pytest.mark.model
+
+# A death by a signal, named ("died by SIGILL", never "status -4"): what a default configuration that
+# fails is reported as, whichever signal this CPU (or the test hook, if it fires first) sends.
+NAMED_DEATH = r"died by SIG[A-Z]+"
 
 
 @pytest.fixture
@@ -48,13 +63,14 @@ def _only_file(folder: Path) -> Path:
     return files[0]
 
 
-def test_a_child_killed_by_sigsegv_sends_the_engine_to_the_safe_configuration_and_is_remembered(
+def test_a_child_killed_by_a_signal_sends_the_engine_to_the_safe_configuration_and_is_remembered(
         tmp_path, model, children, monkeypatch):
-    monkeypatch.setenv(FAULT_VARIABLE, "segv:default")
+    monkeypatch.setenv(FAULT_VARIABLE, "segv:default")  # SIGSEGV, unless this CPU kills the default first
     notes: list[str] = []
     verdict = engine_verdict(model, folder=tmp_path, notice=notes.append)
     assert verdict.extra_bufts is False and children == [True, False]
-    assert "SIGSEGV" in verdict.reason and verdict.speeds["default"]["failure"] == "died by SIGSEGV"
+    failure = verdict.speeds["default"]["failure"]
+    assert re.fullmatch(NAMED_DEATH, failure) and f"default configuration {failure} in a check" in verdict.reason
     assert verdict.speeds["safe"]["ok"] and verdict.speeds["safe"]["prefill_tok_s"] > 0
     assert any("running without them" in n for n in notes)
     saved = json.loads(_only_file(tmp_path).read_text())
@@ -68,9 +84,24 @@ def test_a_child_killed_by_sigsegv_sends_the_engine_to_the_safe_configuration_an
 
 
 def test_a_hung_child_counts_as_a_failure(tmp_path, model, children, monkeypatch):
+    # Only the child made to hang is given a short time: the safe child keeps the engine's own (a slow or
+    # busy machine's safe run is no hang).
+    counted = selfcheck.run_child
+
+    def short_for_the_default(model_path, *, extra_bufts, timeout_s, **kw):
+        return counted(model_path, extra_bufts=extra_bufts, timeout_s=8 if extra_bufts else timeout_s, **kw)
+
+    monkeypatch.setattr(selfcheck, "run_child", short_for_the_default)
     monkeypatch.setenv(FAULT_VARIABLE, "hang:default")
-    verdict = engine_verdict(model, folder=tmp_path, timeout_s=8)
-    assert verdict.extra_bufts is False and "hung for 8 s" in verdict.reason and children == [True, False]
+    verdict = engine_verdict(model, folder=tmp_path)
+    assert verdict.extra_bufts is False and children == [True, False] and verdict.speeds["safe"]["ok"]
+    # Hung; or, where this CPU kills the default configuration before the hook hangs it, dead by a signal.
+    failure = verdict.speeds["default"]["failure"]
+    assert re.fullmatch(rf"hung for 8 s|{NAMED_DEATH}", failure) and failure in verdict.reason
+    # The hang itself, where nothing real fails first: the safe configuration made to hang.
+    monkeypatch.setenv(FAULT_VARIABLE, "hang:all")
+    hung = counted(model, extra_bufts=False, n_gpu_layers=0, n_threads=2, timeout_s=8)
+    assert hung["ok"] is False and hung["failure"] == "hung for 8 s"
 
 
 def test_when_the_safe_configuration_crashes_too_one_line_says_why_and_how_to_rebuild(
@@ -79,7 +110,10 @@ def test_when_the_safe_configuration_crashes_too_one_line_says_why_and_how_to_re
     with pytest.raises(EngineCrashed) as caught:
         engine_verdict(model, folder=tmp_path)
     message = str(caught.value)
-    assert "\n" not in message and "died by SIGSEGV" in message and "status -11" not in message
+    # The safe configuration died of the injected SIGSEGV; the default of that or of this CPU's own signal.
+    assert "\n" not in message and "status -" not in message
+    assert re.search(rf"llama\.cpp died by SIGSEGV on this machine even without extra buffer types "
+                     rf"\(with them it {NAMED_DEATH}; CPU features ", message), message
     assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF' in message and "pip install --force-reinstall" in message
     assert "llama-cpp-python==" in message and "CPU features" in message
     assert not list(tmp_path.glob("*.json"))  # a crash is not remembered: a rebuild is checked afresh
@@ -119,7 +153,7 @@ def test_the_engine_loads_as_the_verdict_says_and_reports_why(tmp_path, monkeypa
     backend = LlamaCppBackend(n_ctx=512, slots=1, check_dir=tmp_path)
     try:
         info = backend.describe()
-        assert info["extra_buffer_types"] is False and "SIGSEGV" in info["extra_buffer_types_why"]
+        assert info["extra_buffer_types"] is False and re.search(NAMED_DEATH, info["extra_buffer_types_why"])
         assert info["built_cpu_features"].split() == selfcheck.built_features(info["system_info"]) != []
         assert backend.profile_key()["extra_bufts"] is False  # a profile measured with them is not reused
         prompt = backend.tokenize(backend.render([Message("user", "Say hello.")]))
@@ -131,6 +165,7 @@ def test_the_engine_loads_as_the_verdict_says_and_reports_why(tmp_path, monkeypa
 
 def test_describe_exit_names_signals():
     assert selfcheck.describe_exit(-signal.SIGSEGV) == "died by SIGSEGV"
+    assert selfcheck.describe_exit(-signal.SIGILL) == "died by SIGILL"  # what another AMX machine sends
     assert selfcheck.describe_exit(3) == "exited with status 3"
 
 
@@ -181,5 +216,6 @@ def test_bench_engine_runs_the_safe_configuration_beside_the_default_where_both_
         assert {(r["prompt_size"], r["kind"]) for r in d["summary"]["safe_over_default"]} == {
             (64, "cold"), (64, "cached prefix")}
     else:
-        assert ran == {"safe"} and "died by SIGSEGV" in configurations["default"]["why"]
+        # Why the default did not run: the signal it died of, whichever this CPU (or the hook) sent.
+        assert ran == {"safe"} and re.search(NAMED_DEATH, configurations["default"]["why"]), configurations
         assert d["summary"]["safe_over_default"] == []
