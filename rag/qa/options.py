@@ -105,6 +105,10 @@ class AskOptions(BaseModel):
     documents do not seem to answer, without asking the model (0: never;
     None: the pipeline's setting).
     ``evidence_embed``: rank the evidence by embedding similarity too.
+    ``cache_scope``: whose cached cells the engine may reuse for this
+    prompt beyond the shared system prompt (a service's holder and
+    collection; "" the local user's): another scope's prompts, and so their
+    questions and conversations, are never read back through the cache.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -136,6 +140,9 @@ class AskOptions(BaseModel):
     evidence_floor: Optional[float] = Field(
         None, ge=0, description="Evidence score under which the answer says the documents do not answer")
     evidence_embed: bool = Field(False, description="Rank the evidence by embedding similarity too")
+    # Whose cached cells the prompt may reuse beyond the shared system prompt: set by a service for each
+    # holder and collection (rag.service.owners.cache_scope), never by a request body; "": the local user's.
+    cache_scope: str = Field("", max_length=64, pattern=r"^[0-9a-f.]*$")
 
     @field_validator("target_ttft", "relevance_floor", "expected_wait_s", "evidence_floor")
     @classmethod
