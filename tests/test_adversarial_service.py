@@ -152,11 +152,9 @@ def _expected(caller: str, held: Held, naming: str, action: str) -> set[int]:
         return {404}
     if action in ("read", "delete"):
         return {404}  # another's conversation reads as none, and deleting it answers as reading does
-    if naming == "bare" and action in ("ask", "chat-session"):
-        return {404}  # the id is claimed in this collection by its owner
-    # The caller's own conversation under that name (400: an id too long to carry its owner; 404: another
-    # caller of this suite claimed the same name here first).
-    return {200, 400, 404}
+    if naming == "bare":
+        return {200}  # the caller's own conversation of that id: ids are per holder and collection
+    return {200, 400}  # its own too (400: an id too long to carry its owner)
 
 
 @pytest.mark.parametrize("caller, held, naming, action", CASES,
@@ -225,9 +223,11 @@ def test_every_holder_reads_and_lists_its_own(world):
                 assert theirs.status_code == 200 and held.word not in theirs.text
 
 
-def test_claims_lock_nobody_out(world):
+def test_ids_lock_nobody_out(world):
+    # Ids are per holder and collection: whoever named an id first, in whatever collection, and whether
+    # its request failed or was answered, every other holder's same id is its own conversation.
     server, _, _ = world
-    alice, bob = _headers("alice"), _headers("bob")
+    alice, bob, admin = _headers("alice"), _headers("bob"), _headers("admin")
 
     def ask(headers, collection, session, **extra):
         return httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120, json={
@@ -236,14 +236,25 @@ def test_claims_lock_nobody_out(world):
 
     failed = ask(bob, "beta", "z1", max_tokens=100_000)  # refused: over the service's limit
     assert failed.status_code == 400, failed.text
-    assert ask(alice, "alpha", "z1").status_code == 200  # bob's failed request claimed nothing
-    assert ask(bob, "beta", "z2").status_code == 200  # bob's own id in beta...
-    assert ask(alice, "alpha", "z2").status_code == 200  # ...is not alice's to lose in alpha
-    assert ask(bob, "beta", "z1").status_code == 200  # and alice's z1 in alpha leaves bob his in beta
+    assert ask(alice, "alpha", "z1").json()["turn"] == 1  # bob's failed request took nothing
+    assert ask(bob, "beta", "z2").json()["turn"] == 1  # bob's own id in beta...
+    assert ask(alice, "alpha", "z2").json()["turn"] == 1  # ...is alice's own in alpha
+    assert ask(admin, "alpha", "z2").json()["turn"] == 1  # and admin's own beside alice's, in alpha too
+    assert ask(alice, "alpha", "z2").json()["turn"] == 2  # alice's goes on, untouched
 
 
 def test_the_services_figures_are_for_keys_that_may_read_every_collection(world):
-    server, _, _ = world
+    server, p, root = world
+    # Even where the docs are made public, /metrics is not.
+    public = LoopbackServer(create_app(p, ServiceSettings(keys_file=root / "keys.json", api_keys=[PLAIN],
+                                                          public_docs=True, rate_limit_per_minute=0)))
+    try:
+        assert httpx.get(f"{public.url}/openapi.json").status_code == 200
+        assert httpx.get(f"{public.url}/metrics").status_code == 401
+        assert httpx.get(f"{public.url}/metrics", headers=_headers("bob")).status_code == 403
+        assert httpx.get(f"{public.url}/metrics", headers=_headers("admin")).status_code == 200
+    finally:
+        public.stop()
     for holder in KEYS:
         for path in ("/metrics", "/v1/profile"):
             r = httpx.get(f"{server.url}{path}", headers=_headers(holder), timeout=120)
@@ -310,21 +321,42 @@ def test_a_watched_folder_holding_the_index_takes_nothing_of_its_uploads(world, 
     try:
         pipeline.library.add("secret.md", BETA.encode(), collection="beta")  # -> home/index-uploads-beta/
         write_corpus(home / "notes", {"notes.md": "Shared notes about the harbour."})
+        (home / "readme.md").write_text("What this folder holds: notes, and the index.")
         watched = LoopbackServer(create_app(pipeline, ServiceSettings(
             rate_limit_per_minute=0, watch=[str(home), f"{home / 'notes'}=alpha"])))
         try:
             import time
 
             deadline = time.monotonic() + 120  # an upper bound on the watcher's first ingests, not a timing assertion
-            while time.monotonic() < deadline and not ({"notes/notes.md"} <= {
-                    d["source"] for d in pipeline.documents()} and pipeline.documents("alpha")):
+            while time.monotonic() < deadline and not (pipeline.documents() and pipeline.documents("alpha")):
                 time.sleep(0.5)
         finally:
             watched.stop()
-        default = {d["source"] for d in pipeline.documents()}
-        assert "notes/notes.md" in default, default  # the folder was ingested...
-        assert not any("secret" in s or "uploads" in s for s in default), default  # ...but not the index's own
+        # The folder was ingested, but neither the index's own folders nor alpha's watched folder inside it.
+        assert {d["source"] for d in pipeline.documents()} == {"readme.md"}
         assert {d["source"] for d in pipeline.documents("alpha")} == {"notes.md"}  # DIR=COLLECTION
+    finally:
+        pipeline.close()
+
+
+def test_a_watched_folder_inside_another_collections_is_that_ones_alone(tmp_path, embedder, backend):
+    home = tmp_path / "data"
+    write_corpus(home, {"shared.md": "Shared notes about the harbour."})
+    write_corpus(home / "teamb", {"plans.md": BETA})
+    pipeline = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend, conversations=tmp_path / "c.sqlite")
+    try:
+        watched = LoopbackServer(create_app(pipeline, ServiceSettings(
+            rate_limit_per_minute=0, watch=[str(home), f"{home / 'teamb'}=beta"])))
+        try:
+            import time
+
+            deadline = time.monotonic() + 120  # an upper bound on the watcher's first ingests, not a timing assertion
+            while time.monotonic() < deadline and not (pipeline.documents() and pipeline.documents("beta")):
+                time.sleep(0.5)
+        finally:
+            watched.stop()
+        assert {d["source"] for d in pipeline.documents()} == {"shared.md"}  # not teamb/plans.md
+        assert {d["source"] for d in pipeline.documents("beta")} == {"plans.md"}
     finally:
         pipeline.close()
 
@@ -337,5 +369,12 @@ def test_a_deleted_collections_uploads_are_removed(world):
     assert r.status_code == 200, r.text
     folder = p.library.upload_folder("scratch")
     assert (folder / "draft.md").is_file()
+    # A folder with another collection's uploads name that no upload made is left alone when it is deleted.
+    stranger = p.library.upload_folder("stranger")
+    stranger.mkdir(parents=True)
+    (stranger / "keep.md").write_text("Not the service's.")
+    r = httpx.post(f"{server.url}/v1/collections", headers=admin, json={"name": "stranger"})
+    assert r.status_code == 201, r.text
     assert httpx.delete(f"{server.url}/v1/collections/scratch", headers=admin).status_code == 200
-    assert not folder.exists()
+    assert httpx.delete(f"{server.url}/v1/collections/stranger", headers=admin).status_code == 200
+    assert not folder.exists() and (stranger / "keep.md").is_file()

@@ -1,10 +1,10 @@
 """Whose a session id is (rag/service/owners.py) over a real SQLite
 conversation store: stored ids are made with the store's secret, so no
-caller can name another's; a holder's first answered question claims an
-id in its collection, and another key is refused there; a request that
-failed claims nothing; plain keys are a holder of their own; a
-conversation stored under an earlier release's computable id is moved
-under the secret one when its holder names it."""
+caller can name another's; ids are per holder and collection, so no one
+takes, locks or learns of another's; plain keys are a holder of their own;
+each holder and collection has its own cache scope; a conversation stored
+under an earlier release's computable id is moved under the secret one
+when its holder names it, and only where that release's claim names it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from rag.conversations import Turn, open_store
 from rag.errors import SessionNotFound
 from rag.service.keys import LOCAL_USER, Caller, KeyRing
-from rag.service.owners import SHELL_USER, claim_session, continued_session, own_sessions, stored_session
+from rag.service.owners import SHELL_USER, asking, cache_scope, own_sessions, stored_session
 
 ALICE = Caller("alice", {"acme": "write", "default": "read"})
 BOB = Caller("bob", {"*": "read"})
@@ -33,29 +33,20 @@ def store(tmp_path):
     s.close()
 
 
-def answered(store, caller, collection, session):
-    """As the service does: the id resolved, a turn stored, the id claimed."""
-    stored = continued_session(store, caller, collection, session)
+def answered(store, caller, collection, session) -> str:
+    """As the service does: the id resolved, then a turn stored under it."""
+    stored, _ = asking(store, caller, collection, session)
     store.append_next(stored, "q?", "prompted", "An answer.", 10)
-    claim_session(store, caller, collection, session)
     return stored
 
 
-def test_the_first_holder_answered_claims_an_id_in_its_collection_and_another_key_is_refused(store):
-    answered(store, ALICE, "acme", "s1")
-    answered(store, ALICE, "default", "s1")
-    with pytest.raises(SessionNotFound, match="no conversation s1"):
-        continued_session(store, BOB, "acme", "s1")
-    assert continued_session(store, BOB, "acme", None) is None
-    # The same id in a collection alice never answered in is bob's to take.
-    assert continued_session(store, BOB, "board", "s1") == stored_session(store, BOB, "board", "s1")
-
-
-def test_a_request_that_failed_claims_nothing(store):
-    continued_session(store, BOB, "acme", "s2")  # resolved, then the request failed: no turn, no claim
-    assert answered(store, ALICE, "acme", "s2") == stored_session(store, ALICE, "acme", "s2")
-    with pytest.raises(SessionNotFound):
-        continued_session(store, BOB, "acme", "s2")
+def test_the_same_id_is_each_holders_and_each_collections_own(store):
+    first = answered(store, ALICE, "acme", "s1")
+    assert answered(store, ALICE, "acme", "s1") == first  # alice's conversation goes on
+    others = {answered(store, who, where, "s1") for who, where in ((BOB, "acme"), (ALICE, "default"),
+                                                                 (PLAIN, "acme"), (LOCAL_USER, "acme"))}
+    assert first not in others and len(others) == 4
+    assert len(store.load(first).turns) == 2 and all(len(store.load(s).turns) == 1 for s in others)
 
 
 def test_stored_ids_are_not_computable_from_a_holders_name(store, tmp_path):
@@ -76,12 +67,11 @@ def test_stored_ids_are_not_computable_from_a_holders_name(store, tmp_path):
 
 def test_no_caller_reaches_another_holders_conversation_by_its_stored_id(store):
     stored = answered(store, ALICE, "default", "s1")
-    for caller in (PLAIN, BOB, LOCAL_USER):
-        try:
-            reached = stored_session(store, caller, "default", stored)
-        except SessionNotFound:
-            continue  # the local user: an id shaped as a stored one is refused
+    for caller in (PLAIN, BOB):
+        reached = stored_session(store, caller, "default", stored)
         assert reached != stored and store.load(reached).turns == ()
+    with pytest.raises(SessionNotFound):
+        stored_session(store, LOCAL_USER, "default", stored)  # bare ids: one shaped as a stored one is refused
     assert own_sessions(store, LOCAL_USER, "default", store.sessions()) == []
     assert own_sessions(store, PLAIN, "default", store.sessions()) == []
     assert [s["session"] for s in own_sessions(store, ALICE, "default", store.sessions())] == ["s1"]
@@ -89,34 +79,44 @@ def test_no_caller_reaches_another_holders_conversation_by_its_stored_id(store):
 
 def test_plain_keys_are_a_holder_apart_from_the_local_user(store):
     store.append("mine", turn())  # the local user's, under the bare id
-    assert stored_session(store, PLAIN, "default", "mine") != "mine"
-    with pytest.raises(SessionNotFound):
-        continued_session(store, PLAIN, "default", "mine")  # the local user's conversation is not taken over
-    answered(store, PLAIN, "default", "p1")
-    with pytest.raises(SessionNotFound):
-        continued_session(store, ALICE, "default", "p1")
+    stored = stored_session(store, PLAIN, "default", "mine")
+    assert stored != "mine" and store.load(stored).turns == ()
+    assert stored_session(store, LOCAL_USER, "default", "mine") == "mine"
 
 
-def test_a_conversation_held_before_claims_stays_its_holders(store):
-    # Before ids were claimed, alice and bob could each hold a conversation "support-1" of their own.
-    for who in (ALICE, BOB):
-        store.append(stored_session(store, who, "acme", "support-1"), turn())
-    claim_session(store, ALICE, "acme", "support-1")
-    assert continued_session(store, BOB, "acme", "support-1") == stored_session(store, BOB, "acme", "support-1")
-    assert continued_session(store, ALICE, "acme", "support-1") == stored_session(store, ALICE, "acme", "support-1")
+def test_each_holder_and_collection_has_its_own_cache_scope(store):
+    scopes = {cache_scope(store, who, where) for who in (ALICE, BOB, PLAIN) for where in ("acme", "default")}
+    assert len(scopes) == 6 and "" not in scopes
+    assert cache_scope(store, LOCAL_USER, "acme") == cache_scope(store, SHELL_USER, "default") == ""
+    assert asking(store, SHELL_USER, "acme", "x", "abc.def") == ("x", "abc.def")  # its client names it
 
 
-def test_the_local_user_is_never_locked_out_of_its_own_ids(store):
-    answered(store, ALICE, "default", "x")  # a key claims "x" first
-    assert continued_session(store, LOCAL_USER, "default", "x") == "x"  # stored apart: nothing of alice's is read
+def test_the_local_user_keeps_its_bare_ids(store):
+    answered(store, ALICE, "default", "x")
+    assert stored_session(store, LOCAL_USER, "default", "x") == "x"
     store.append("x", turn())
     assert len(store.load(stored_session(store, ALICE, "default", "x")).turns) == 1
-    assert continued_session(store, SHELL_USER, "acme", "x") == "x"  # the CLI through its resident server: as given
+    assert stored_session(store, SHELL_USER, "acme", "x") == "x"  # the CLI through its resident server: as given
+
+
+def _before(holder: str, collection: str) -> tuple[str, str]:
+    tag = hashlib.sha256(f"holder:{holder}".encode()).hexdigest()[:12]
+    return tag, f"{tag}.{hashlib.sha256(f'collection:{collection}'.encode()).hexdigest()[:8]}"
 
 
 def test_an_earlier_releases_conversation_is_moved_under_the_secret_id_when_named(store):
-    computable = f"{hashlib.sha256(b'holder:alice').hexdigest()[:12]}.{hashlib.sha256(b'collection:acme').hexdigest()[:8]}"
+    tag, computable = _before("alice", "acme")
     store.append(f"{computable}:old", turn())
+    store.claim("old", tag)  # that release recorded alice as the first to ask in "old"
     stored = stored_session(store, ALICE, "acme", "old")
     assert len(store.load(stored).turns) == 1 and store.load(f"{computable}:old").turns == ()
     assert stored_session(store, ALICE, "acme", "old") == stored  # once
+
+
+def test_turns_another_wrote_under_a_computable_id_are_never_adopted(store):
+    tag, computable = _before("alice", "acme")
+    store.append(f"{computable}:planted", turn())  # written there by someone else: no claim names alice
+    assert store.load(stored_session(store, ALICE, "acme", "planted")).turns == ()
+    store.append(f"{computable}:taken", turn())
+    store.claim("taken", _before("bob", "acme")[0])  # claimed by bob in that release
+    assert store.load(stored_session(store, ALICE, "acme", "taken")).turns == ()

@@ -16,12 +16,13 @@ holds one session across processes (SQLite: a byte-range lock on a file
 beside the database; PostgreSQL: an advisory lock), so front-ends sharing a
 store answer a conversation's questions one at a time.
 
-A session id given to the service is claimed by the first caller to use it
-(:meth:`Conversations.claim`, the table ``session_owners``, which an older
-rag-budget leaves alone), so another caller's use of it can be refused; the
-service's holders are tagged with a secret the store keeps
+The service's holders are tagged with a secret the store keeps
 (:meth:`Conversations.secret`, the table ``store_secrets``), so a stored id
-cannot be worked out from a holder's name.
+cannot be worked out from a holder's name. The table ``session_owners``
+holds who first asked in each id under an earlier release
+(:meth:`Conversations.claim`, :meth:`Conversations.owner`): it is read to
+move that release's conversations to their holders, and nothing new is
+claimed (ids are per holder and collection: ``rag.service.owners``).
 
 Each session records the index it was started against (:func:`index_key`),
 so one store shared by front-ends over several indexes lists each index's

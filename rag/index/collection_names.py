@@ -19,7 +19,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 def check_collection_name(name: str, where: str = "") -> str:
     """``name`` if it can name a collection (1-64 of a-z, 0-9, ``_`` and
     ``-``, starting with a letter or digit); else a RagError saying so."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise RagError(f"{where + ': ' if where else ''}{name!r} cannot name a collection: use 1-64 lowercase letters, digits, "
                        "'_' or '-', starting with a letter or digit")
     return name

@@ -45,6 +45,7 @@ def document_id(root: str, source: str) -> str:
 MAX_NAME_BYTES = 200  # the name of an upload; its temporary name adds about 40
 PART_SUFFIX = ".part"  # an upload being written: ``.NAME.PID.THREAD.part``
 PREVIOUS_SUFFIX = ".previous"  # the indexed version of a file an upload replaces: ``.NAME.previous``
+UPLOADS_MARK = ".rag-uploads"  # in every uploads folder an upload made; only such a folder is ever deleted
 
 
 @contextlib.contextmanager
@@ -176,18 +177,21 @@ class DocumentLibrary:
         follow_links: bool = True,
         cancel: threading.Event | None = None,
         collection: str = DEFAULT_COLLECTION,
+        skip: Sequence[Path] = (),
     ) -> IngestReport:
         """Add, update and remove documents under ``paths`` in
         ``collection``, incrementally and atomically (no other collection's
         documents are read or touched); see :func:`rag.ingest.run.ingest`
         (``cancel``, or :meth:`stop_ingests`, stops it: IngestCancelled,
-        nothing published)."""
+        nothing published). The folders ``skip`` (another collection's,
+        nested inside these) and the index's own (:meth:`own_folders`) are
+        never walked."""
         chunker = self.chunker(chunk_tokens, overlap_tokens, fresh=rebuild)
         with self._cancellable(cancel) as cancel:
             report = ingest(self.index_location, paths, embedder=self._embedder(), chunker=chunker, include=include,
                             exclude=exclude, max_file_bytes=max_file_bytes, rebuild=rebuild, progress=progress,
                             follow_links=follow_links, cancel=cancel, collection=collection,
-                            skip=self.own_folders())
+                            skip=[*self.own_folders(), *(Path(p).resolve() for p in skip)])
         self._changed()
         return report
 
@@ -247,6 +251,7 @@ class DocumentLibrary:
         folder = self.upload_folder(collection)
         safe = safe_file_name(name)
         folder.mkdir(parents=True, exist_ok=True)
+        (folder / UPLOADS_MARK).touch()  # made by this library: deleting the collection may remove it
         target = folder / safe
         with _folder_lock(folder):
             notes = self.sweep_uploads(collection)
@@ -368,14 +373,12 @@ class DocumentLibrary:
         return removed
 
     def _remove_uploads(self, collection: str) -> None:
-        """Delete what was uploaded into ``collection`` (its uploads folder,
-        under the folder's lock, so no upload is half written meanwhile); a
-        link in its place is removed, never followed."""
+        """Delete what was uploaded into ``collection``: its uploads folder,
+        under the folder's lock (so no upload is half written meanwhile),
+        only where an upload made it (it holds :data:`UPLOADS_MARK`): a
+        folder that merely has its name, or a link there, is left alone."""
         folder = self.upload_folder(collection)
-        if folder.is_symlink():
-            folder.unlink()
-            return
-        if not folder.is_dir():
+        if folder.is_symlink() or not (folder / UPLOADS_MARK).is_file():
             return
         with _folder_lock(folder):
             for entry in folder.iterdir():

@@ -22,7 +22,7 @@ from ..qa.answer import Answer, where
 from ..qa.options import AskOptions, valid_text
 from ..retrieval.scope import Scope
 from ..service.keys import LOCAL_USER, Caller
-from ..service.owners import claim_session, continued_session
+from ..service.owners import asking
 
 if TYPE_CHECKING:
     from .connection import Answerer, Connection
@@ -63,18 +63,17 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
         raise RagError("the question is empty; ask something about your documents")
     readable(caller, collection)
     answerer = connection.get()
+    # No store opened without a session for the local user (whose prompts' cache scope is "").
+    stored, caches = asking(answerer.conversations, caller, collection, session) \
+        if session is not None or caller != LOCAL_USER else (None, "")
     options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(),
-                            session=None if session is None else continued_session(
-                                answerer.conversations, caller, collection, session),  # no store opened without one
-                            collection=collection)
+                            session=stored, collection=collection, cache_scope=caches)
     text = ""
     with answerer.stream(question, options) as stream:
         for piece in stream:
             if piece and on_text is not None:
                 text += piece
                 on_text(text)
-    if session is not None:  # answered: now the id is claimed (a failed ask claims nothing)
-        claim_session(answerer.conversations, caller, collection, session)
     return answered(stream.answer) | ({"session": session} if session is not None else {})
 
 

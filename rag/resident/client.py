@@ -101,6 +101,8 @@ class ResidentClient:
                 "retrieval": options.retrieval or self.settings.retrieval}
         if options.scope != Scope():
             body["scope"] = options.scope.model_dump(mode="json")
+        if options.cache_scope:
+            body["cache_scope"] = options.cache_scope  # the caller MCP answers for (its socket is trusted)
         return body | ({"no_target": True} if target is None else {"target_ttft_s": target})
 
     def _answer(self, body: dict, early: Early) -> Generator[str, None, Answer]:

@@ -45,19 +45,17 @@ class ThreadedAnswer:
 
     :meth:`aclose` (a client that went away) cancels the stream at once,
     even before its first piece: the engine drops the request at its next
-    step, and the thread ends and closes the stream. ``answered()`` runs on
-    that thread once the answer is whole, before it is handed over;
-    ``finished(answer or None)`` at the end.
+    step, and the thread ends and closes the stream. ``finished(answer or
+    None)`` runs on that thread at the end.
     """
 
-    def __init__(self, stream: AnswerStream, finished: Callable[[Answer | None], None],
-                 answered: Callable[[], None] | None = None) -> None:
+    def __init__(self, stream: AnswerStream, finished: Callable[[Answer | None], None]) -> None:
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue = asyncio.Queue()
         self._stop = threading.Event()
         self._answer: Answer | None = None
         self._over = False
-        self._stream, self._finished, self._answered = stream, finished, answered
+        self._stream, self._finished = stream, finished
         threading.Thread(target=self._produce, name="rag-request", daemon=True).start()
 
     def _hand_over(self, kind: str, value: object) -> None:
@@ -75,8 +73,6 @@ class ThreadedAnswer:
                     break
             else:
                 answer = self._stream.answer
-                if self._answered is not None:
-                    self._answered()  # before the caller hears of the answer, so its next request sees it
                 self._hand_over("answer", answer)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the consumer's side
             self._hand_over("error", exc)
@@ -179,13 +175,10 @@ class Answering:
         self.queue = EngineQueue()
 
     def start(self, endpoint: str, question: str, *, target_ttft: float | None, session: str | None,
-              max_tokens: int, scope: Scope | None = None, answered: Callable[[], None] | None = None,
-              **more) -> ThreadedAnswer:
+              max_tokens: int, scope: Scope | None = None, **more) -> ThreadedAnswer:
         """The answer to ``question`` from the documents in ``scope`` (None:
-        all), started; ``more``: other :class:`AskOptions` fields;
-        ``answered()`` runs once the answer is whole (not for one that
-        failed or was stopped). Rejected when the expected wait alone
-        exceeds the target, RagError for bad options."""
+        all), started; ``more``: other :class:`AskOptions` fields. Rejected
+        when the expected wait alone exceeds the target, RagError for bad options."""
         limit = self.settings.max_tokens_limit
         if max_tokens > limit:
             raise RagError(f"max_tokens {max_tokens} is over this server's limit of {limit}")
@@ -222,4 +215,4 @@ class Answering:
                 self.metrics.observe(answer)
                 self.metrics.requests.labels(endpoint, "ok").inc()
 
-        return ThreadedAnswer(stream, finished, answered)
+        return ThreadedAnswer(stream, finished)

@@ -38,7 +38,9 @@ UPLOADS = "/v1/documents"  # POSTed: a document to ingest
 RETRY_IN_FLIGHT_S = 1  # Retry-After of an upload refused for what its caller holds: one ends any moment
 PUBLIC = frozenset({"/healthz", "/"})  # and the page's files, under /static/
 STATIC_PREFIX = "/static/"
-DOCS = frozenset({"/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+# Open without a key where keys are set and RAG_SERVE_PUBLIC_DOCS asks. Not /metrics: it counts every
+# collection's questions and prompts, so it always takes a key that may read every collection (issue 55).
+DOCS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 
 def route_label(scope) -> str:
@@ -125,7 +127,8 @@ class Gate:
             if why is not None:
                 return 403, why, "forbidden", {}
         if path in PUBLIC or path.startswith(STATIC_PREFIX) or \
-                (path in DOCS and (settings.public_docs or not settings.keyed)):
+                (path in DOCS and (settings.public_docs or not settings.keyed)) or \
+                (path == "/metrics" and not settings.keyed):
             return None
         address = f"addr:{scope['client'][0] if scope.get('client') else '?'}"
         caller = address

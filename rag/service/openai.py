@@ -23,7 +23,7 @@ from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .keys import Caller
-from .owners import claimer, continued_session, stored_session
+from .owners import asking
 from .rights import refusal
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -50,16 +50,13 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens,
                   body.session_id())
     try:
-        # An explicit session is claimed as /v1/ask's is; one made from the OpenAI ``user`` (an end user's
-        # name, which two applications may both send) is only kept apart per key, never refused.
-        conversations = state.pipeline.conversations
-        if body.session is not None:
-            session = await run_in_threadpool(continued_session, conversations, who, body.collection, body.session)
-        else:
-            session = await run_in_threadpool(stored_session, conversations, who, body.collection, body.session_id())
+        # A session, or one made from the OpenAI ``user`` (an end user's name, which two applications may
+        # both send), is the key's own in this collection (rag.service.owners).
+        session, caches = await run_in_threadpool(asking, state.pipeline.conversations, who, body.collection,
+                                                  body.session_id())
         answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s, session=session,
                                        max_tokens=max_tokens, scope=body.scope, collection=body.collection,
-                                       answered=claimer(state, who, body.collection, body.session))
+                                       cache_scope=caches)
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return reply.completion(done) if done is not None else Response(status_code=499)

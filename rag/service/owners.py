@@ -16,18 +16,14 @@ keys) keeps bare ids in the default collection, as before holders existed;
 an id shaped like a stored one is refused there, so it cannot name a
 holder's conversation by its stored id either.
 
-A session id is claimed, per collection, by the holder whose question in
-it is first answered (:func:`claim_session`, after the answer: a request
-that fails claims nothing). Another holder asking in that id in that
-collection is told there is no conversation of that id (404), and nothing
-of the first is read; the same id in another collection is free. That 404
-tells the other key only that the id is in use, never by whom or what it
-holds; ids drawn at random (as the page draws them) tell nothing. The local
-user is never refused: its conversations are stored apart from every key's.
+Ids are the caller's own: the same id named by two holders, or by one
+holder in two collections, is two conversations, so no one can take an id
+from another, lock another out of it, or learn that another uses it.
 
 Conversations stored under the tags of earlier releases (a SHA-256 of the
 holder's name, which anyone could compute) are moved under the secret tag
-the first time their holder names them (:func:`_moved_from_before`).
+the first time their holder names them, where that release's claim of the
+id names the holder (:func:`_moved_from_before`).
 
 Does not: store conversations (``rag.conversations``) or find the caller (``gate``).
 """
@@ -36,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..errors import RagError, SessionNotFound
 from ..index.collection_names import DEFAULT_COLLECTION
@@ -117,73 +113,53 @@ def stored_session(conversations: Conversations, caller: Caller, collection: str
     return stored
 
 
-def _claim_key(collection: str, session: str) -> str:
-    """What a claim of ``session`` in ``collection`` is recorded under (a claim is per collection)."""
-    return f"{_collection_tag(collection)}:{session}"[:128]
-
-
-def continued_session(conversations: Conversations, caller: Caller, collection: str, session: str | None) -> str | None:
-    """The id ``session`` is stored under for ``caller`` in ``collection``
-    (as :func:`stored_session`), once the id is known to be the caller's
-    to use: no other holder's answered question claimed it in this
-    collection, or the caller already holds a conversation under it (one
-    from before ids were claimed); SessionNotFound otherwise. Claims
-    nothing: :func:`claim_session` does, once an answer came. A key asking
-    in a default-collection id under which the local user kept turns
-    before claims existed is refused too: that conversation is the local
-    user's. The local user is never refused."""
+def asking(conversations: Conversations, caller: Caller, collection: str, session: str | None,
+           given_scope: str | None = None) -> tuple[str | None, str]:
+    """What a question of ``caller`` in ``collection`` runs as: the id its
+    ``session`` is stored under (:func:`stored_session`: nothing claimed,
+    no one refused, ids being per holder and collection) and its
+    :func:`cache_scope`, or ``given_scope`` where the caller is trusted to
+    name it (the resident server's client, answering for MCP's caller)."""
     stored = stored_session(conversations, caller, collection, session)
-    if session is None or _local(caller):
-        return stored
-    owner = conversations.owner(_claim_key(collection, session))
-    if owner is None and collection == DEFAULT_COLLECTION and not _owned(session) and _holds(conversations, session):
-        owner = "local"  # the bare id's turns: the local user's, from before claims
-    if owner is not None and owner != owner_tag(conversations, caller) and not _holds(conversations, stored):
-        raise SessionNotFound(f"no conversation {session} for this key: choose another session id")
-    return stored
+    return stored, given_scope if given_scope is not None else cache_scope(conversations, caller, collection)
 
 
-def claim_session(conversations: Conversations, caller: Caller, collection: str, session: str | None) -> None:
-    """Record that ``caller`` answered in ``session`` in ``collection``
-    (after its answer: nothing is claimed by a request that failed); the
-    first holder's claim stands. The local user claims nothing."""
-    if session is None or _local(caller):
-        return
-    conversations.claim(_claim_key(collection, session), owner_tag(conversations, caller))
+def cache_scope(conversations: Conversations, caller: Caller, collection: str) -> str:
+    """Whose cached cells ``caller``'s prompts in ``collection`` may reuse
+    beyond the shared system prompt (``AskOptions.cache_scope``): its
+    holder tag and the collection's, "" for the local user (its own
+    machine's caches are its own)."""
+    if _local(caller):
+        return ""
+    return f"{owner_tag(conversations, caller)}.{_collection_tag(collection)}"
 
 
-def claimer(state, caller: Caller, collection: str, session: str | None) -> Callable[[], None]:
-    """What claims ``session`` for ``caller`` in ``collection`` once its
-    answer came (:func:`claim_session` over ``state``'s conversation store)."""
-    return lambda: claim_session(state.pipeline.conversations, caller, collection, session)
-
-
-def _holds(conversations: Conversations, stored: str) -> bool:
-    """Whether the store holds turns (or a summary of them) under ``stored``."""
-    earlier = conversations.load(stored)
-    return bool(earlier.turns or earlier.folded)
-
-
-def _before(caller: Caller, collection: str) -> str | None:
-    """The prefix an earlier release stored ``caller``'s ids in
-    ``collection`` under (a SHA-256 of the holder's name), or None where it
-    used bare ids or its ids were shared (the plain keys' were the local user's)."""
+def _before(caller: Caller, collection: str) -> tuple[str, str] | None:
+    """The tag an earlier release gave ``caller`` (a SHA-256 of its
+    holder's name) and the prefix it stored ``caller``'s ids in
+    ``collection`` under, or None where it used bare ids or its ids were
+    shared (the plain keys' were the local user's)."""
     if caller != LOCAL_USER and caller.everything:
         return None
-    name = "" if caller == LOCAL_USER else caller.holder
     if caller == LOCAL_USER and collection == DEFAULT_COLLECTION:
         return None
-    return f"{_hexdigest('holder:' + name, _TAG)}.{_collection_tag(collection)}:"
+    tag = _hexdigest("holder:" + ("" if caller == LOCAL_USER else caller.holder), _TAG)
+    return tag, f"{tag}.{_collection_tag(collection)}:"
 
 
 def _moved_from_before(conversations: Conversations, caller: Caller, collection: str, session: str,
                        stored: str) -> None:
     """Move the conversation an earlier release kept for ``caller`` under
-    a computable id to ``stored``, the first time it is named (nothing when
-    ``stored`` already holds one, or there was none)."""
+    a computable id to ``stored``, the first time it is named: only where
+    that release's claim of the id names ``caller`` (it recorded who first
+    asked in each id), so turns another caller wrote under the computable
+    id are never adopted; nothing when ``stored`` already holds one."""
     before = _before(caller, collection)
-    if before is not None:
-        conversations.rename(before + session, stored)
+    if before is None:
+        return
+    tag, prefix = before
+    if conversations.owner(session) == tag:
+        conversations.rename(prefix + session, stored)
 
 
 def own_sessions(conversations: Conversations, caller: Caller, collection: str,

@@ -25,7 +25,7 @@ from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, CollectionBody, SearchBody
-from .owners import claimer, continued_session
+from .owners import SHELL_USER, asking
 from .rights import COLLECTION_QUERY, readable, refusal, service_wide_refusal
 from .keys import Caller
 from .state import ServiceState, caller, service
@@ -114,11 +114,12 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
         return waited
     shown = {"session": body.session} if body.session is not None else {}  # the id the caller gave, not the stored one
     try:
-        session = None if body.session is None else await run_in_threadpool(
-            continued_session, state.pipeline.conversations, who, collection, body.session)  # a store read: off the loop
+        session, caches = await run_in_threadpool(  # a store read: off the loop
+            asking, state.pipeline.conversations, who, collection, body.session,
+            body.cache_scope if who == SHELL_USER else None)
         answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=session,
-                                       max_tokens=body.max_tokens, scope=body.scope,
-                                       answered=claimer(state, who, collection, body.session), **body.options())
+                                       max_tokens=body.max_tokens, scope=body.scope, cache_scope=caches,
+                                       **body.options())
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return done.to_dict() | shown if done is not None else Response(status_code=499)

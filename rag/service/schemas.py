@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Literal, Optional, Union
 
+from pydantic.json_schema import SkipJsonSchema
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
@@ -29,6 +30,9 @@ class _AskBase(BaseModel):
     max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1, description=AskOptions.describe("max_tokens", default=False))
     stream: bool = False
     scope: Scope | None = SCOPE_FIELD
+    # Sent by the resident server's own client (MCP over HTTP through it names its caller's scope); read
+    # from no other caller (routes.ask), and not shown in the API's schema.
+    cache_scope: SkipJsonSchema[str | None] = Field(None, max_length=64, pattern=r"^[0-9a-f.]*$")
 
     def options(self) -> dict[str, object]:
         """The question's options beyond the question, target, session and

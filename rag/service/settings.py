@@ -55,7 +55,8 @@ class ServiceSettings(BaseSettings):
     keys_file: Optional[Path] = Field(
         None, description="A TOML or JSON file of keys: each key's holder and its rights per collection "
                           "(rag.service.keys); beside any api_keys")
-    public_docs: bool = Field(False, description="Serve /metrics, /docs and /openapi.json without a key when keys are set")
+    public_docs: bool = Field(False, description="Serve /docs and /openapi.json without a key when keys are set "
+                                                 "(/metrics always takes a key that may read every collection)")
     auth_failures_per_minute: int = Field(10, ge=1, description="Wrong keys a client address may send a minute")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="Largest request body")
     max_tokens_limit: int = Field(1024, ge=1, description="Most answer tokens a request may ask for")

@@ -53,8 +53,10 @@ class FolderWatcher:
     def _run(self, paths: list[Path], collection: str) -> None:
         library = self.pipeline.library
         # Stopping the watch stops its ingest too, before its next batch embedded.
+        # Another collection's watched folder inside these is its own: never walked for this one.
+        others = [w.folder for w in self.watched if w.collection != collection]
         options = {"max_file_bytes": self.pipeline.settings.max_file_bytes, "cancel": self.stop_event,
-                   "collection": collection}
+                   "collection": collection, "skip": others}
         told = lambda report, problem, n: self._told(paths, collection, report, problem)  # noqa: E731
         try:
             with self._first:  # the collections' first ingests one at a time: one writer at a time
