@@ -1,11 +1,11 @@
-"""A team on one service (issue 46): two keys with different rights over
+"""A team on one service (issue 46): keys with different rights over
 collections, on the real HTTP server in front of the real PostgreSQL index.
-Every route is tried with every key and collection, and what each must get
-is worked out from the key's rights (a table generated, not hand-picked)."""
+The table of every route with every key and collection, worked out from the
+rights, runs over both stores in tests/test_adversarial_service.py, which
+takes ``ROUTES`` from here."""
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import httpx
@@ -19,7 +19,6 @@ from .conftest import CORPUS, write_corpus
 
 BOARD = "The board approved the merger with Borealis Shipping on 3 June; the vote was seven to two."
 ACME = "Acme's maintenance contract renews every March at a price of 41,000 euros, signed by Dana Reyes."
-COLLECTIONS = ("default", "acme", "board", "nosuch")
 ALICE, _ = new_key()
 BOB, _ = new_key()
 CAROL, _ = new_key()
@@ -71,11 +70,6 @@ def conversations_served(request, served, team, embedder, backend):
     p.close()
 
 
-def _right(holder: str | None, collection: str) -> str | None:
-    rights = RIGHTS.get(holder or "", {})
-    return rights.get(collection) or rights.get("*")
-
-
 # Each route: how to call it for a collection, and whether it changes the collection.
 ROUTES = {
     "search": (False, lambda c: ("POST", "/v1/search", {"json": {"query": "contract", "collection": c}})),
@@ -91,39 +85,7 @@ ROUTES = {
     "delete": (True, lambda c: ("DELETE", "/v1/documents/0000000000000000", {"params": {"collection": c}})),
     "create": (True, lambda c: ("POST", "/v1/collections", {"json": {"name": c}})),
 }
-# The outcome a request must get: the key's holder may not use the collection at all, may only read it, or may.
-TABLE = [(route, holder, collection) for route, holder, collection in itertools.product(ROUTES, KEYS, COLLECTIONS)]
-
-
-def expected(route: str, holder: str | None, collection: str) -> int | str:
-    writes, _ = ROUTES[route]
-    if holder not in RIGHTS:
-        return 401
-    right = _right(holder, collection)
-    if right is None:
-        return 404
-    if writes and right != "write":
-        return 403
-    return "allowed"
-
-
-@pytest.mark.parametrize("route, holder, collection", TABLE, ids=[f"{r}-{h}-{c}" for r, h, c in TABLE])
-def test_every_route_with_every_key_and_collection(served, route, holder, collection):
-    server, _ = served
-    method, path, options = ROUTES[route][1](collection)
-    headers = {"Authorization": f"Bearer {KEYS[holder]}"} if KEYS[holder] else {}
-    r = httpx.request(method, f"{server.url}{path}", headers=headers, timeout=120, **options)
-    want = expected(route, holder, collection)
-    if want == "allowed":
-        assert r.status_code not in (401, 403), r.text
-        if route in ("search", "ask", "chat") and collection == "nosuch":
-            assert r.status_code == 404 and "holds no documents" in r.json()["error"]["message"], r.text
-        elif route in ("search", "ask", "chat", "list"):
-            assert r.status_code == 200, r.text
-    else:
-        assert r.status_code == want, r.text
-    if want == 404:  # told as one that holds nothing: the words do not say it exists
-        assert "holds no documents" in r.json()["error"]["message"]
+# Every route with every caller and collection, over both stores, is tests/test_adversarial_service.py's table.
 
 
 def test_a_collection_the_key_may_not_read_is_told_as_one_that_does_not_exist(served):
