@@ -311,27 +311,28 @@ def test_no_collections_prompt_reuses_anothers_cached_cells(world):
     assert cached("twin-b") <= never + 2  # the twin finds nothing of twin-a's (a token or two of its heading)
 
 
-def test_a_watched_folder_holding_the_index_takes_nothing_of_its_uploads(world, tmp_path, embedder, backend):
-    server, p, _ = world
-    if str(p.index_location).startswith("postgresql"):
-        pytest.skip("the index's own folders exist for a folder index only")
+def _served_watching(pipeline: Pipeline, watch: list[str], collections: tuple[str, ...]) -> None:
+    """Serve ``pipeline`` watching ``watch`` until each of ``collections``
+    holds a document (the watchers' first ingests), then stop."""
+    import time
+
+    server = LoopbackServer(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0, watch=watch)))
+    try:
+        deadline = time.monotonic() + 120  # an upper bound on the watchers' first ingests, not a timing assertion
+        while time.monotonic() < deadline and not all(pipeline.documents(c) for c in collections):
+            time.sleep(0.5)
+    finally:
+        server.stop()
+
+
+def test_a_watched_folder_holding_the_index_takes_nothing_of_its_uploads(tmp_path, embedder, backend):
     home = tmp_path / "home"
-    index = home / "index"
-    pipeline = Pipeline.open(index, embedder=embedder, backend=backend, conversations=tmp_path / "c.sqlite")
+    pipeline = Pipeline.open(home / "index", embedder=embedder, backend=backend, conversations=tmp_path / "c.sqlite")
     try:
         pipeline.library.add("secret.md", BETA.encode(), collection="beta")  # -> home/index-uploads-beta/
         write_corpus(home / "notes", {"notes.md": "Shared notes about the harbour."})
         (home / "readme.md").write_text("What this folder holds: notes, and the index.")
-        watched = LoopbackServer(create_app(pipeline, ServiceSettings(
-            rate_limit_per_minute=0, watch=[str(home), f"{home / 'notes'}=alpha"])))
-        try:
-            import time
-
-            deadline = time.monotonic() + 120  # an upper bound on the watcher's first ingests, not a timing assertion
-            while time.monotonic() < deadline and not (pipeline.documents() and pipeline.documents("alpha")):
-                time.sleep(0.5)
-        finally:
-            watched.stop()
+        _served_watching(pipeline, [str(home), f"{home / 'notes'}=alpha"], ("default", "alpha"))
         # The folder was ingested, but neither the index's own folders nor alpha's watched folder inside it.
         assert {d["source"] for d in pipeline.documents()} == {"readme.md"}
         assert {d["source"] for d in pipeline.documents("alpha")} == {"notes.md"}  # DIR=COLLECTION
@@ -345,16 +346,7 @@ def test_a_watched_folder_inside_another_collections_is_that_ones_alone(tmp_path
     write_corpus(home / "teamb", {"plans.md": BETA})
     pipeline = Pipeline.open(tmp_path / "index", embedder=embedder, backend=backend, conversations=tmp_path / "c.sqlite")
     try:
-        watched = LoopbackServer(create_app(pipeline, ServiceSettings(
-            rate_limit_per_minute=0, watch=[str(home), f"{home / 'teamb'}=beta"])))
-        try:
-            import time
-
-            deadline = time.monotonic() + 120  # an upper bound on the watcher's first ingests, not a timing assertion
-            while time.monotonic() < deadline and not (pipeline.documents() and pipeline.documents("beta")):
-                time.sleep(0.5)
-        finally:
-            watched.stop()
+        _served_watching(pipeline, [str(home), f"{home / 'teamb'}=beta"], ("default", "beta"))
         assert {d["source"] for d in pipeline.documents()} == {"shared.md"}  # not teamb/plans.md
         assert {d["source"] for d in pipeline.documents("beta")} == {"plans.md"}
     finally:
