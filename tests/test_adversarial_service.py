@@ -311,6 +311,38 @@ def test_no_collections_prompt_reuses_anothers_cached_cells(world):
     assert cached("twin-b") <= never + 2  # the twin finds nothing of twin-a's (a token or two of its heading)
 
 
+def test_no_caller_reads_anothers_question_through_the_engines_cache(world):
+    # The plain key asks a question in a collection of one document, in a conversation and alone. Admin,
+    # who may read it too, then asks that very question and a wrong guess of it: if the cells the plain
+    # key's prompts left were reused, the right guess would find more cached (and start sooner) than the
+    # wrong one, and a guess could be confirmed token by token. Each finds only what its own earlier
+    # prompts left: the system prompt, the collection's heading and passage.
+    server, _, _ = world
+    plain, admin = _headers("plain"), _headers("admin")
+    secret = "Does the Quillfeather merger close on the ninth of March?"
+    guess = "Will the Quillfeather merger close on the ninth of March?"
+    r = httpx.post(f"{server.url}/v1/documents", params={"collection": "vault"}, headers=admin, timeout=300,
+                   files={"file": ("vault.md", b"The vault holds the merger papers and the board's letters.")})
+    assert r.status_code == 200, r.text
+
+    def cached(headers, question, **extra) -> int:
+        r = httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120, json={
+            "question": question, "collection": "vault", "max_tokens": 2} | extra)
+        assert r.status_code == 200, r.text
+        return r.json()["timings"]["cached_tokens"]
+
+    for extra in ({"session": "h1"}, {"session": "h1"}, {}, {}):
+        cached(plain, secret, **extra)
+    cached(admin, "What does the vault hold?")  # admin's own cells: the system prompt, heading and passage
+    wrong, right = cached(admin, guess), cached(admin, secret)
+    assert right <= wrong + 3, (right, wrong)  # the plain key's question is not read back
+    for session, question in (("g-wrong", guess), ("g-right", secret)):
+        cached(admin, question, session=session)
+    wrong = cached(admin, "And then?", session="g-wrong")
+    right = cached(admin, "And then?", session="g-right")
+    assert right <= wrong + 3, (right, wrong)  # nor its conversation's turns
+
+
 def _served_watching(pipeline: Pipeline, watch: list[str], collections: tuple[str, ...]) -> None:
     """Serve ``pipeline`` watching ``watch`` until each of ``collections``
     holds a document (the watchers' first ingests), then stop."""
