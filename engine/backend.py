@@ -12,6 +12,20 @@ A completion is a :class:`Generation`: iterate it for text, then read its
 :class:`Timings`. Engines write it as a generator that yields text and
 returns the timings, so nothing downstream sorts a mixed stream by type.
 
+Every request names a cache scope (``cache_scope``, a string; "": the local
+user's, what a caller that names none gets). What a cache can tell of a
+prompt is a secret of whoever asked it: a prompt found cached is evaluated
+faster, and says so in ``cached_tokens``, so a caller who could start from
+another's cells could read that other's question word by word, guessing on.
+So an engine that keeps KV between requests lets a prompt of one scope start
+from what prompts of another left (an idle sequence's prompt, a session's
+snapshot, a passage's exact segment) only as far as the shared system
+prompt, which every prompt holds anyway; from its own scope's, as far as
+they share tokens. :meth:`PrefixCache.cached_prefix` and
+:meth:`ExactPassages.held_prefix` predict the same, for the scope named.
+A remote engine carries the scope where its server can (vLLM's
+``cache_salt``); see the engine README for one that cannot.
+
 Does not: choose what goes into the prompt, retrieve, or keep conversations.
 """
 
@@ -255,6 +269,7 @@ class Backend(Protocol):
         deadline: float | None = None,
         background: bool = False,
         stop: Sequence[str] = (),
+        cache_scope: str = "",
     ) -> Generation:
         """The completion of ``prompt`` (text, or tokens as :meth:`tokenize`
         gives them), streamed as a :class:`Generation`. It ends, with its
@@ -263,8 +278,10 @@ class Backend(Protocol):
         engine's choice; a reader cuts it).
 
         An engine with a :class:`PrefixCache` does not evaluate again the
-        longest prefix of the prompt it holds, and with a ``session`` key
-        keeps the state after the answer for the session's next prompt. An
+        longest prefix of the prompt it holds for ``cache_scope`` (beyond
+        the shared system prompt, only what prompts of that scope left; see
+        the module), and with a ``session`` key keeps the state after the
+        answer for the session's next prompt, as that scope's. An
         engine that serves several requests at once may order them by
         ``deadline`` (a ``time.perf_counter()`` instant) and run
         ``background`` work only when nothing else waits; others ignore both.
@@ -295,17 +312,17 @@ class PrefixCache(Protocol):
     """An optional ability: an engine that keeps KV state between requests
     and lets the caller predict, fill and drop it."""
 
-    def cached_prefix(self, tokens: Sequence[int]) -> int:
+    def cached_prefix(self, tokens: Sequence[int], cache_scope: str = "") -> int:
         """How many leading ``tokens`` the engine would reuse from its KV
         cache or its saved snapshots, not evaluating them again, if they were
-        prompted now."""
+        prompted now by a request of ``cache_scope`` (see the module)."""
         ...
 
-    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False, cache_scope: str = "") -> Timings:
         """Evaluate ``tokens`` now (reusing any cached prefix) and keep the
-        state under ``session``, so a later prompt that starts with them
-        finds them cached; ``pin`` keeps it from eviction (the system
-        prompt's state)."""
+        state under ``session``, so a later prompt of ``cache_scope`` that
+        starts with them finds them cached; ``pin`` keeps it from eviction
+        and makes it every scope's (the system prompt's state)."""
         ...
 
     def forget(self, session: str) -> None:
@@ -339,7 +356,10 @@ class PassageKV(Protocol):
     What it keeps is keyed by the passages' ``collection`` as well as their
     tokens (:data:`DEFAULT_COLLECTION` when none is named): a passage of one
     collection is never served to, nor counted as stored for, a prompt of
-    another, even where the two passages' texts are the same."""
+    another, even where the two passages' texts are the same. It is the same
+    for every cache scope: a stored passage was evaluated behind the system
+    prompt alone, so it holds no one's question, only a passage its
+    collection's readers may read."""
 
     splice_fresh: int | None
 
@@ -364,21 +384,24 @@ class PassageKV(Protocol):
 class ExactPassages(Protocol):
     """An optional ability: an engine that keeps the exact KV of the
     passages of prompts it answered, cut at passage boundaries, and reuses
-    it in a later prompt of the same collection that begins with the same
-    tokens up to a passage's end (its ``generate`` takes ``passages=`` and
-    ``collection=`` as for :class:`PassageKV`). ``exact_passages``: whether it does now."""
+    it in a later prompt of the same collection and cache scope that begins
+    with the same tokens up to a passage's end (its ``generate`` takes
+    ``passages=`` and ``collection=`` as for :class:`PassageKV`, and
+    ``cache_scope=``). ``exact_passages``: whether it does now."""
 
     exact_passages: bool
 
-    def held_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> list[bool]:
-        """For each passage of ``collection``: whether the engine may hold it (a hint)."""
+    def held_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION,
+                      cache_scope: str = "") -> list[bool]:
+        """For each passage of ``collection``: whether the engine may hold it
+        for ``cache_scope`` (a hint)."""
         ...
 
     def held_prefix(self, tokens: Sequence[int], texts: Sequence[str], *,
-                    collection: str = DEFAULT_COLLECTION) -> tuple[int, int]:
-        """Leading prompt tokens that will not be evaluated (cached, then
-        held passages of ``collection`` following on), and how many of
-        ``texts`` lie inside."""
+                    collection: str = DEFAULT_COLLECTION, cache_scope: str = "") -> tuple[int, int]:
+        """Leading prompt tokens that will not be evaluated for a prompt of
+        ``cache_scope`` (cached, then held passages of ``collection``
+        following on), and how many of ``texts`` lie inside."""
         ...
 
 

@@ -2,8 +2,9 @@
 
 Tokens are runs of non-space characters and single spaces; "prefill" costs
 ``seconds_per_token`` for each token after the longest common prefix with the
-previous prompt or a saved session state, and nothing is slept: the timings
-are computed, not measured.
+previous prompt or a saved session state of the prompt's cache scope (a
+pinned state is every scope's, as the real engine's system prompt is), and
+nothing is slept: the timings are computed, not measured.
 Never use it where a test claims to exercise the real engine.
 """
 
@@ -26,7 +27,9 @@ class FakeBackend:
         self.reply = reply
         self._vocab: dict[str, int] = {}
         self._cached: list[int] = []
+        self._cached_scope = ""  # the cache scope of the previous prompt
         self.saved: dict[str, list[int]] = {}  # session -> the tokens its state holds
+        self.scopes: dict[str, str | None] = {}  # session -> the cache scope of its state (None: every scope's)
 
     @property
     def name(self) -> str:
@@ -53,25 +56,28 @@ class FakeBackend:
             n += 1
         return n
 
-    def cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Leading tokens shared with the previous prompt or a saved state,
-        the last one excepted."""
-        return max([self._common(self._cached, tokens)] + [self._common(s, tokens) for s in self.saved.values()])
+    def cached_prefix(self, tokens: Sequence[int], cache_scope: str = "") -> int:
+        """Leading tokens shared with the previous prompt or a saved state of
+        ``cache_scope`` (or pinned), the last one excepted."""
+        held = [self._cached] if self._cached_scope == cache_scope else []
+        held += [s for key, s in self.saved.items() if self.scopes.get(key, "") in (cache_scope, None)]
+        return max([0] + [self._common(s, tokens) for s in held])
 
     def generate(
         self, prompt: str | Sequence[int], *, max_tokens: int = 256, temperature: float = 0.0,
         session: str | None = None, deadline: float | None = None, background: bool = False,
-        stop: Sequence[str] = (),
+        stop: Sequence[str] = (), cache_scope: str = "",
     ) -> Generation:
         """The fixed reply, word by word, up to the word that completes one
         of ``stop``; Timings from the formula."""
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_fits(len(tokens), max_tokens, self._n_ctx)
-        return Generation(self._stream(tokens, max_tokens, session, tuple(s for s in stop if s)), engine=self.name)
+        return Generation(self._stream(tokens, max_tokens, session, tuple(s for s in stop if s), cache_scope),
+                          engine=self.name)
 
     def _stream(self, tokens: list[int], max_tokens: int, session: str | None,
-                stop: tuple[str, ...] = ()) -> Generator[str, None, Timings]:
-        cached = self.cached_prefix(tokens)
+                stop: tuple[str, ...] = (), scope: str = "") -> Generator[str, None, Timings]:
+        cached = self.cached_prefix(tokens, scope)
         prefill = len(tokens) - cached
         words = self.reply.split(" ")[:max_tokens]
         said = ""
@@ -82,24 +88,26 @@ class FakeBackend:
             if any(s in said for s in stop):
                 words = words[: i + 1]
                 break
-        self._cached = tokens + self.tokenize(self.reply)
+        self._cached, self._cached_scope = tokens + self.tokenize(self.reply), scope
         if session is not None:
-            self.saved[session] = list(self._cached)
+            self.saved[session], self.scopes[session] = list(self._cached), scope
         prefill_s = prefill * self.seconds_per_token
         decode_s = len(words) * self.seconds_per_token
         return Timings(len(tokens), cached, prefill, prefill_s, prefill_s, len(words), decode_s, prefill_s + decode_s)
 
-    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
-        """Hold ``tokens`` as ``session``'s state; Timings from the formula."""
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False, cache_scope: str = "") -> Timings:
+        """Hold ``tokens`` as ``session``'s state, of ``cache_scope`` (every
+        scope's when ``pin``); Timings from the formula."""
         tokens = list(tokens)
-        cached = min(self.cached_prefix(tokens + [-1]), len(tokens))
-        self._cached = tokens
-        self.saved[session] = tokens
+        cached = min(self.cached_prefix(tokens + [-1], cache_scope), len(tokens))
+        self._cached, self._cached_scope = tokens, cache_scope
+        self.saved[session], self.scopes[session] = tokens, None if pin else cache_scope
         s = (len(tokens) - cached) * self.seconds_per_token
         return Timings(len(tokens), cached, len(tokens) - cached, s, s, 0, 0.0, s)
 
     def forget(self, session: str) -> None:
         self.saved.pop(session, None)
+        self.scopes.pop(session, None)
 
     def cache_stats(self) -> dict[str, object]:
         return {"ram_entries": len(self.saved)}

@@ -9,9 +9,12 @@ every sequence without a copy. After an answer, the KV state of its session
 is saved (the KV of its sequence only, about 22.5 KiB a token for
 SmolLM2-135M) into a :class:`~engine.llama_cpp.snapshots.SnapshotCache`, and a later
 prompt that starts with it has it restored instead of evaluated. The tokens
-not evaluated are reported as ``cached_tokens``. It offloads every layer to
-the GPU when llama.cpp was built with GPU support, and otherwise runs one
-thread per physical core.
+not evaluated are reported as ``cached_tokens``. Every request names its
+cache scope (``engine.backend``): an idle sequence's prompt, a session's
+snapshot and a passage's exact segment are found again only by a prompt of
+the scope that left them; the system prompt by every prompt. It offloads
+every layer to the GPU when llama.cpp was built with GPU support, and
+otherwise runs one thread per physical core.
 
 Does not: choose prompts or decide what a session is.
 """
@@ -215,8 +218,12 @@ class LlamaCppBackend:
         passages: Sequence[str] = (),
         collection: str = DEFAULT_COLLECTION,
         trace: Trace | None = None,
+        cache_scope: str = "",
     ) -> Generation:
         """The greedy completion of ``prompt`` (text or tokens), streamed.
+        It starts from cached cells of its ``cache_scope`` only, beyond the
+        shared system prompt, and what it leaves (its idle sequence, its
+        session's snapshot, its exact segments) is that scope's.
         With ``session``, the state after the answer is saved under that key.
         ``deadline`` (a ``time.perf_counter()`` instant) orders it among the
         others, earliest first; ``background`` work waits for all of them.
@@ -241,7 +248,8 @@ class LlamaCppBackend:
             if passages and self.passages.enabled else ()
         request = Request(0, tokens, max(max_tokens, 1), session=session, background=background,
                           deadline=math.inf if deadline is None else deadline, spans=spans,
-                          collection=collection, trace=trace, stops=tuple(s for s in stop if s))
+                          collection=collection, cache_scope=cache_scope, trace=trace,
+                          stops=tuple(s for s in stop if s))
         # Submitted now, not when first read, so that the load the next request is planned for includes it.
         self.loop.submit(request)
         return Generation(self._run(request), engine=self.name, release=lambda: self._release(request),
@@ -270,25 +278,29 @@ class LlamaCppBackend:
 
     # -- the prefix cache ----------------------------------------------------------
 
-    def cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Leading ``tokens`` that will not be evaluated again: those of the
-        shared system prompt or, if longer, of a saved snapshot (the last
-        token is always evaluated, for its logits)."""
+    def cached_prefix(self, tokens: Sequence[int], cache_scope: str = "") -> int:
+        """Leading ``tokens``, a prompt of ``cache_scope``, that will not be
+        evaluated again: those of the shared system prompt or, if longer, of
+        a saved snapshot or an idle sequence of that scope (the last token is
+        always evaluated, for its logits)."""
         if not tokens:
             return 0
         want = np.asarray(tokens, dtype=np.int32)
-        held = [common_prefix(np.asarray(self.loop.system, dtype=np.int32), want), self.snapshots.best(tokens)[1]]
-        held += [common_prefix(prompt, want) for prompt in self.loop.held_prompts()]
+        held = [common_prefix(np.asarray(self.loop.system, dtype=np.int32), want),
+                self.snapshots.best(tokens, cache_scope)[1]]
+        held += [common_prefix(prompt, want) for prompt in self.loop.held_prompts(cache_scope)]
         return min(max(held), len(tokens) - 1)
 
-    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
-        """Evaluate ``tokens`` (reusing any cached prefix) and save the state
-        under ``session``; ``pin`` makes them the system prefix every request
-        shares (and keeps their snapshot from eviction)."""
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False, cache_scope: str = "") -> Timings:
+        """Evaluate ``tokens`` (reusing any cached prefix of ``cache_scope``)
+        and save the state under ``session``, for prompts of that scope;
+        ``pin`` makes them the system prefix every request shares, whatever
+        its scope (and keeps their snapshot from eviction)."""
         tokens = list(tokens)
         if not tokens or len(tokens) >= self.n_ctx:
             raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
-        request = self.loop.submit(Request(0, tokens, 0, session=session, pin=pin, background=not pin))
+        request = self.loop.submit(Request(0, tokens, 0, session=session, pin=pin, background=not pin,
+                                           cache_scope=cache_scope))
         kind, value = self.loop.next_event(request)
         if kind == "error":
             raise value
@@ -306,25 +318,30 @@ class LlamaCppBackend:
         """Whether prompts reuse the exact KV of passages held from earlier prompts."""
         return self.passages.exact
 
-    def held_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> list[bool]:
+    def held_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION,
+                      cache_scope: str = "") -> list[bool]:
         """For each passage text (as :meth:`stored_passages` takes it):
-        whether a kept exact segment of ``collection`` may hold it (a hint
-        for the planner; :meth:`held_prefix` says what a prompt really finds)."""
-        return self.shelf.held(texts, collection)
+        whether an exact segment of ``collection`` kept for ``cache_scope``
+        may hold it (a hint for the planner; :meth:`held_prefix` says what a
+        prompt really finds)."""
+        return self.shelf.held(texts, collection, cache_scope)
 
     def held_prefix(self, tokens: Sequence[int], texts: Sequence[str], *,
-                    collection: str = DEFAULT_COLLECTION) -> tuple[int, int]:
-        """Leading ``tokens`` (a prompt of ``collection`` holding the
-        passages ``texts``, in order) that will not be evaluated: the cached
-        prefix, then the held exact segments of that collection that follow
-        on from it; and how many of the passages lie inside that."""
-        return self.shelf.held_prefix(tokens, texts, self.cached_prefix(tokens), collection)
+                    collection: str = DEFAULT_COLLECTION, cache_scope: str = "") -> tuple[int, int]:
+        """Leading ``tokens`` (a prompt of ``collection`` and ``cache_scope``
+        holding the passages ``texts``, in order) that will not be
+        evaluated: the cached prefix of that scope, then the exact segments
+        held for that collection and scope that follow on from it; and how
+        many of the passages lie inside that."""
+        return self.shelf.held_prefix(tokens, texts, self.cached_prefix(tokens, cache_scope), collection, cache_scope)
 
     def stored_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> list[int]:
         """For each passage text (as a prompt shows it, less its number) of
         ``collection``: the prompt tokens that would be spliced from the
         store instead of evaluated; 0 for one not stored for that
-        collection, or when splicing is off."""
+        collection, or when splicing is off. The same for every cache scope:
+        a stored passage holds nothing but its text behind the system prompt
+        (``passage_kv``)."""
         return self.shelf.stored(texts, collection)
 
     def keep_passages(self, texts: Sequence[str], *, collection: str = DEFAULT_COLLECTION) -> int:

@@ -35,7 +35,9 @@ def keep_state(ctx: NativeContext, snapshots: SnapshotCache, splicer: Splicer, a
         try:
             data = ctx.save(a.seq)
             if data:
-                snapshots.put(req.session, Snapshot(np.asarray(held, dtype=np.int32), data), pin=req.pin)
+                # Of the request's scope: a session's state is found again only by prompts of that scope.
+                snapshots.put(req.session, Snapshot(np.asarray(held, dtype=np.int32), data, req.cache_scope),
+                              pin=req.pin)
         except Exception as exc:  # noqa: BLE001 - the answer stands; its state is not kept
             log.warning("saving the state of %s failed: %r", req.session, exc)
         snapshot_s = time.perf_counter() - began

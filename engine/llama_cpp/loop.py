@@ -57,7 +57,7 @@ class Published(NamedTuple):
     active: list  # Work of the requests holding a sequence (warming left out)
     waiting: list  # Work of those waiting for one (warming left out)
     free: int  # idle sequences
-    held: list  # what each idle sequence holds (np.ndarray)
+    held: list  # what each idle sequence holds (np.ndarray) and the cache scope it is of
     warming: int  # warming requests, running or waiting
     cells: int = 0  # KV cells the sequences hold, the shared system prompt once
 
@@ -206,10 +206,11 @@ class EngineLoop:
         """Requests warming the passage store, running or waiting."""
         return self._published.warming
 
-    def held_prompts(self) -> list[np.ndarray]:
-        """What the idle sequences hold (a cached prefix for the next prompt)."""
+    def held_prompts(self, scope: str = "") -> list[np.ndarray]:
+        """What the idle sequences of cache ``scope`` hold (a cached prefix
+        for its next prompt; another scope's are never a prompt's)."""
         with self._cv:
-            return list(self._published.held)
+            return [tokens for tokens, of in self._published.held if of == scope]
 
     def stop(self) -> None:
         """End the loop; requests still held or waiting get an error."""
@@ -394,7 +395,8 @@ class EngineLoop:
         # KV cells the sequences hold, the system prompt's (which every sequence shares) once: each
         # prompt token evaluated passes over all of them, the other sequences' masked.
         system = len(self.system)
-        cells = system + sum(max(n - system, 0) for n in [*(a.n_past for a in self._active.values()), *map(len, held)])
+        cells = system + sum(max(n - system, 0) for n in [*(a.n_past for a in self._active.values()),
+                                                          *(len(tokens) for tokens, _ in held)])
         with self._cv:
             self._published = Published([a.work() for a in self._active.values() if not a.req.idle],
                                         [r.work() for r in self._waiting if not r.idle], self.slots.free,
@@ -566,7 +568,7 @@ class EngineLoop:
             a.sampler.close()
             a.sampler = None
         if a.seq != SYSTEM_SEQ:
-            self.slots.release(a.seq, held)
+            self.slots.release(a.seq, held, a.req.cache_scope)
         if not held:
             self.ctx.remove(a.seq)
         if a.seq == SYSTEM_SEQ and held:

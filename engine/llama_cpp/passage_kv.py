@@ -42,6 +42,19 @@ rests on how a prompt is worded (a conversation's earlier turns may show
 another collection's passages word for word, and the heading is
 ``prompt_budget.layout``'s to change).
 
+Exact segments are keyed by the prompt's cache scope too (``engine.backend``:
+a holder's, per collection; "" the local user's): a segment holds every
+token before its passage's end, a conversation's earlier questions and
+answers among them, so a prompt of another scope that began with the same
+tokens and found it held would learn, from its speed and ``cached_tokens``,
+that someone asked them. The empty scope is key material too, so no segment
+kept before keys named a scope is found again (they leave the store as the
+LRU needs room). Lossy passages stay keyed by collection alone: each is
+computed behind the system prompt only, so it holds no question, no
+conversation and nothing but a passage of its collection, which every
+holder of that collection may read anyway; which passages are stored tells
+only what that collection's holders asked about lately.
+
 Does not: evaluate, load or place anything (``loop`` does), or choose
 which passages to keep (the caller asks for them).
 """
@@ -139,9 +152,20 @@ def collection_part(collection: str) -> bytes:
     return b"|collection %d:%s|" % (len(name), name)
 
 
-def body_digest(tokens: Sequence[int], collection: str = DEFAULT_COLLECTION) -> str:
-    """A short name for a passage's tokens in ``collection`` (what the planner is told is held)."""
-    digest = hashlib.sha256(collection_part(collection))
+def scope_part(scope: str) -> bytes:
+    """A cache ``scope`` as key material, its length first as for
+    :func:`collection_part` ("" too: a key made before scopes never matches).
+
+    ``scope_part("ab12") -> b"|scope 4:ab12|"``
+    """
+    name = scope.encode("utf-8")
+    return b"|scope %d:%s|" % (len(name), name)
+
+
+def body_digest(tokens: Sequence[int], collection: str = DEFAULT_COLLECTION, scope: str = "") -> str:
+    """A short name for a passage's tokens in ``collection``, held for cache
+    ``scope`` (what the planner is told is held)."""
+    digest = hashlib.sha256(collection_part(collection) + scope_part(scope))
     digest.update(np.asarray(tokens, dtype="<i4").tobytes())
     return digest.hexdigest()[:32]
 
@@ -183,11 +207,13 @@ class PassageStore:
         return self.fresh is not None or self.exact
 
     def segment_keys(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], *,
-                     collection: str = DEFAULT_COLLECTION) -> list[str]:
+                     collection: str = DEFAULT_COLLECTION, scope: str = "") -> list[str]:
         """The key of each exact segment ``bounds`` of ``prompt``, a prompt
-        of ``collection``: the engine's set-up, the collection, every prompt
-        token up to the segment's end, and where it starts."""
-        digest = hashlib.sha256(self.identity.encode("utf-8") + b"|exact|" + collection_part(collection))
+        of ``collection`` and cache ``scope``: the engine's set-up, the
+        collection, the scope, every prompt token up to the segment's end,
+        and where it starts."""
+        digest = hashlib.sha256(self.identity.encode("utf-8") + b"|exact|" + collection_part(collection)
+                                + scope_part(scope))
         hay = np.asarray(prompt, dtype="<i4")
         keys, at = [], 0
         for start, end in bounds:
@@ -199,24 +225,25 @@ class PassageStore:
         return keys
 
     def exact_splices(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int, *,
-                      collection: str = DEFAULT_COLLECTION) -> list[Splice]:
-        """The held segments of ``collection`` among ``bounds`` of ``prompt``
-        that end after ``after`` (what precedes is cached already), in order;
-        one whose head is cached is taken from where the cache ends."""
+                      collection: str = DEFAULT_COLLECTION, scope: str = "") -> list[Splice]:
+        """The held segments of ``collection`` and cache ``scope`` among
+        ``bounds`` of ``prompt`` that end after ``after`` (what precedes is
+        cached already), in order; one whose head is cached is taken from
+        where the cache ends."""
         found = []
-        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds, collection=collection)):
+        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds, collection=collection, scope=scope)):
             if end > after and self.holds(key):
                 found.append(Splice(start, end, key, max(after - start, 0), origin=start))
         return found
 
     def held_chain(self, prompt: Sequence[int], bounds: Sequence[tuple[int, int]], after: int, *,
-                   collection: str = DEFAULT_COLLECTION) -> tuple[int, int]:
-        """How far ``prompt``, a prompt of ``collection``, is held when its
-        first ``after`` tokens are cached: the end of the last of the held
-        segments that follow on without a gap, and how many segments end
-        inside that."""
+                   collection: str = DEFAULT_COLLECTION, scope: str = "") -> tuple[int, int]:
+        """How far ``prompt``, a prompt of ``collection`` and cache
+        ``scope``, is held when its first ``after`` tokens are cached: the
+        end of the last of the held segments that follow on without a gap,
+        and how many segments end inside that."""
         held, count = after, 0
-        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds, collection=collection)):
+        for (start, end), key in zip(bounds, self.segment_keys(prompt, bounds, collection=collection, scope=scope)):
             if end <= held:
                 count += 1
             elif start <= held and self.holds(key):
@@ -235,23 +262,25 @@ class PassageStore:
             self.cache, self._bodies = cache, held if held is not None else OrderedDict()
         return before
 
-    def note_bodies(self, bodies: Sequence[Sequence[int]], *, collection: str = DEFAULT_COLLECTION) -> None:
-        """Remember that these passages of ``collection`` lie inside kept
-        segments; the hint keeps at most as many passages as the cache holds
-        entries, the least recently kept going first."""
+    def note_bodies(self, bodies: Sequence[Sequence[int]], *, collection: str = DEFAULT_COLLECTION,
+                    scope: str = "") -> None:
+        """Remember that these passages of ``collection`` lie inside segments
+        kept for cache ``scope``; the hint keeps at most as many passages as
+        the cache holds entries, the least recently kept going first."""
         limit = self.cache.entries()
         with self._bodies_lock:
             for body in bodies:
-                digest = body_digest(body, collection)
+                digest = body_digest(body, collection, scope)
                 self._bodies[digest] = None
                 self._bodies.move_to_end(digest)
             while len(self._bodies) > limit:
                 self._bodies.popitem(last=False)
 
-    def may_hold(self, body: Sequence[int], *, collection: str = DEFAULT_COLLECTION) -> bool:
-        """Whether a kept segment of ``collection`` may hold this passage (a
-        hint: only the segment keys say whether a prompt's passages are held)."""
-        return body_digest(body, collection) in self._bodies
+    def may_hold(self, body: Sequence[int], *, collection: str = DEFAULT_COLLECTION, scope: str = "") -> bool:
+        """Whether a segment of ``collection`` kept for cache ``scope`` may
+        hold this passage (a hint: only the segment keys say whether a
+        prompt's passages are held)."""
+        return body_digest(body, collection, scope) in self._bodies
 
     def key(self, system: Sequence[int], tokens: Sequence[int], *, collection: str = DEFAULT_COLLECTION) -> str:
         """The key of a passage of ``collection`` of ``tokens`` computed behind ``system``."""
@@ -290,19 +319,20 @@ class PassageStore:
             "exact_passages": self.exact}
 
     def splices(self, system: Sequence[int], prompt: Sequence[int], spans: Sequence[tuple[int, int]],
-                after: int, *, collection: str = DEFAULT_COLLECTION) -> list[Splice]:
+                after: int, *, collection: str = DEFAULT_COLLECTION, scope: str = "") -> list[Splice]:
         """The stored passages among ``spans`` of ``prompt``, a prompt of
-        ``collection``, that end after position ``after`` (what precedes is
-        cached already), in order: passages of that collection stored behind
-        the system prompt when splicing is lossy, its held exact segments
-        when it is exact, nothing when the store is off. A passage whose
-        head is cached already is spliced from where the cache ends; one
-        that ends the prompt is not spliced."""
+        ``collection`` and cache ``scope``, that end after position
+        ``after`` (what precedes is cached already), in order: passages of
+        that collection stored behind the system prompt when splicing is
+        lossy (whatever the scope: see the module), the exact segments held
+        for that collection and scope when it is exact, nothing when the
+        store is off. A passage whose head is cached already is spliced from
+        where the cache ends; one that ends the prompt is not spliced."""
         if not system:
             return []
         if self.fresh is None:
             bounds = segments(prompt, spans, len(system))
-            return self.exact_splices(prompt, bounds, after, collection=collection) if self.exact else []
+            return self.exact_splices(prompt, bounds, after, collection=collection, scope=scope) if self.exact else []
         found = []
         for start, end in spans:
             # A cached prefix often runs into the first passage (the previous prompt began with

@@ -3,7 +3,8 @@ prompt would take from the store (stored behind the system prompt, or held
 exactly after the same tokens), and asking the loop to evaluate and keep
 more (in idle time, or now for ``rag ingest --precompute-kv``). Each call
 names the collection its passages are of, and looks up or keeps them under
-that collection's keys only.
+that collection's keys only; what exact segments a prompt finds, under its
+cache scope's too (``passage_kv``).
 
 Does not: store bytes (``passage_kv``) or splice them (``splicing``).
 """
@@ -39,24 +40,25 @@ class PassageShelf:
         fresh = self.store.fresh or 0
         return [max(len(t) - fresh, 0) if self.store.holds(k) else 0 for k, t in self._keys(texts, collection)]
 
-    def held(self, texts: Sequence[str], collection: str = DEFAULT_COLLECTION) -> list[bool]:
-        """For each passage text of ``collection``: whether a kept exact
-        segment may hold it (a hint)."""
+    def held(self, texts: Sequence[str], collection: str = DEFAULT_COLLECTION, scope: str = "") -> list[bool]:
+        """For each passage text of ``collection``: whether an exact segment
+        kept for cache ``scope`` may hold it (a hint)."""
         if not self.store.exact:
             return [False] * len(texts)
-        return [self.store.may_hold(self._tokenize(t), collection=collection) for t in texts]
+        return [self.store.may_hold(self._tokenize(t), collection=collection, scope=scope) for t in texts]
 
     def held_prefix(self, tokens: Sequence[int], texts: Sequence[str], cached: int,
-                    collection: str = DEFAULT_COLLECTION) -> tuple[int, int]:
+                    collection: str = DEFAULT_COLLECTION, scope: str = "") -> tuple[int, int]:
         """How far a prompt of ``tokens`` holding the passages ``texts`` (in
-        order) of ``collection`` is held when its first ``cached`` tokens
-        are cached: the end of the held exact segments that follow on, and
-        how many passages lie inside that."""
+        order) of ``collection``, of cache ``scope``, is held when its first
+        ``cached`` tokens are cached: the end of the exact segments held for
+        that collection and scope that follow on, and how many passages lie
+        inside that."""
         if not self.store.exact or not texts or not self.loop.system:
             return cached, 0
         spans = [s for s in find_spans(tokens, [self._tokenize(t) for t in texts]) if s is not None]
         held, count = self.store.held_chain(tokens, segments(tokens, spans, len(self.loop.system)), cached,
-                                            collection=collection)
+                                            collection=collection, scope=scope)
         return min(held, len(tokens) - 1), count
 
     def keep(self, texts: Sequence[str], collection: str = DEFAULT_COLLECTION) -> int:

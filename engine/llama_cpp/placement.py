@@ -2,7 +2,11 @@
 
 A request starts from the longest prefix of its prompt already held: an idle
 sequence's previous prompt (``slots``), a saved snapshot of its session, or
-the system prompt's cells in sequence 0, shared without a copy. A snapshot
+the system prompt's cells in sequence 0, shared without a copy. Idle
+sequences and snapshots count only where they are of the request's cache
+scope (``engine.backend``): another scope's prompt is never a request's
+start, so what a request finds cached beyond the system prompt, which every
+scope shares from sequence 0, is its own scope's. A snapshot
 only the disk holds is read by the snapshot cache's reader thread: while
 other requests run, the request waits for it (they go on); the loop thread
 only loads the bytes into the context. A passage to
@@ -63,7 +67,8 @@ class Placement:
 
     def place(self, request: Request, system: Sequence[int], reserved: int) -> Active | _Deferred | None:
         """Start ``request`` from the longest prefix held: an idle sequence's
-        prompt, a saved snapshot, or the system prompt's cells; DEFERRED
+        prompt or a saved snapshot of its cache scope, or the system prompt's
+        cells (every scope's); DEFERRED
         while the snapshot it starts from is read from disk (others running
         meanwhile); None if the cache has no room for it now (or it was
         refused, and told why)."""
@@ -75,8 +80,9 @@ class Placement:
             return self._passage(request, system, reserved)
         limit = len(tokens) - 1  # the last prompt token is always evaluated, for its logits
         shared = min(common_prefix(np.asarray(system, dtype=np.int32), np.asarray(tokens, dtype=np.int32)), limit)
-        idle_seq, idle = self.slots.best(tokens)
-        key, saved = self.snapshots.best(tokens)
+        scope = request.cache_scope
+        idle_seq, idle = self.slots.best(tokens, scope)
+        key, saved = self.snapshots.best(tokens, scope)
         idle, saved = min(idle, limit), min(saved, limit)
         restore = key is not None and saved > shared and not (idle_seq is not None and idle >= saved and idle > 0)
         if restore and reserved > 0 and not self.snapshots.read_ahead(key):
@@ -95,7 +101,7 @@ class Placement:
                 ctx.remove(seq)
             if restore:
                 started = time.perf_counter()
-                if self._restore(seq, key, reserved):
+                if self._restore(seq, key, reserved, scope):
                     ctx.remove(seq, saved, -1)  # what follows the common prefix is evaluated again
                     return Active(request, seq, cells, saved, saved, saved, saved, time.perf_counter() - started)
             if shared:
@@ -106,8 +112,10 @@ class Placement:
             raise
         return Active(request, seq, cells - shared, shared, shared, shared)
 
-    def _restore(self, seq: int, key: str, reserved: int) -> bool:
-        """Load snapshot ``key`` into the empty ``seq``; whether it is there.
+    def _restore(self, seq: int, key: str, reserved: int, scope: str = "") -> bool:
+        """Load snapshot ``key`` into the empty ``seq`` for a request of cache
+        ``scope``; whether it is there (never, for a snapshot put under that
+        key by another scope since it was found: then it is evaluated).
 
         llama.cpp restores a state into contiguous free cells, while room is
         counted in cells: a load can be refused for want of a run of cells
@@ -118,7 +126,7 @@ class Placement:
         the snapshot where it is and the prompt is evaluated instead."""
         try:
             snap = self.snapshots.get(key)
-            if snap is None:
+            if snap is None or not self.snapshots.readable(key, snap, scope):
                 return False
             if self.ctx.load(seq, snap.data):
                 return True

@@ -58,6 +58,8 @@ class Request:
     background: bool = False
     spans: tuple[tuple[int, int], ...] = ()  # where retrieved passages lie in ``tokens`` (they may be spliced)
     collection: str = DEFAULT_COLLECTION  # the collection those passages are of: part of their keys in the store
+    # Whose cached cells it may start from beyond the system prompt, and whose it leaves (``engine.backend``).
+    cache_scope: str = ""
     stored: int = 0  # of ``tokens``, those its stored passages will supply (not evaluated)
     pieces: int = 0  # those stored passages: each ends an evaluation step
     store: str | None = None  # a passage behind the system prompt, to evaluate and keep under this key

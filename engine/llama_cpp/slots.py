@@ -5,7 +5,10 @@ A sequence that finished a request keeps its tokens' KV, like a slot of
 llama-server: the next prompt that starts the same way (a follow-up, a
 retry, a calibration chain) takes that slot and evaluates only what
 differs. Idle slots are a cache: their cells are given up, least recently
-used first, when a request needs room.
+used first, when a request needs room. Each idle slot remembers the cache
+scope of the prompt it holds (``engine.backend``, cache scopes), and only a
+prompt of that scope is told of it or started from it: another scope's
+prompt finds the system prompt in sequence 0, as every prompt does.
 
 Does not: touch llama.cpp (the loop clears the sequences this names).
 """
@@ -26,6 +29,7 @@ class _Slot:
     seq: int
     held: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     used: int = 0  # when it was last released (a counter, not a clock)
+    scope: str = ""  # the cache scope of the prompt ``held`` is of
 
 
 class SlotTable:
@@ -45,20 +49,26 @@ class SlotTable:
         """Cells the idle sequences hold."""
         return sum(len(s.held) for s in self._idle.values())
 
-    def held(self) -> list[np.ndarray]:
-        """What each idle sequence holds."""
-        return [s.held for s in self._idle.values() if len(s.held)]
+    def held(self) -> list[tuple[np.ndarray, str]]:
+        """What each idle sequence holds, and the cache scope it is of."""
+        return [(s.held, s.scope) for s in self._idle.values() if len(s.held)]
 
     def holdings(self) -> dict[int, int]:
         """Cells each idle sequence holds, by sequence."""
         return {s.seq: len(s.held) for s in self._idle.values()}
 
-    def best(self, tokens: Sequence[int]) -> tuple[int | None, int]:
-        """The idle sequence whose held tokens share the longest prefix with
-        ``tokens``, and that length ((None, 0) when none shares any)."""
+    def best(self, tokens: Sequence[int], scope: str = "") -> tuple[int | None, int]:
+        """The idle sequence of cache ``scope`` whose held tokens share the
+        longest prefix with ``tokens``, and that length ((None, 0) when none
+        shares any).
+
+        Does not: name another scope's sequence, however many tokens it
+        shares (its system prompt's are sequence 0's to give)."""
         want = np.asarray(tokens, dtype=np.int32)
         best_seq, best_n = None, 0
         for slot in self._idle.values():
+            if slot.scope != scope:
+                continue
             n = common_prefix(slot.held, want)
             if n > best_n:
                 best_seq, best_n = slot.seq, n
@@ -73,9 +83,10 @@ class SlotTable:
         slot = self._idle.pop(seq)
         return seq, len(slot.held)
 
-    def release(self, seq: int, held: Sequence[int]) -> None:
-        """Mark ``seq`` idle, holding the KV of ``held`` (empty: cleared)."""
-        self._idle[seq] = _Slot(seq, np.asarray(held, dtype=np.int32), next(self._clock))
+    def release(self, seq: int, held: Sequence[int], scope: str = "") -> None:
+        """Mark ``seq`` idle, holding the KV of ``held`` (empty: cleared), a
+        prompt of cache ``scope``."""
+        self._idle[seq] = _Slot(seq, np.asarray(held, dtype=np.int32), next(self._clock), scope)
 
     def evict(self, cells: int) -> list[int]:
         """Give up idle sequences' cached cells, least recently used first,

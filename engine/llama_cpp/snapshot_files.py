@@ -2,9 +2,12 @@
 several processes share.
 
 A file is ``RBKV`` + a little-endian u32 header length + a JSON header
-(format, key, token count, state bytes, CRC-32 of the state) + the tokens
-(int32) + the state bytes: nothing is unpickled, and a file whose bytes do
-not match its header is deleted, never handed to the engine. A file is
+(format, key, token count, state bytes, CRC-32 of the state, and the cache
+scope of the prompt it holds) + the tokens (int32) + the state bytes:
+nothing is unpickled, and a file whose bytes do not match its header is
+deleted, never handed to the engine. A file written before snapshots had
+scopes has none in its header: it is read back as of no known scope
+(``None``), which no prompt's scope matches (see ``snapshots``). A file is
 written under a temporary name and renamed into place, so a reader in any
 process sees a whole file or none; a file may vanish or be replaced between
 any two calls (another process evicted or rewrote it), and that is a miss,
@@ -43,6 +46,9 @@ class Snapshot:
 
     tokens: np.ndarray  # int32, the tokens whose KV the state holds
     data: bytes | bytearray  # the engine's own state bytes (as saved: not copied again, never changed)
+    # Whose prompt it holds (``engine.backend``, cache scopes): "" the local user's; None: not known (a
+    # file written before snapshots had scopes), so no prompt's scope is its.
+    scope: str | None = ""
 
     @property
     def nbytes(self) -> int:
@@ -58,6 +64,7 @@ class DiskEntry:
     tokens: np.ndarray
     nbytes: int
     inode: int = 0  # of the file this entry describes: one another process put in its place is not ours to drop
+    scope: str | None = ""  # as its header says (None: a file written before snapshots had scopes)
 
 
 class SnapshotFolder:
@@ -136,12 +143,12 @@ class SnapshotFolder:
             head = read_header(path)
             if head is None:
                 continue
-            key, tokens = head
+            key, tokens, scope = head
             try:
                 st = path.stat()
             except OSError:
                 continue
-            found.append((st.st_mtime, key, DiskEntry(path, tokens, st.st_size, st.st_ino)))
+            found.append((st.st_mtime, key, DiskEntry(path, tokens, st.st_size, st.st_ino, scope)))
         for _, key, entry in sorted(found, key=lambda f: f[0]):
             self.entries.pop(key, None)
             self.entries[key] = entry
@@ -162,8 +169,12 @@ def write_file(path: Path, key: str, snapshot: Snapshot) -> DiskEntry | None:
     nothing else)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # The format stays 2, the scope an optional field: this release reads an older one's files as of
+        # no known scope (neither deleted as damaged nor reused), and an older process sharing the
+        # folder reads these as before, scope ignored (the engine README: upgrade them together).
         header = json.dumps({"format": FORMAT, "key": key, "n_tokens": len(snapshot.tokens),
-                             "data_bytes": len(snapshot.data), "crc32": zlib.crc32(snapshot.data)}).encode("utf-8")
+                             "data_bytes": len(snapshot.data), "crc32": zlib.crc32(snapshot.data),
+                             **({"scope": snapshot.scope} if snapshot.scope is not None else {})}).encode("utf-8")
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             with open(tmp, "wb") as fh:
@@ -179,12 +190,13 @@ def write_file(path: Path, key: str, snapshot: Snapshot) -> DiskEntry | None:
         return None
     # Its size from what was written: another process may have evicted it already.
     size = 8 + len(header) + snapshot.tokens.size * 4 + len(snapshot.data)
-    return DiskEntry(path, snapshot.tokens.copy(), size, inode)
+    return DiskEntry(path, snapshot.tokens.copy(), size, inode, snapshot.scope)
 
 
-def read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None] | None:
-    """The key, tokens and (with ``data``) state bytes of a snapshot file,
-    or None if it is not one or is damaged (then it is deleted, with one line
+def read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None, str | None] | None:
+    """The key, tokens, (with ``data``) state bytes and cache scope of a
+    snapshot file (None for a file written before snapshots had scopes), or
+    None if it is not one or is damaged (then it is deleted, with one line
     in the log: a cache entry is only ever recomputed, never trusted)."""
     inode = None
     try:
@@ -203,13 +215,16 @@ def read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None]
             if not isinstance(n, int) or not isinstance(d, int) or n < 0 or d < 0 or \
                     8 + size + 4 * n + d != total or not isinstance(header.get("key"), str):
                 raise ValueError("its header does not match its size")
+            scope = header.get("scope")
+            if scope is not None and not isinstance(scope, str):
+                raise ValueError("its scope is not a string")
             raw = fh.read(4 * n)
             state = fh.read(d) if data else None
             if len(raw) != 4 * n or (state is not None and len(state) != d):
                 raise ValueError("it is shorter than its header says")
             if state is not None and zlib.crc32(state) != header.get("crc32"):
                 raise ValueError("its state bytes do not match their checksum")
-            return header["key"], np.frombuffer(raw, dtype="<i4").astype(np.int32), state
+            return header["key"], np.frombuffer(raw, dtype="<i4").astype(np.int32), state, scope
     except FileNotFoundError:
         return None
     except (OSError, ValueError, struct.error, UnicodeDecodeError, MemoryError, RecursionError) as exc:
@@ -223,16 +238,17 @@ def read_file(path: Path, *, data: bool) -> tuple[str, np.ndarray, bytes | None]
         return None
 
 
-def read_header(path: Path) -> tuple[str, np.ndarray] | None:
-    """The key and tokens of a snapshot file, or None if it is not one."""
+def read_header(path: Path) -> tuple[str, np.ndarray, str | None] | None:
+    """The key, tokens and cache scope (None: not known) of a snapshot file,
+    or None if it is not one."""
     found = read_file(path, data=False)
-    return None if found is None else (found[0], found[1])
+    return None if found is None else (found[0], found[1], found[3])
 
 
 def read_snapshot(path: Path) -> Snapshot | None:
-    """A whole snapshot file, or None if it is damaged."""
+    """A whole snapshot file (its scope None when it names none), or None if it is damaged."""
     found = read_file(path, data=True)
-    return None if found is None or found[2] is None else Snapshot(found[1], found[2])
+    return None if found is None or found[2] is None else Snapshot(found[1], found[2], found[3])
 
 
 def touch(path: Path) -> None:

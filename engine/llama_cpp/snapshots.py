@@ -9,6 +9,14 @@ a newer state replaces the older one) and found by the longest common token
 prefix with a new prompt, so a new conversation finds the shared system
 prompt's snapshot.
 
+Each snapshot holds the cache scope of the prompt it was saved after
+(``engine.backend``, cache scopes: a holder's questions and conversations
+are its own): ``best`` finds, for a prompt of one scope, only the
+snapshots of that scope and the pinned ones (the system prompt's, which
+every prompt shares), so no prompt is served, and so timed, from another
+scope's state. A file written before snapshots had scopes is of no known
+scope and found for none (a conversation it held is evaluated once again).
+
 Disk files (their format and the folder's index: ``snapshot_files``) are
 checked before the engine sees them and survive a restart of the process;
 the engine must check that a snapshot belongs to it (the directory is per
@@ -189,26 +197,35 @@ class SnapshotCache:
                     return self._ram[key]
         return None
 
-    def best(self, tokens: Sequence[int] | np.ndarray) -> tuple[str | None, int]:
-        """The key of the snapshot sharing the longest prefix with
-        ``tokens``, and that prefix's length (``(None, 0)`` if none does)."""
+    def best(self, tokens: Sequence[int] | np.ndarray, scope: str = "") -> tuple[str | None, int]:
+        """The key of the snapshot of cache ``scope`` (or pinned) sharing the
+        longest prefix with ``tokens``, and that prefix's length (``(None,
+        0)`` if none does).
+
+        Does not: find another scope's snapshot, nor one of no known scope
+        (a file written before scopes), however many tokens it shares: what
+        a prompt shares with every other, the system prompt, is the pinned
+        snapshot's and sequence 0's to give."""
         wanted = np.asarray(tokens, dtype=np.int32)
         best_key, best_n = None, 0
         with self._lock:
             self._refresh()
-            for key, snap in self._ram.items():
-                n = common_prefix(snap.tokens, wanted)
-                if n > best_n:
-                    best_key, best_n = key, n
-            for key, entry in self._disk.items():
-                n = common_prefix(entry.tokens, wanted)
-                if n > best_n:
-                    best_key, best_n = key, n
-            for key, snap in self._pending.items():
+            held = [*self._ram.items(), *self._disk.items(), *self._pending.items()]
+            for key, snap in held:
+                if snap.scope != scope and key not in self._pinned:
+                    continue
                 n = common_prefix(snap.tokens, wanted)
                 if n > best_n:
                     best_key, best_n = key, n
         return best_key, best_n
+
+    def readable(self, key: str, snapshot: Snapshot, scope: str) -> bool:
+        """Whether a prompt of cache ``scope`` may start from ``snapshot``,
+        held under ``key``: one of its own scope, or pinned (the system
+        prompt's). For the loader to check again what it got: the key may
+        have been put again, by another scope, since ``best`` named it."""
+        with self._lock:
+            return snapshot.scope == scope or key in self._pinned
 
     def get(self, key: str) -> Snapshot | None:
         """The snapshot under ``key``, now the most recently used: one read

@@ -59,10 +59,11 @@ class Splicer:
 
     def plan(self, a: Active, system: Sequence[int]) -> None:
         """Note the stored passages of ``a``'s prompt (those of its request's
-        collection) that lie after what it found cached, and place any that
-        starts right there."""
+        collection, and exact segments of its cache scope) that lie after
+        what it found cached, and place any that starts right there."""
         if self.enabled and a.req.spans:
-            a.splices = self.store.splices(system, a.req.tokens, a.req.spans, a.next, collection=a.req.collection)
+            a.splices = self.store.splices(system, a.req.tokens, a.req.spans, a.next, collection=a.req.collection,
+                                           scope=a.req.cache_scope)
             for splice in a.splices:  # those only the disk holds are read now, off this thread
                 self.store.cache.read_ahead(splice.key)
             self.catch_up(a, len(system))
@@ -71,7 +72,8 @@ class Splicer:
         """Prompt tokens of ``request`` that its stored passages would supply now, and how many passages."""
         if not self.enabled or not request.spans:
             return 0, 0
-        found = self.store.splices(system, request.tokens, request.spans, len(system), collection=request.collection)
+        found = self.store.splices(system, request.tokens, request.spans, len(system), collection=request.collection,
+                                   scope=request.cache_scope)
         return sum(sp.spliced for sp in found), len(found)
 
     def capped(self, step: Step, active: dict[int, Active], busy_step_tokens: int) -> Step:
@@ -174,7 +176,7 @@ class Splicer:
     def keep_segments(self, a: Active, system: Sequence[int]) -> int:
         """Keep the exact segments of ``a``'s answered prompt that the store
         does not hold yet (its sequence still holds them), under its
-        request's collection; how many were kept.
+        request's collection and cache scope; how many were kept.
         Runs before its sequence is given back; a segment that cannot be
         saved is only a cache entry lost."""
         store = self.store
@@ -183,7 +185,8 @@ class Splicer:
         prompt = a.req.tokens
         bounds = [(s, e) for s, e in segments(prompt, a.req.spans, len(system)) if e <= a.n_past]
         kept = 0
-        for (start, end), key in zip(bounds, store.segment_keys(prompt, bounds, collection=a.req.collection)):
+        keys = store.segment_keys(prompt, bounds, collection=a.req.collection, scope=a.req.cache_scope)
+        for (start, end), key in zip(bounds, keys):
             if store.holds(key):
                 continue
             try:
@@ -195,7 +198,8 @@ class Splicer:
                 store.put(key, prompt[start:end], data)
                 kept += 1
         ends = {e for _, e in bounds}
-        store.note_bodies([prompt[s:e] for s, e in a.req.spans if e in ends], collection=a.req.collection)
+        store.note_bodies([prompt[s:e] for s, e in a.req.spans if e in ends], collection=a.req.collection,
+                          scope=a.req.cache_scope)
         return kept
 
     # -- warming ---------------------------------------------------------------------

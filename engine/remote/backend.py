@@ -26,6 +26,17 @@ pool's as a whole. The prompts remembered are then one per slot of every
 worker the router lists (``/list_workers``), since ``cache_aware`` sends a
 prompt back to the worker that holds its prefix.
 
+A prompt's cache scope (``engine.backend``) goes to vLLM as its
+per-request ``cache_salt``: vLLM mixes the salt into the hash of a prompt's
+first KV block, so a prompt reuses only blocks that prompts of the same
+salt computed (the system prompt too, unlike the in-process engine: each
+scope computes it once). The local user's scope ("") sends none, so a
+keyless set-up's requests are as before. llama-server has no such field:
+its prefix cache serves any prompt from any slot, and a scope is not
+carried there (the engine README says what that leaves open). The prompts
+remembered for :meth:`RemoteBackend.cached_prefix` keep their scope, and
+predict what each server does: vLLM reuses only a prompt's own scope's.
+
 Does not: start or stop the server (a router this backend was given is
 stopped with it), route, retry, or keep session state on it (``session``
 and ``pin`` are accepted and answered by the server's prefix cache alone).
@@ -129,9 +140,9 @@ class RemoteBackend:
             )
         # Behind a router: its workers (vllm-router's /list_workers; a plain server has none).
         self.workers = [str(u) for u in (self._optional_get("/list_workers") or {}).get("urls") or []]
-        # The prompts this client sent last, one per slot of each worker: what
-        # the prefix caches hold, as far as this client can know.
-        self._recent: deque[list[int]] = deque(maxlen=self.parallel)
+        # The prompts this client sent last, one per slot of each worker, each with the cache scope
+        # it was sent for: what the prefix caches hold, as far as this client can know.
+        self._recent: deque[tuple[list[int], str]] = deque(maxlen=self.parallel)
         self._lock = threading.Lock()
 
     # -- talking to the server ---------------------------------------------
@@ -225,17 +236,24 @@ class RemoteBackend:
             found = self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False})
         return [int(t["id"]) if isinstance(t, dict) else int(t) for t in found["tokens"]]
 
-    def cached_prefix(self, tokens: Sequence[int]) -> int:
-        """Leading ``tokens`` the server should find in its prefix cache: the
-        longest prefix shared with a prompt this client sent recently (the
-        last token is always evaluated again)."""
+    @property
+    def scopes_apart(self) -> bool:
+        """Whether the server keeps cache scopes apart (vLLM's ``cache_salt``); llama-server does not."""
+        return self.kind != "llama-server"
+
+    def cached_prefix(self, tokens: Sequence[int], cache_scope: str = "") -> int:
+        """Leading ``tokens``, a prompt of ``cache_scope``, the server should
+        find in its prefix cache: the longest prefix shared with a prompt
+        this client sent recently (of the same scope, where the server keeps
+        scopes apart; the last token is always evaluated again)."""
         import numpy as np
 
         if not tokens:
             return 0
         want = np.asarray(tokens, dtype=np.int64)
         with self._lock:
-            best = max((common_prefix(np.asarray(p, dtype=np.int64), want) for p in self._recent), default=0)
+            best = max((common_prefix(np.asarray(p, dtype=np.int64), want) for p, scope in self._recent
+                        if scope == cache_scope or not self.scopes_apart), default=0)
         return min(best, len(tokens) - 1)
 
     def generate(
@@ -248,10 +266,13 @@ class RemoteBackend:
         deadline: float | None = None,
         background: bool = False,
         stop: Sequence[str] = (),
+        cache_scope: str = "",
     ) -> Generation:
         """The server's completion of ``prompt``, streamed; its timings are
         the server's own figures where it reports them. The server ends it at
         any of ``stop`` (OpenAI's ``stop``; the server withholds that text).
+        ``cache_scope`` goes to vLLM as the request's ``cache_salt`` (none
+        for ""); llama-server cannot take it (see the module).
 
         Raises ContextOverflow before sending if the prompt plus
         ``max_tokens`` exceed the server's context window, and
@@ -259,9 +280,11 @@ class RemoteBackend:
         """
         tokens = self.tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         check_fits(len(tokens), max_tokens, self.n_ctx)
-        return Generation(self._stream(tokens, max_tokens, temperature, tuple(s for s in stop if s)), engine=self.name)
+        return Generation(self._stream(tokens, max_tokens, temperature, tuple(s for s in stop if s), cache_scope),
+                          engine=self.name)
 
-    def _body(self, tokens: list[int], max_tokens: int, temperature: float, stop: tuple[str, ...] = ()) -> dict:
+    def _body(self, tokens: list[int], max_tokens: int, temperature: float, stop: tuple[str, ...] = (),
+              cache_scope: str = "") -> dict:
         body: dict[str, object] = {
             "model": self.model,
             "prompt": tokens,
@@ -278,10 +301,12 @@ class RemoteBackend:
             body |= {"cache_prompt": True, "repeat_penalty": self.repeat_penalty}
         else:
             body["repetition_penalty"] = self.repeat_penalty
+            if cache_scope:  # vLLM reuses only blocks computed under the same salt (none: as before scopes)
+                body["cache_salt"] = cache_scope
         return body
 
     def _stream(self, tokens: list[int], max_tokens: int, temperature: float,
-                stop: tuple[str, ...] = ()) -> Generator[str, None, Timings]:
+                stop: tuple[str, ...] = (), cache_scope: str = "") -> Generator[str, None, Timings]:
         started = time.perf_counter()
         ttft: float | None = None
         pieces = 0
@@ -289,7 +314,7 @@ class RemoteBackend:
         usage: dict = {}
         metrics: dict = {}
         try:
-            body = self._body(tokens, max_tokens, temperature, stop)
+            body = self._body(tokens, max_tokens, temperature, stop, cache_scope)
             with self._http.stream("POST", "/v1/completions", json=body) as response:
                 if response.status_code >= 400:
                     response.read()
@@ -323,17 +348,18 @@ class RemoteBackend:
             raise EngineUnreachable(f"{self.base_url}/v1/completions: the stream broke off ({exc})") from None
         total = time.perf_counter() - started
         with self._lock:
-            self._recent.append(tokens)
+            self._recent.append((tokens, cache_scope))
         return response_timings(len(tokens), reported, usage, metrics, ttft if ttft is not None else total, total,
                                 pieces)
 
-    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False) -> Timings:
+    def prefill(self, tokens: Sequence[int], *, session: str, pin: bool = False, cache_scope: str = "") -> Timings:
         """Have the server evaluate ``tokens`` (one answer token, discarded),
-        so that its prefix cache holds them for the next prompt."""
+        so that its prefix cache holds them for the next prompt (of
+        ``cache_scope``, where the server keeps scopes apart)."""
         tokens = [int(t) for t in tokens]
         if not tokens or len(tokens) >= self.n_ctx:
             raise ContextOverflow(f"cannot prefill {len(tokens)} tokens in a context window of {self.n_ctx}")
-        _, timings = Generation(self._stream(tokens, 1, 0.0), engine=self.name).result()
+        _, timings = Generation(self._stream(tokens, 1, 0.0, (), cache_scope), engine=self.name).result()
         return Timings(timings.prompt_tokens, timings.cached_tokens, timings.prefill_tokens, timings.ttft_s,
                        timings.prefill_s, 0, 0.0, timings.ttft_s)
 
@@ -345,7 +371,7 @@ class RemoteBackend:
         last (the server keeps its own figures)."""
         with self._lock:
             return {"where": "server", "recent_prompts": len(self._recent), "slots": self._recent.maxlen,
-                    "recent_tokens": sum(len(p) for p in self._recent)}
+                    "recent_tokens": sum(len(p) for p, _ in self._recent)}
 
     def profile_key(self) -> dict[str, object]:
         """The server, its model and build, and the context: what changes its prefill rates."""

@@ -22,7 +22,7 @@ from ..index.collection_names import named
 from ..index.store import Hit
 from .engine_setup import EngineSetup
 from .options import AskOptions
-from .passages import for_collection, splicing, takes_passages
+from .passages import for_collection, for_scope, splicing, takes_passages
 from .arrivals import Arrival, Arrivals
 from .evidence import Ranked
 from .planner import ShownForms, PlannedPrompt, PromptPlanner, load_plan
@@ -107,13 +107,16 @@ class Dispatcher:
     @staticmethod
     def _generate(backend: Backend, prompt: PlannedPrompt, options: AskOptions, deadline: float | None,
                   session: str | None, stop: Sequence[str] = ()) -> Generation:
-        """Submit ``prompt`` to ``backend``; an engine that keeps passages
-        splices those it holds for the prompt's collection and is asked to
-        keep the rest for next time, under that collection."""
+        """Submit ``prompt`` to ``backend`` under the cache scope of
+        ``options`` (it starts from no other scope's cells beyond the system
+        prompt, and what it leaves is that scope's); an engine that keeps
+        passages splices those it holds for the prompt's collection and is
+        asked to keep the rest for next time, under that collection."""
         engine = splicing(backend)
         collection = for_collection(named(options.collection))  # what the engine keys the passages by
         generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
                                       session=kv_key(session) if session is not None else None, stop=tuple(stop),
+                                      **for_scope(options.cache_scope),
                                       **({"passages": tuple(prompt.passages), **collection}
                                          if takes_passages(backend) else {}))
         if engine is not None and prompt.to_keep:

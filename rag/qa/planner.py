@@ -4,8 +4,9 @@ token meets the target and the prompt never exceeds the context window.
 
 Question, candidates, conversation history, options and cost model in; a
 :class:`PlannedPrompt` out. Only the backend's template and tokenizer are
-used (and its prefix cache, when it has one, to count what is cached), so
-the planner is tested on the deterministic fake backend.
+used (and its prefix cache, when it has one, to count what is cached for
+the prompt's cache scope, as the engine will count it), so the planner is
+tested on the deterministic fake backend.
 
 Does not: retrieve, generate or store anything.
 """
@@ -52,7 +53,7 @@ from ..index.language import terms_in
 from .answer import Budget, BudgetDecision
 from .evidence import Evidence, Ranked
 from .options import AskOptions
-from .passages import exact_reuse, for_collection
+from .passages import exact_reuse, for_collection, for_scope
 
 HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
 KEEP_AT_MOST = 8  # passages one question asks the engine to store
@@ -170,28 +171,31 @@ def check_fits(backend: Backend, question: str, max_tokens: int) -> None:
 
 class ShownForms:
     """The forms (whole or a focused window) in which recent prompts showed
-    each chunk, by chunk id, bounded: a chunk held by the engine in a window
-    cut for another target is found again in that form. Thread safe."""
+    each chunk, by cache scope and chunk id, bounded: a chunk held by the
+    engine in a window cut for another target is found again in that form,
+    by prompts of the scope it is held for (a window another scope's
+    question cut is never held for this one). Thread safe."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._forms: OrderedDict[str, ContextPassage] = OrderedDict()
+        self._forms: OrderedDict[tuple[str, str], ContextPassage] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, chunk_id: str) -> ContextPassage | None:
-        """The form ``chunk_id`` was last shown in, or None (a use keeps it longer)."""
+    def get(self, chunk_id: str, scope: str = "") -> ContextPassage | None:
+        """The form ``chunk_id`` was last shown in by a prompt of cache
+        ``scope``, or None (a use keeps it longer)."""
         with self._lock:
-            form = self._forms.get(chunk_id)
+            form = self._forms.get((scope, chunk_id))
             if form is not None:
-                self._forms.move_to_end(chunk_id)
+                self._forms.move_to_end((scope, chunk_id))
             return form
 
-    def note(self, shown: Sequence[tuple[str, ContextPassage]]) -> None:
-        """Remember these ``(chunk id, passage as shown)``."""
+    def note(self, shown: Sequence[tuple[str, ContextPassage]], scope: str = "") -> None:
+        """Remember these ``(chunk id, passage as shown)`` of a prompt of cache ``scope``."""
         with self._lock:
             for chunk_id, passage in shown:
-                self._forms[chunk_id] = passage
-                self._forms.move_to_end(chunk_id)
+                self._forms[(scope, chunk_id)] = passage
+                self._forms.move_to_end((scope, chunk_id))
             while len(self._forms) > self.size:
                 self._forms.popitem(last=False)
 
@@ -207,9 +211,10 @@ class PromptPlanner:
     def _tokens(self, text: str) -> int:
         return len(self.backend.tokenize(text))
 
-    def _cached(self, tokens: Sequence[int]) -> int:
+    def _cached(self, tokens: Sequence[int], scope: str = "") -> int:
+        """Leading ``tokens`` the engine holds for a prompt of cache ``scope``."""
         backend = self.backend
-        return backend.cached_prefix(tokens) if isinstance(backend, PrefixCache) else 0
+        return backend.cached_prefix(tokens, **for_scope(scope)) if isinstance(backend, PrefixCache) else 0
 
     def plan(
         self,
@@ -239,13 +244,14 @@ class PromptPlanner:
 
         # The default collection's prompts stay as before; a named one heads its passages and each names it.
         collection = named(options.collection)
+        scope = options.cache_scope  # what the engine will find cached for it: its own scope's cells only
         render = self._renderer(question, summary, past, place, collection)
         fixed_tokens = backend.tokenize(render([]))
         evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens, collection)
         if len(fixed_tokens) > backend.n_ctx - max_tokens:
             # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
             raise too_long(len(fixed_tokens), max_tokens, backend.n_ctx)
-        cached = self._cached(fixed_tokens)
+        cached = self._cached(fixed_tokens, scope)
         safety = cost.safety_factor(n_cached=cached)
         planned_at = elapsed()
         idle = BudgetRequest(
@@ -261,7 +267,7 @@ class PromptPlanner:
                                    cost.overhead() + cost.predict(PromptShape(new, cached)), options.refuse_late)
         passages, candidates, path = self._candidates(question, hits, request, loaded,
                                                       lambda kept: cost.splice_seconds(kept) + load.step_s,
-                                                      render, cached, ranked, collection)
+                                                      render, cached, ranked, collection, scope)
         if path and hits:
             request = replace(request, prefer_stored=PREFER_HELD * abs(hits[0].score))
         try:
@@ -277,7 +283,7 @@ class PromptPlanner:
         evidence, quotes, text, tokens = self._quoted(ranked, hits, chosen, shown, render, place, text, tokens,
                                                       max_tokens)
         held, extra_s = self._held_after_splice(tokens, shown, chosen, plan, candidates, cached, path, cost, load,
-                                                collection)
+                                                collection, scope)
         seconds = loaded(max(len(tokens) - held, 0), held) + extra_s
         budget = Budget(
             target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
@@ -288,7 +294,7 @@ class PromptPlanner:
             predicted_prefill_s=seconds, behind=load.behind, coming=round(load.coming, 2),
             evidence_s=round(ranked.seconds, 4) if ranked is not None else 0.0, evidence_tokens=len(tokens) - bare)
         if self.forms is not None:
-            self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)])
+            self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)], scope)
         user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else (),
                               collection=collection)
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
@@ -309,14 +315,14 @@ class PromptPlanner:
 
     def _held_after_splice(self, tokens: Sequence[int], shown: Sequence[ContextPassage], chosen: Sequence[int],
                            plan, candidates, cached: int, path: bool, cost: PrefillCostModel,
-                           load: LoadPlan, collection: str | None = None) -> tuple[int, float]:
-        """Prompt tokens the engine will not evaluate (cached, or stored
-        passages' KV of ``collection`` reused) and the seconds reusing them
-        costs. Spliced passages are loaded, not evaluated: they cost their
-        load time and count as cached."""
+                           load: LoadPlan, collection: str | None = None, scope: str = "") -> tuple[int, float]:
+        """Prompt tokens the engine will not evaluate (cached for cache
+        ``scope``, or stored passages' KV of ``collection`` reused) and the
+        seconds reusing them costs. Spliced passages are loaded, not
+        evaluated: they cost their load time and count as cached."""
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
             held, _ = self.backend.held_prefix(tokens, [passage_body(p) for p in shown],
-                                               **for_collection(collection))
+                                               **for_collection(collection), **for_scope(scope))
             held = max(held, cached)
             extra_s = cost.splice_seconds(held - cached) + load.step_s if held > cached else 0.0
         else:
@@ -326,7 +332,7 @@ class PromptPlanner:
         if held == cached:
             # Nothing spliced: the whole prompt may share more with one the engine holds than its part
             # before the passages did (the passages' heading: 74 tokens cached where 66 were planned).
-            held = max(self._cached(tokens), cached)
+            held = max(self._cached(tokens, scope), cached)
         return held, extra_s
 
     def _evidence_room(self, ranked: Ranked | None, hits: Sequence[Hit], place: str, fixed: int,
@@ -400,15 +406,15 @@ class PromptPlanner:
         return tuple(passage_body(as_shown(hits[i], collection)) for i in worth[:KEEP_AT_MOST])
 
     def _held_path(self, variants: Sequence[Sequence[ContextPassage]], render, cached: int,
-                   collection: str | None = None) -> list[tuple[int, ContextPassage, int]]:
+                   collection: str | None = None, scope: str = "") -> list[tuple[int, ContextPassage, int]]:
         """The passages that, first in a prompt in this order, the engine
         holds the exact KV of, following on from the ``cached`` prefix:
         each as an index, the form it is held in (one of ``variants``, e.g.
         whole or focused, each a list over the candidates) and the prompt
         tokens it adds to what is held; best first at each place; only those
-        held for ``collection`` (as prompts name it). Empty for an engine
-        without exact passage reuse."""
-        backend, named_kw = self.backend, for_collection(collection)
+        held for ``collection`` (as prompts name it) and cache ``scope``.
+        Empty for an engine without exact passage reuse."""
+        backend, named_kw = self.backend, for_collection(collection) | for_scope(scope)
         if not variants or not variants[0] or exact_reuse(backend) is None:
             return []
         forms: dict[int, list[ContextPassage]] = {}
@@ -441,14 +447,14 @@ class PromptPlanner:
 
     def _candidates(self, question: str, hits: Sequence[Hit], request: BudgetRequest,
                     cost: Callable[[int, int], float], splice_seconds: Callable[[int], float],
-                    render, cached: int, ranked: Ranked | None = None, collection: str | None = None
-                    ) -> tuple[list[ContextPassage], list[Candidate], list[int]]:
+                    render, cached: int, ranked: Ranked | None = None, collection: str | None = None,
+                    scope: str = "") -> tuple[list[ContextPassage], list[Candidate], list[int]]:
         """The passages of ``hits`` (each focused on the question when the
         room is too small for three whole ones, unless the engine holds it
         stored whole, or holds its exact KV whole or focused: then it costs
         its load, not its prefill), their budget candidates, with what the
-        engine holds of each, and the held exact path (see
-        :meth:`_held_path`) in prompt order."""
+        engine holds of each (for cache ``scope``), and the held exact path
+        (see :meth:`_held_path`) in prompt order."""
         passages = [as_shown(h, collection) for h in hits]
         sizes = [self._block_tokens(n, p) for n, p in enumerate(passages, start=1)]
         cap = focus_cap(passage_room(request, cost), int(np.median(sizes))) if sizes else None
@@ -461,8 +467,8 @@ class PromptPlanner:
                        for n, p in enumerate(passages, start=1)]
         variants = [passages, focused] if cap is not None else [passages]
         if self.forms is not None and exact_reuse(self.backend) is not None:
-            variants.append([self.forms.get(h.chunk_id) or p for h, p in zip(hits, passages)])
-        path = self._held_path(variants, render, cached, collection)
+            variants.append([self.forms.get(h.chunk_id, scope) or p for h, p in zip(hits, passages)])
+        path = self._held_path(variants, render, cached, collection, scope)
         if path:
             held = {i: (form, extra) for i, form, extra in path}
             passages = [held[i][0] if i in held else f for i, f in enumerate(focused)]
