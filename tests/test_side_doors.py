@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -119,12 +120,27 @@ class HeldAnswers:
     def __init__(self) -> None:
         self.asking = threading.Event()  # an answer has begun
         self.go = threading.Event()
+        self._folder = tempfile.TemporaryDirectory()
+        self._conversations = None
+
+    @property
+    def conversations(self):
+        """A real conversation store (a keyed caller's question runs in its holder's cache scope, made with
+        the store's secret)."""
+        if self._conversations is None:
+            from rag.conversations import open_store
+
+            self._conversations = open_store(Path(self._folder.name) / "c.sqlite")
+        return self._conversations
 
     def prepare(self) -> None:
         pass
 
     def close(self) -> None:
         self.go.set()
+        if self._conversations is not None:
+            self._conversations.close()
+        self._folder.cleanup()
 
     def documents(self, collection: str) -> list[dict]:
         return [{"id": "a1", "source": "a.md", "chunks": 1}, {"id": "b2", "source": "b.md", "chunks": 2}]

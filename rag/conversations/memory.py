@@ -51,6 +51,12 @@ def folded_key(session: str) -> str:
     return f"session:{session}#folded"
 
 
+def _scoped(scope: str) -> dict[str, str]:
+    """The engine keyword naming a cache scope; none for the local user's
+    (""), so an engine without scopes still serves it."""
+    return {"cache_scope": scope} if scope else {}
+
+
 def stable_prefix(backend: Backend, messages: Sequence[Message]) -> list[int]:
     """The tokens every prompt that continues ``messages`` with a user turn
     starts with, under ``backend``'s template."""
@@ -185,9 +191,11 @@ class ConversationMemory:
     # -- writing ---------------------------------------------------------------
 
     def remember(self, session: str, question: str, user: str, answer: str, sources: Sequence[dict],
-                 timings: Timings) -> int:
+                 timings: Timings, cache_scope: str = "") -> int:
         """Store an answered turn at the end of ``session`` and return its
-        number; schedule a fold in the background if one is due."""
+        number; schedule a fold in the background if one is due, its
+        summary and prefill run in the conversation's ``cache_scope``
+        (``AskOptions.cache_scope``: the cells are its holder's alone)."""
         backend = self._backend()
         # The template adds a few tokens around each message.
         tokens = len(backend.tokenize(user)) + len(backend.tokenize(answer)) + 10
@@ -199,7 +207,7 @@ class ConversationMemory:
         if turns_to_fold([self.turn_tokens(t) for t in conversation.turns], self._policy()):
             with self._pending_lock:
                 self._pending = [f for f in self._pending if not f.done()]
-                self._pending.append(self._worker.submit(self._fold_logged, session))
+                self._pending.append(self._worker.submit(self._fold_logged, session, cache_scope))
         return number
 
     def _drop_superseded(self, session: str, backend: Backend) -> None:
@@ -225,16 +233,16 @@ class ConversationMemory:
 
     # -- background ----------------------------------------------------------
 
-    def _fold_logged(self, session: str) -> None:
+    def _fold_logged(self, session: str, scope: str = "") -> None:
         """A fold whose failure is logged (the history stays unfolded, tried
         again after the next answer), never raised from whatever waits for
         background work next (a reset of another session, close)."""
         try:
-            self._fold(session)
+            self._fold(session, scope)
         except Exception as exc:  # noqa: BLE001 - background work: its failure is an entry of the log
             self.log.append({"session": session, "kind": "summary", "error": f"{type(exc).__name__}: {exc}"})
 
-    def _fold(self, session: str) -> None:
+    def _fold(self, session: str, scope: str = "") -> None:
         """Fold the oldest turns of ``session`` into its summary: summarise
         them, prefill the layout the fold leads to, then store the fold
         between two of the session's questions."""
@@ -246,7 +254,7 @@ class ConversationMemory:
         started = time.perf_counter()
         try:
             summary, method = summarise(backend, conversation.summary, conversation.turns[:n], policy.summary_tokens,
-                                        self._busy)
+                                        self._busy, scope)
         except Interrupted:
             # A question came in: it goes first; the fold is retried after its answer.
             self.log.append({"session": session, "kind": "summary", "interrupted": True,
@@ -262,7 +270,7 @@ class ConversationMemory:
             # layout is held: else it is prefilled (again, for the turns answered meanwhile) first.
             with self.turn(session):
                 prefix = self._folded_prefix(session, summary, through)
-                if self._held(prefix) or not tries_left:
+                if self._held(prefix, scope) or not tries_left:
                     folded = store.fold(
                         session, through=through, summary=summary,
                         expected_version=conversation.summary_version, method=method, tokens=tokens,
@@ -272,7 +280,7 @@ class ConversationMemory:
                         with self._pending_lock:
                             self._superseded.add(session)
                     break
-            self._prefill_folded(session, prefix)
+            self._prefill_folded(session, prefix, scope)
         self.log.append({"session": session, "kind": "summary", "method": method, "turns": n,
                          "tokens": tokens, "seconds": seconds, "stored": folded})
 
@@ -290,18 +298,18 @@ class ConversationMemory:
         prefix = stable_prefix(backend, [system_message(kept.summary), *history_messages(kept.turns)])
         return prefix if len(prefix) < backend.n_ctx // 2 else None
 
-    def _held(self, prefix: list[int] | None) -> bool:
-        """Whether the engine holds ``prefix`` whole (or none is to be held)."""
-        return prefix is None or self._backend().cached_prefix(prefix) >= len(prefix) - 1
+    def _held(self, prefix: list[int] | None, scope: str = "") -> bool:
+        """Whether the engine holds ``prefix`` whole for ``scope`` (or none is to be held)."""
+        return prefix is None or self._backend().cached_prefix(prefix, **_scoped(scope)) >= len(prefix) - 1
 
-    def _prefill_folded(self, session: str, prefix: list[int]) -> None:
+    def _prefill_folded(self, session: str, prefix: list[int], scope: str = "") -> None:
         """Prefill ``prefix``, the layout a fold leads to, as background work
         behind every question, so the first question that sees the fold
         finds it cached. Questions meanwhile still see the old layout."""
         if self._busy():
             return
         try:
-            t = self._backend().prefill(prefix, session=folded_key(session))
+            t = self._backend().prefill(prefix, session=folded_key(session), **_scoped(scope))
         except EngineError as exc:  # checked again; after the last try the fold is stored all the same
             self.log.append({"session": session, "kind": "prefill", "error": str(exc)})
             return

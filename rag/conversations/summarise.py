@@ -46,11 +46,12 @@ def extractive_summary(previous: str, turns: Sequence[Turn], max_tokens: int, co
 
 def llm_summary(
     backend: Backend, previous: str, turns: Sequence[Turn], max_tokens: int,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], bool] = lambda: False, cache_scope: str = "",
 ) -> tuple[str, Timings]:
-    """The model's summary of ``previous`` and ``turns`` with its timings.
-    Raises Interrupted when ``should_stop()`` turns true, ValueError when the
-    reply is empty or does not finish within ``max_tokens``."""
+    """The model's summary of ``previous`` and ``turns`` with its timings,
+    written in the conversation's ``cache_scope`` (its cells are its
+    holder's alone). Raises Interrupted when ``should_stop()`` turns true,
+    ValueError when the reply is empty or does not finish within ``max_tokens``."""
     parts = [f"Summary so far: {previous.strip()}"] if previous.strip() else []
     for turn in turns:
         parts.append(f"User: {turn.question.strip()}\nAssistant: {turn.answer.strip()}")
@@ -61,7 +62,8 @@ def llm_summary(
     if len(tokens) + max_tokens + 1 > backend.n_ctx:
         raise ValueError("the turns to fold do not fit the context window")
     pieces: list[str] = []
-    with backend.generate(tokens, max_tokens=max_tokens + 1, background=True) as generation:
+    scoped = {"cache_scope": cache_scope} if cache_scope else {}  # as the conversation's own prompts run
+    with backend.generate(tokens, max_tokens=max_tokens + 1, background=True, **scoped) as generation:
         for piece in generation:
             pieces.append(piece)
             if should_stop():
@@ -77,13 +79,14 @@ def llm_summary(
 
 def summarise(
     backend: Backend, previous: str, turns: Sequence[Turn], max_tokens: int,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], bool] = lambda: False, cache_scope: str = "",
 ) -> tuple[str, str]:
     """A summary of ``previous`` and ``turns`` in at most ``max_tokens``,
-    and how it was made: ``"llm"`` or ``"extractive"``. Raises Interrupted
-    when ``should_stop()`` turns true while the model writes."""
+    and how it was made: ``"llm"`` or ``"extractive"`` (the model's written
+    in ``cache_scope``: see :func:`llm_summary`). Raises Interrupted when
+    ``should_stop()`` turns true while the model writes."""
     try:
-        text, _ = llm_summary(backend, previous, turns, max_tokens, should_stop)
+        text, _ = llm_summary(backend, previous, turns, max_tokens, should_stop, cache_scope)
         if len(backend.tokenize(text)) <= max_tokens:
             return text, "llm"
     except Interrupted:

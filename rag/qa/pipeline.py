@@ -448,7 +448,7 @@ class Pipeline:
             if session is not None:
                 # The turn is replayed as it was prompted: the answer with the start written for it.
                 number = self.memory.remember(session, question, prompt.user, prompt.lead + text,
-                                              [s.to_dict() for s in sources], timings)
+                                              [s.to_dict() for s in sources], timings, options.cache_scope)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
                       session=session, turn=number, turns_shown=prompt.turns_shown,
                       ungrounded=tuple(guard.removed), evidence=prompt.evidence)
@@ -465,7 +465,8 @@ class Pipeline:
         timings = Timings(0, 0, 0, ttft_s=waited, prefill_s=0.0, decode_tokens=0, decode_s=0.0, total_s=waited)
         budget = Budget(target_ttft=target, predicted_ttft_s=waited, candidates=len(hits), chosen=0,
                         evidence_s=round(ranked.seconds, 4))
-        number = self.memory.remember(session, question, question, text, [], timings) if session else None
+        number = self.memory.remember(session, question, question, text, [], timings,
+                                      options.cache_scope) if session else None
         return Answer(answer=text, sources=(), budget=budget, timings=timings, session=session, turn=number,
                       declined=True)
 
