@@ -188,54 +188,56 @@ def build(connection: Connection, http: OverHTTP | None = None) -> RagMCPServer:
     keys = http.keys if http is not None and http.settings.keyed else None
     server = RagMCPServer(connection, keys, log_level="WARNING")
     transport = "stdio" if http is None else "http"
-    most_tokens = tools.MAX_ANSWER_TOKENS if http is None else http.max_tokens
-    default_tokens = min(DEFAULT_MAX_TOKENS, most_tokens)  # a call that names none is not refused for it
 
     def who(ctx: Context) -> Caller:
         return caller_of(transport, ctx.headers, keys)
 
+    _add_reading_tools(server, connection, who, keys)
+    _add_ask(server, connection, who, http)
+    return server
+
+
+def _capped(most_tokens: int):
+    """A decorator setting a tool's ``max_tokens`` bound to ``most_tokens``:
+    the SDK reads a tool's annotations by name in this module (they are
+    strings here), so a cap known only when the server is built is set on
+    the function itself."""
     def capped(tool):
-        # The SDK reads a tool's annotations by name in this module (they are strings here), so the cap
-        # known only now is set on the function itself.
         tool.__annotations__["max_tokens"] = answer_tokens(most_tokens)
         return tool
 
-    @contextlib.contextmanager
-    def question_held(ctx: Context, caller: Caller) -> Iterator[None]:
-        """Over HTTP, a place among the questions its caller has in flight
-        (the service's ``questions_in_flight``: the caller is who the gate
-        counted the request against, its key or else its address); a
-        RagError when it already has as many as it may."""
-        if http is None:
-            yield
-            return
-        request = ctx.request_context.request
-        counted = getattr(request, "scope", {}).get("rag.caller") or f"key:{caller.holder}"
-        questions = http.limits.questions
-        if questions.enter(counted) is not None:
-            raise RagError(f"this caller already has {questions.most} questions in flight, the most it may "
-                           "(questions_in_flight); ask again once one is answered")
-        try:
-            yield
-        finally:
-            questions.leave(counted)
+    return capped
 
-    @server.tool(annotations=READ_ONLY)
-    def search(
-        query: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
-                                    description="What to look for.")],
-        ctx: Context,
-        k: Annotated[int, Field(ge=1, le=tools.MAX_SEARCH_K, description="How many chunks to return.")] = 5,
-        scope: Annotated[Optional[Scope], SCOPE] = None,
-        collection: Annotated[CollectionName, COLLECTION] = DEFAULT_COLLECTION,
-    ) -> dict[str, Any]:
-        """The chunks of your documents that best match QUERY, best first, without asking the model: each
-        with its text, source, where it lies, score, and doc_id (for read_document)."""
-        with tool_errors():
-            return tools.search(connection, query, k, scope, collection=collection, caller=who(ctx))
+
+@contextlib.contextmanager
+def _question_held(http: OverHTTP | None, ctx: Context, caller: Caller) -> Iterator[None]:
+    """Over HTTP, a place among the questions its caller has in flight
+    (the service's ``questions_in_flight``: the caller is who the gate
+    counted the request against, its key or else its address); a RagError
+    when it already has as many as it may. Nothing on stdio."""
+    if http is None:
+        yield
+        return
+    request = ctx.request_context.request
+    counted = getattr(request, "scope", {}).get("rag.caller") or f"key:{caller.holder}"
+    questions = http.limits.questions
+    if questions.enter(counted) is not None:
+        raise RagError(f"this caller already has {questions.most} questions in flight, the most it may "
+                       "(questions_in_flight); ask again once one is answered")
+    try:
+        yield
+    finally:
+        questions.leave(counted)
+
+
+def _add_ask(server: RagMCPServer, connection: Connection, who, http: OverHTTP | None) -> None:
+    """The ``ask`` tool: over HTTP its ``max_tokens`` within the service's
+    limit and its questions in flight counted as the service counts them."""
+    most_tokens = tools.MAX_ANSWER_TOKENS if http is None else http.max_tokens
+    default_tokens = min(DEFAULT_MAX_TOKENS, most_tokens)  # a call that names none is not refused for it
 
     @server.tool(annotations=ANSWERS)
-    @capped
+    @_capped(most_tokens)
     def ask(
         question: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
                                        description="The question to answer from your documents.")],
@@ -258,9 +260,28 @@ def build(connection: Connection, http: OverHTTP | None = None) -> RagMCPServer:
 
         with tool_errors():
             caller = who(ctx)
-            with question_held(ctx, caller):
+            with _question_held(http, ctx, caller):
                 return tools.ask(connection, question, target_ttft=target_ttft, max_tokens=max_tokens, scope=scope,
                                  session=session, on_text=progress, collection=collection, caller=caller)
+
+
+def _add_reading_tools(server: RagMCPServer, connection: Connection, who, keys: KeyRing | None) -> None:
+    """The tools and the resource that read without the model: ``search``,
+    ``list_documents``, ``read_document`` and ``rag://documents/{id}``
+    (not with keys: ``read_document`` checks the caller's rights)."""
+    @server.tool(annotations=READ_ONLY)
+    def search(
+        query: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
+                                    description="What to look for.")],
+        ctx: Context,
+        k: Annotated[int, Field(ge=1, le=tools.MAX_SEARCH_K, description="How many chunks to return.")] = 5,
+        scope: Annotated[Optional[Scope], SCOPE] = None,
+        collection: Annotated[CollectionName, COLLECTION] = DEFAULT_COLLECTION,
+    ) -> dict[str, Any]:
+        """The chunks of your documents that best match QUERY, best first, without asking the model: each
+        with its text, source, where it lies, score, and doc_id (for read_document)."""
+        with tool_errors():
+            return tools.search(connection, query, k, scope, collection=collection, caller=who(ctx))
 
     @server.tool(annotations=READ_ONLY)
     def list_documents(
@@ -295,8 +316,6 @@ def build(connection: Connection, http: OverHTTP | None = None) -> RagMCPServer:
             raise ResourceNotFoundError(str(exc)) from None
         except RagError as exc:
             raise ResourceError(str(exc)) from None
-
-    return server
 
 
 def serve_stdio(connection: Connection) -> None:
