@@ -40,7 +40,7 @@ def _ranked(index, embedder, query: str, mode: str, k: int = 4) -> list[tuple[st
 
 def _more_files(root: Path) -> Path:
     """A second folder of documents, each of its own length: BM25 ties
-    (which ``LexicalIndex`` breaks in no defined order, SQL by chunk id) are
+    (both stores break them by chunk id, but ids differ between stores) are
     left out of the comparison of rankings."""
     words = ["prefill", "decode", "cache", "bread", "garden", "tokens", "bandwidth", "oven", "python", "gzip"]
     rng = np.random.default_rng(7)
