@@ -187,6 +187,12 @@ def serving(http, host: str = "127.0.0.1"):
     the server) over ``http`` on ``host``, on a free port, with an answerer
     of :class:`HeldAnswers`: (its URL, the answerer)."""
     import uvicorn
+    from sse_starlette.sse import AppStatus
+
+    # sse-starlette (the SDK's event streams) ends every stream of the process once any uvicorn server in it
+    # has been told to exit, and earlier tests stop servers of their own in this process: a fresh start.
+    # `rag mcp --http` runs alone in its process, where that is the shutdown it is meant for.
+    AppStatus.should_exit = False
 
     from rag.mcp.connection import Connection
     from rag.mcp.server import bind, build, http_app
