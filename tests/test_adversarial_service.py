@@ -329,7 +329,10 @@ def test_no_caller_reads_anothers_question_through_the_engines_cache(world):
         r = httpx.post(f"{server.url}/v1/ask", headers=headers, timeout=120, json={
             "question": question, "collection": "vault", "max_tokens": 2} | extra)
         assert r.status_code == 200, r.text
-        return r.json()["timings"]["cached_tokens"]
+        timings = r.json()["timings"]
+        # Nor the cells the other callers' prompts hold (how long theirs are), nor whether one was shared.
+        assert timings["others_cells"] is None and timings["shared_prefill"] is None, timings
+        return timings["cached_tokens"]
 
     for extra in ({"session": "h1"}, {"session": "h1"}, {}, {}):
         cached(plain, secret, **extra)

@@ -120,3 +120,18 @@ def test_turns_another_wrote_under_a_computable_id_are_never_adopted(store):
     store.append(f"{computable}:taken", turn())
     store.claim("taken", _before("bob", "acme")[0])  # claimed by bob in that release
     assert store.load(stored_session(store, ALICE, "acme", "taken")).turns == ()
+
+
+def test_default_collection_conversations_of_an_earlier_release_are_left_unread(store):
+    # There that release's plain keys used ids as stored: turns under alice's computable id may be anyone's.
+    tag, computable = _before("alice", "default")
+    store.append(f"{computable}:d1", turn())
+    store.claim("d1", tag)
+    assert store.load(stored_session(store, ALICE, "default", "d1")).turns == ()
+    assert len(store.load(f"{computable}:d1").turns) == 1  # left where it is, not deleted
+
+
+def test_a_new_store_is_its_users_alone(tmp_path):
+    s = open_store(tmp_path / "new.sqlite")
+    s.close()
+    assert (tmp_path / "new.sqlite").stat().st_mode & 0o077 == 0

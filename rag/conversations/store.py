@@ -397,6 +397,10 @@ class ConversationStore(Conversations):
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists():
+                # Conversations, and the secret their holders' ids are made with: the user's alone. SQLite
+                # gives its -wal and -shm files the database's mode.
+                os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")

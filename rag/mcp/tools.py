@@ -22,7 +22,7 @@ from ..qa.answer import Answer, where
 from ..qa.options import AskOptions, valid_text
 from ..retrieval.scope import Scope
 from ..service.keys import LOCAL_USER, Caller
-from ..service.owners import asking
+from ..service.owners import as_seen_by, asking
 
 if TYPE_CHECKING:
     from .connection import Answerer, Connection
@@ -74,7 +74,7 @@ def ask(connection: Connection, question: str, *, target_ttft: float | None = No
             if piece and on_text is not None:
                 text += piece
                 on_text(text)
-    return answered(stream.answer) | ({"session": session} if session is not None else {})
+    return as_seen_by(caller, answered(stream.answer) | ({"session": session} if session is not None else {}))
 
 
 def readable(caller: Caller, collection: str) -> None:

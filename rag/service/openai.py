@@ -22,8 +22,8 @@ from ..qa.options import DEFAULT_MAX_TOKENS
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
 from .schemas import ChatBody
-from .keys import Caller
-from .owners import asking
+from .keys import LOCAL_USER, Caller
+from .owners import as_seen_by, asking
 from .rights import refusal
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -48,7 +48,7 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     if waited is not None:
         return waited
     reply = Reply(f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), state.pipeline.backend.name, max_tokens,
-                  body.session_id())
+                  body.session_id(), who)
     try:
         # A session, or one made from the OpenAI ``user`` (an end user's name, which two applications may
         # both send), is the key's own in this collection (rag.service.owners).
@@ -76,9 +76,11 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
 class Reply:
     """One chat completion's identity, and its wire forms."""
 
-    def __init__(self, cid: str, created: int, model: str, max_tokens: int, session: str | None = None) -> None:
+    def __init__(self, cid: str, created: int, model: str, max_tokens: int, session: str | None = None,
+                 caller: Caller = LOCAL_USER) -> None:
         self.cid, self.created, self.model, self.max_tokens = cid, created, model, max_tokens
         self.session = session  # the conversation's id as the caller names it, never as it is stored
+        self.caller = caller  # who is shown the answer (rag.service.owners.as_seen_by)
 
     def completion(self, answer: Answer) -> dict:
         """The ``chat.completion`` object of a finished answer."""
@@ -95,7 +97,8 @@ class Reply:
     def _extension(self, answer: Answer) -> dict:
         # Beyond OpenAI's fields: the sources and evidence beside the message, and the whole answer
         # contract (rag.qa.answer) under "rag".
-        whole = answer.to_dict() | ({"session": self.session} if self.session is not None else {})
+        whole = as_seen_by(self.caller, answer.to_dict() | ({"session": self.session} if self.session is not None
+                                                            else {}))
         return {"sources": whole["sources"], "evidence": whole["evidence"], "rag": whole}
 
     def _finish_reason(self, answer: Answer) -> str:

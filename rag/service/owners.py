@@ -20,10 +20,11 @@ Ids are the caller's own: the same id named by two holders, or by one
 holder in two collections, is two conversations, so no one can take an id
 from another, lock another out of it, or learn that another uses it.
 
-Conversations stored under the tags of earlier releases (a SHA-256 of the
-holder's name, which anyone could compute) are moved under the secret tag
-the first time their holder names them, where that release's claim of the
-id names the holder (:func:`_moved_from_before`).
+A key holder's conversations in a named collection stored under the tags
+of earlier releases (a SHA-256 of the holder's name, which anyone could
+compute) are moved under the secret tag the first time their holder names
+them, where that release's claim of the id names the holder
+(:func:`_moved_from_before`).
 
 Does not: store conversations (``rag.conversations``) or find the caller (``gate``).
 """
@@ -135,15 +136,15 @@ def cache_scope(conversations: Conversations, caller: Caller, collection: str) -
 
 
 def _before(caller: Caller, collection: str) -> tuple[str, str] | None:
-    """The tag an earlier release gave ``caller`` (a SHA-256 of its
-    holder's name) and the prefix it stored ``caller``'s ids in
-    ``collection`` under, or None where it used bare ids or its ids were
-    shared (the plain keys' were the local user's)."""
-    if caller != LOCAL_USER and caller.everything:
+    """The tag an earlier release gave ``caller``, a key file's holder (a
+    SHA-256 of its name), and the prefix it stored its ids in a named
+    ``collection`` under; None for callers that may do everything (their
+    ids were shared) and for the default collection."""
+    if caller.everything or collection == DEFAULT_COLLECTION:
+        # Not the default collection: there an earlier release's plain keys used ids as stored, so turns
+        # under a holder's computable id there may be anyone's; they are left where they are, unread.
         return None
-    if caller == LOCAL_USER and collection == DEFAULT_COLLECTION:
-        return None
-    tag = _hexdigest("holder:" + ("" if caller == LOCAL_USER else caller.holder), _TAG)
+    tag = _hexdigest("holder:" + caller.holder, _TAG)
     return tag, f"{tag}.{_collection_tag(collection)}:"
 
 
@@ -178,3 +179,20 @@ def _owned(stored: str) -> bool:
     tag, dot, ctag = head.partition(".")
     return bool(colon and dot and len(tag) == _TAG and len(ctag) == 8
                 and all(c in "0123456789abcdef" for c in tag + ctag))
+
+
+# Figures of an answer that measure other callers' prompts (the cells every other sequence holds, whether
+# the prefill was shared with another's): told to the local user, never to a key's holder.
+OTHERS_FIGURES = ("others_cells", "shared_prefill")
+
+
+def as_seen_by(caller: Caller, answer: dict) -> dict:
+    """The answer object (``Answer.to_dict()``) as ``caller`` is shown it:
+    its timings' figures of other callers' prompts (:data:`OTHERS_FIGURES`)
+    are null for any caller but the local user, as ``/metrics`` is closed
+    to keys that may not read every collection."""
+    if _local(caller) or "timings" not in answer:
+        return answer
+    timings = dict(answer["timings"])
+    timings.update({name: None for name in OTHERS_FIGURES if name in timings})
+    return answer | {"timings": timings}

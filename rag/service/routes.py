@@ -25,7 +25,7 @@ from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, CollectionBody, SearchBody
-from .owners import SHELL_USER, asking
+from .owners import SHELL_USER, as_seen_by, asking
 from .rights import COLLECTION_QUERY, readable, refusal, service_wide_refusal
 from .keys import Caller
 from .state import ServiceState, caller, service
@@ -122,7 +122,10 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
                                        **body.options())
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
-            return done.to_dict() | shown if done is not None else Response(status_code=499)
+            if done is None:
+                return Response(status_code=499)
+            # As is: a key's holder is told null for the figures of others' prompts, where the model says int.
+            return JSONResponse(as_seen_by(who, done.to_dict() | shown))
         first = await answer.first_unless(request.is_disconnected)  # errors before it are still HTTP errors
     except StopAsyncIteration:
         first = None  # an empty answer: straight to the final event
@@ -133,10 +136,12 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     except RagError as exc:
         state.metrics.requests.labels("ask", outcome(exc)).inc()
         return failure(exc)
-    return StreamingResponse(_ask_events(answer, first, request.is_disconnected, shown), media_type="text/event-stream")
+    return StreamingResponse(_ask_events(answer, first, request.is_disconnected, shown, who),
+                             media_type="text/event-stream")
 
 
-async def _ask_events(answer: ThreadedAnswer, first: str | None, gone, shown: dict) -> AsyncIterator[str]:
+async def _ask_events(answer: ThreadedAnswer, first: str | None, gone, shown: dict,
+                      who: Caller) -> AsyncIterator[str]:
     try:
         if answer.evidence is not None:
             yield sse({"evidence": [e.to_dict() for e in answer.evidence]})
@@ -147,7 +152,7 @@ async def _ask_events(answer: ThreadedAnswer, first: str | None, gone, shown: di
             async for piece in answer:
                 if piece:
                     yield sse({"delta": piece})
-        yield sse({"answer": answer.answer.to_dict() | shown})
+        yield sse({"answer": as_seen_by(who, answer.answer.to_dict() | shown)})
     except ClientGone:
         return  # it left while its prompt was evaluated: the generation is stopped
     except Exception as exc:  # noqa: BLE001 - the stream has started: its end says what failed
