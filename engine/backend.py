@@ -46,6 +46,19 @@ Role = Literal["system", "user", "assistant"]
 DEFAULT_COLLECTION = "default"
 
 
+def scoped(cache_scope: str) -> dict[str, str]:
+    """The keyword that names a request's cache scope to an engine's cache
+    calls (``generate``, ``prefill``, ``cached_prefix``, ``held_prefix``,
+    ``held_passages``): ``cache_scope=`` for a holder's; none for the local
+    user's (""), which is what the keyword means when it is left out, so an
+    engine written before scopes still serves the local user, and a
+    holder's request fails loudly there instead of sharing its cache.
+
+    ``scoped("ab12.cd34") -> {"cache_scope": "ab12.cd34"}``; ``scoped("") -> {}``
+    """
+    return {"cache_scope": cache_scope} if cache_scope else {}
+
+
 @dataclass(frozen=True)
 class Message:
     """One chat message, before the model's template is applied."""

@@ -228,7 +228,7 @@ def test_the_planner_predicts_and_the_dispatcher_asks_for_the_prompts_own_scope(
     assert _plan(backend, AskOptions.of(cache_scope="bbbb")).budget.cached_tokens == 0
     assert _plan(backend, AskOptions.of()).budget.cached_tokens == 0
     # The local user's prompt names no scope: an engine written before scopes still serves it.
-    from rag.qa.passages import for_scope
+    from engine.backend import scoped as for_scope
 
     assert for_scope("") == {} and for_scope("aaaa") == {"cache_scope": "aaaa"}
     backend.asked.clear()

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Literal, Sequence
 
-from engine.backend import Backend, LoadAware, Message, PrefixCache, Timings
+from engine.backend import Backend, LoadAware, Message, PrefixCache, Timings, scoped
 from engine.errors import EngineError
 from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
 from prompt_budget.layout import history_messages
@@ -49,12 +49,6 @@ def kv_key(session: str) -> str:
 def folded_key(session: str) -> str:
     """The snapshot key of a conversation's next layout, prefilled before its fold is stored."""
     return f"session:{session}#folded"
-
-
-def _scoped(scope: str) -> dict[str, str]:
-    """The engine keyword naming a cache scope; none for the local user's
-    (""), so an engine without scopes still serves it."""
-    return {"cache_scope": scope} if scope else {}
 
 
 def stable_prefix(backend: Backend, messages: Sequence[Message]) -> list[int]:
@@ -300,7 +294,7 @@ class ConversationMemory:
 
     def _held(self, prefix: list[int] | None, scope: str = "") -> bool:
         """Whether the engine holds ``prefix`` whole for ``scope`` (or none is to be held)."""
-        return prefix is None or self._backend().cached_prefix(prefix, **_scoped(scope)) >= len(prefix) - 1
+        return prefix is None or self._backend().cached_prefix(prefix, **scoped(scope)) >= len(prefix) - 1
 
     def _prefill_folded(self, session: str, prefix: list[int], scope: str = "") -> None:
         """Prefill ``prefix``, the layout a fold leads to, as background work
@@ -309,7 +303,7 @@ class ConversationMemory:
         if self._busy():
             return
         try:
-            t = self._backend().prefill(prefix, session=folded_key(session), **_scoped(scope))
+            t = self._backend().prefill(prefix, session=folded_key(session), **scoped(scope))
         except EngineError as exc:  # checked again; after the last try the fold is stored all the same
             self.log.append({"session": session, "kind": "prefill", "error": str(exc)})
             return

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from engine.backend import Backend, Message, Timings
+from engine.backend import Backend, Message, Timings, scoped
 from prompt_budget.trim import sentence_ends, trim_to_tokens
 
 from .store import Turn
@@ -62,8 +62,8 @@ def llm_summary(
     if len(tokens) + max_tokens + 1 > backend.n_ctx:
         raise ValueError("the turns to fold do not fit the context window")
     pieces: list[str] = []
-    scoped = {"cache_scope": cache_scope} if cache_scope else {}  # as the conversation's own prompts run
-    with backend.generate(tokens, max_tokens=max_tokens + 1, background=True, **scoped) as generation:
+    # In the conversation's own scope, as its prompts run.
+    with backend.generate(tokens, max_tokens=max_tokens + 1, background=True, **scoped(cache_scope)) as generation:
         for piece in generation:
             pieces.append(piece)
             if should_stop():

@@ -15,14 +15,14 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from engine.backend import Backend, Generation
+from engine.backend import Backend, Generation, scoped
 
 from ..conversations import Conversation, ConversationMemory, kv_key
 from ..index.collection_names import named
 from ..index.store import Hit
 from .engine_setup import EngineSetup
 from .options import AskOptions
-from .passages import for_collection, for_scope, splicing, takes_passages
+from .passages import for_collection, splicing, takes_passages
 from .arrivals import Arrival, Arrivals
 from .evidence import Ranked
 from .planner import ShownForms, PlannedPrompt, PromptPlanner, load_plan
@@ -116,7 +116,7 @@ class Dispatcher:
         collection = for_collection(named(options.collection))  # what the engine keys the passages by
         generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
                                       session=kv_key(session) if session is not None else None, stop=tuple(stop),
-                                      **for_scope(options.cache_scope),
+                                      **scoped(options.cache_scope),
                                       **({"passages": tuple(prompt.passages), **collection}
                                          if takes_passages(backend) else {}))
         if engine is not None and prompt.to_keep:

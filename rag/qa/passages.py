@@ -51,20 +51,6 @@ def for_collection(collection: str | None) -> dict[str, str]:
     return {} if collection is None else {"collection": collection}
 
 
-def for_scope(cache_scope: str) -> dict[str, str]:
-    """The keyword that names a prompt's cache scope (``AskOptions.cache_scope``)
-    to an engine's cache calls (``generate``, ``cached_prefix``,
-    ``held_prefix``, ``held_passages``): ``cache_scope=`` for a holder's;
-    none for the local user's (""), which is what the keyword means when it
-    is left out. As with :func:`for_collection`, an engine written before
-    scopes still serves the local user, and a holder's prompt fails loudly
-    there instead of sharing its cache with every other.
-
-    ``for_scope("ab12.cd34") -> {"cache_scope": "ab12.cd34"}``; ``for_scope("") -> {}``
-    """
-    return {"cache_scope": cache_scope} if cache_scope else {}
-
-
 def takes_passages(backend: Backend) -> bool:
     """Whether ``backend`` wants a prompt's passages with it: it splices
     stored passages, or reuses exact ones held from earlier prompts."""

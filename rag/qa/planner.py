@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from engine.backend import Backend, LoadAware, PassageKV, PrefixCache
+from engine.backend import Backend, LoadAware, PassageKV, PrefixCache, scoped
 from engine.scheduler import expected_wait, others_cells, slowdown, step_beside
 from prompt_budget import (
     BudgetRequest,
@@ -53,7 +53,7 @@ from ..index.language import terms_in
 from .answer import Budget, BudgetDecision
 from .evidence import Evidence, Ranked
 from .options import AskOptions
-from .passages import exact_reuse, for_collection, for_scope
+from .passages import exact_reuse, for_collection
 
 HISTORY_PASSAGE_ROOM = 512  # tokens kept for passages when old turns crowd the window
 KEEP_AT_MOST = 8  # passages one question asks the engine to store
@@ -214,7 +214,7 @@ class PromptPlanner:
     def _cached(self, tokens: Sequence[int], scope: str = "") -> int:
         """Leading ``tokens`` the engine holds for a prompt of cache ``scope``."""
         backend = self.backend
-        return backend.cached_prefix(tokens, **for_scope(scope)) if isinstance(backend, PrefixCache) else 0
+        return backend.cached_prefix(tokens, **scoped(scope)) if isinstance(backend, PrefixCache) else 0
 
     def plan(
         self,
@@ -322,7 +322,7 @@ class PromptPlanner:
         evaluated: they cost their load time and count as cached."""
         if path:  # held exact passages count only where they follow on from the cache: ask for this prompt
             held, _ = self.backend.held_prefix(tokens, [passage_body(p) for p in shown],
-                                               **for_collection(collection), **for_scope(scope))
+                                               **for_collection(collection), **scoped(scope))
             held = max(held, cached)
             extra_s = cost.splice_seconds(held - cached) + load.step_s if held > cached else 0.0
         else:
@@ -414,7 +414,7 @@ class PromptPlanner:
         tokens it adds to what is held; best first at each place; only those
         held for ``collection`` (as prompts name it) and cache ``scope``.
         Empty for an engine without exact passage reuse."""
-        backend, named_kw = self.backend, for_collection(collection) | for_scope(scope)
+        backend, named_kw = self.backend, for_collection(collection) | scoped(scope)
         if not variants or not variants[0] or exact_reuse(backend) is None:
             return []
         forms: dict[int, list[ContextPassage]] = {}
