@@ -38,7 +38,8 @@ def ingest(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (one line per ingest)."),
 ) -> None:
     """Index documents, incrementally: text, Markdown, reStructuredText, HTML,
-    PDF, Word, PowerPoint, Excel, CSV, EPUB and source code. --collection
+    PDF, Word, PowerPoint, Excel, CSV, EPUB, man pages (name.1 to name.8,
+    gzipped or not) and source code. --collection
     puts them in a named collection; no other collection is touched."""
     options = dict(include=include, exclude=exclude, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens)
     stored = None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import DocumentNotFound, RagError
 from .files import DEFAULT_MAX_FILE_BYTES
-from .formats import load_document
+from .formats import format_suffix, load_document
 from .formats.document import text_limit
 from .formats.pdf import PDF_SUFFIXES
 
@@ -50,7 +50,7 @@ class DocumentFile:
     @property
     def is_pdf(self) -> bool:
         """Whether it is a PDF (shown by a PDF viewer, not as text)."""
-        return self.path.suffix.lower() in PDF_SUFFIXES
+        return format_suffix(self.path.name) in PDF_SUFFIXES
 
     @property
     def media_type(self) -> str:
@@ -77,7 +77,8 @@ class DocumentFile:
         """The text the index was made from (loaded as at ingest); a
         DocumentError when the file no longer loads."""
         data = self.read(max_bytes)
-        loaded = load_document(self.source, self.path.suffix, data, max_chars=text_limit(len(data), max_bytes))
+        loaded = load_document(self.source, format_suffix(self.path.name), data,
+                               max_chars=text_limit(len(data), max_bytes))
         current = hashlib.sha256(data).hexdigest() == self.sha256
         return DocumentText(self.id, self.source, loaded.text, loaded.page_starts, current)
 

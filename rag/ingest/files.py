@@ -28,7 +28,7 @@ from typing import Iterable, Sequence
 
 from ..errors import RagError
 from ..globs import compile_glob
-from .formats import is_supported
+from .formats import format_suffix, is_supported
 from .formats.document import DEFAULT_MAX_FILE_BYTES
 
 DEFAULT_EXCLUDE = (".*", "**/.*", "**/.*/**", "__pycache__/**", "**/__pycache__/**")
@@ -170,9 +170,9 @@ class _Walk:
                 self.found.ignored.append((source, "a symbolic link to a folder: not followed; ingest the folder "
                                                    "it leads to instead"))
             elif named:
-                self.found.ignored.append((source, f"unsupported file type {path.suffix or '(no suffix)'}"))
+                self.found.ignored.append((source, f"unsupported file type {format_suffix(path.name) or '(no suffix)'}"))
             else:
-                self.found.unsupported[path.suffix.lower() or "(no suffix)"] += 1
+                self.found.unsupported[format_suffix(path.name) or "(no suffix)"] += 1
             return
         try:
             st = os.stat(path)

@@ -17,7 +17,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..ingest.files import matches, usable_glob
-from ..ingest.formats import SUPPORTED_SUFFIXES
+from ..ingest.formats import SUPPORTED_SUFFIXES, format_suffix
 
 MAX_SCOPE_ITEMS = 64
 
@@ -58,8 +58,9 @@ class Scope(BaseModel):
         ``Scope(sources=["notes/*"], types=["md"]).allows("notes/a.MD") -> True``
         """
         if self.types:
-            name = source.rsplit("/", 1)[-1].lower()
-            if not any(name.endswith(t) for t in self.types):
+            name = source.rsplit("/", 1)[-1]
+            # By the suffix that picks the file's reader: "tcp.7.gz" is a man page (".man").
+            if format_suffix(name) not in self.types:
                 return False
         return not self.sources or matches(source, self.sources) is not None
 

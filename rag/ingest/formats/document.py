@@ -145,6 +145,71 @@ def _span(word: str, span: tuple[int, int]) -> str:
     return f"{word} {span[0]}" if span[0] == span[1] else f"{word}s {span[0]}-{span[1]}"
 
 
+UNIT_KINDS = ("text", "item", "definition", "row", "code", "signature", "heading")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One of a document's own units, as its reader found it: a sentence of
+    prose ("text"), a list item ("item"), a definition's description
+    ("definition", its term in ``about``), a table row with its header cells
+    in its text ("row"), a code block or line ("code"), an API signature
+    ("signature") or a heading. ``text[start:end]`` is the unit, stripped of
+    surrounding whitespace; ``about`` says what it is about: a definition's
+    term, the signature of the API entry enclosing it, else the nearest
+    heading above it ("" if none). A document's units lie in order and do
+    not overlap; text outside every unit (markup, blank lines) is none.
+
+    ``Unit(0, 28, "definition", "checkpoint_timeout (integer)")``
+    """
+
+    start: int
+    end: int
+    kind: str = "text"
+    about: str = ""
+
+    def to_list(self) -> list:
+        """The unit as stored with its chunk: ``[start, end, kind, about]``."""
+        return [self.start, self.end, self.kind, self.about]
+
+    @classmethod
+    def from_list(cls, raw: object) -> "Unit | None":
+        """The unit stored by :meth:`to_list`, None for anything else."""
+        if (isinstance(raw, (list, tuple)) and len(raw) == 4 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                     for x in raw[:2])
+                and isinstance(raw[2], str) and isinstance(raw[3], str) and 0 <= raw[0] <= raw[1]):
+            return cls(raw[0], raw[1], raw[2], raw[3])
+        return None
+
+    def shifted(self, by: int) -> "Unit":
+        """The same unit with its offsets moved by ``by`` characters."""
+        return replace(self, start=self.start + by, end=self.end + by)
+
+
+def units_within(units: Sequence[Unit], text: str, start: int, end: int) -> tuple[Unit, ...]:
+    """The ``units`` of a document whose ``text`` holds them that lie in
+    ``text[start:end]`` (a chunk), cut at its bounds and restated from
+    ``start``: a unit the chunk holds part of keeps that part (stripped of
+    whitespace; dropped when no word is left) and its ``about``.
+
+    With a unit (5, 12): ``units_within(units, text, 8, 20) -> (Unit(0, 4, ...),)``
+    """
+    starts = [u.start for u in units]
+    i = max(bisect.bisect_right(starts, start) - 1, 0)
+    out: list[Unit] = []
+    for unit in units[i:]:
+        if unit.start >= end:
+            break
+        a, b = max(unit.start, start), min(unit.end, end)
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        if a < b and any(c.isalnum() for c in text[a:b]):
+            out.append(replace(unit, start=a - start, end=b - start))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Segment:
     """A part of a document that chunks do not cross: it starts at
@@ -172,7 +237,10 @@ class LoadedDocument:
     none for a plain text), its ``title``, and its outline: ``headings``
     holds ``(offset, level, heading)`` in order of offset. ``language`` names
     the programming language of a source file (None for prose). ``warnings``
-    say what was left out (rows over the limit, pages without text)."""
+    say what was left out (rows over the limit, pages without text).
+    ``units`` are the document's own units in order (see :class:`Unit`);
+    a reader that finds none leaves them to ``load_document``, which
+    splits the text into sentences under their headings."""
 
     text: str
     segments: tuple[Segment, ...] = ()
@@ -180,6 +248,7 @@ class LoadedDocument:
     headings: tuple[tuple[int, int, str], ...] = ()
     language: str | None = None
     warnings: tuple[str, ...] = ()
+    units: tuple[Unit, ...] = ()
     _outline: tuple[list[int], list[tuple[str, ...]]] | None = field(default=None, compare=False, repr=False)
 
     @classmethod

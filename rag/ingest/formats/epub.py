@@ -2,6 +2,10 @@
 the chapters in reading order (``zipfile`` and ``xml.etree``), each chapter's
 XHTML is read as HTML; one segment per chapter, each chunk knowing its
 chapter number, the chapter's first heading heading it in the outline.
+Each chapter's units are those the HTML reader finds in it (else its prose
+split by :func:`~.units.prose_units`), moved to where the chapter starts in
+the book; a unit (not a heading) above the chapter's first heading is about
+the chapter.
 
 Does not: read DRM-protected books (refused with a message), images or
 styles.
@@ -12,12 +16,14 @@ from __future__ import annotations
 import posixpath
 import xml.etree.ElementTree as ET
 import zipfile
+from dataclasses import replace
 from urllib.parse import unquote
 
 from ...errors import DocumentError
 from .containers import open_zip
-from .document import Location, LoadedDocument, Segment, check_text
+from .document import Location, LoadedDocument, Segment, Unit, check_text
 from .html import parse_html
+from .units import prose_units
 
 EPUB_SUFFIXES = frozenset({".epub"})
 _NS = {
@@ -80,6 +86,7 @@ def load_epub(source: str, suffix: str, data: bytes, *, max_chars: int | None = 
         length = 0
         segments: list[Segment] = []
         headings: list[tuple[int, int, str]] = []
+        units: list[Unit] = []
         for path in chapters:
             try:
                 raw = archive.read(path)
@@ -97,6 +104,25 @@ def load_epub(source: str, suffix: str, data: bytes, *, max_chars: int | None = 
                 headings.append((length, 1, heading))
             headings.extend((length + at, level + 1, h) for at, level, h in chapter.headings[1:])
             parts.append(chapter.text)
+            check_text(length + len(chapter.text), max_chars)
+            units.extend(_chapter_units(chapter, heading or "", length))
             length += len(chapter.text)
-            check_text(length, max_chars)
-    return LoadedDocument("".join(parts), tuple(segments), title=title, headings=tuple(headings))
+    return LoadedDocument("".join(parts), tuple(segments), title=title, headings=tuple(headings), units=tuple(units))
+
+
+def _chapter_units(chapter: LoadedDocument, heading: str, offset: int) -> list[Unit]:
+    """A chapter's units, moved by ``offset`` (where it starts in the
+    book): the HTML reader's, else its prose's; one (not a heading) with
+    nothing it is about is about the chapter's ``heading``. Units that do
+    not lie in order inside the chapter's text are left out."""
+    found = chapter.units or tuple(prose_units(chapter.text, chapter.headings))
+    units: list[Unit] = []
+    last = 0
+    for unit in found:
+        if not last <= unit.start < unit.end <= len(chapter.text):
+            continue
+        last = unit.end
+        if not unit.about and heading and unit.kind != "heading":
+            unit = replace(unit, about=heading)
+        units.append(unit.shifted(offset))
+    return units

@@ -1,7 +1,8 @@
 """Spreadsheets (.xlsx with openpyxl, .csv with the standard library): each
 row a line of ``header: value`` pairs, so every chunk repeats the column
 headers of its rows; one segment per sheet, each chunk knowing its sheet
-and the rows it covers.
+and the rows it covers. Each row (the header row too) is one "row" unit
+about its sheet's name ("" in a CSV, which has none).
 
 At most ``MAX_ROWS`` rows and ``MAX_COLUMNS`` columns are read from a file;
 what is left out is said in the document's warnings. A sheet whose rows make
@@ -22,9 +23,10 @@ from typing import Iterable, Iterator
 
 from ...errors import DocumentError
 from .containers import open_zip
-from .document import Location, LoadedDocument, Segment, TextOverLimit, check_text
+from .document import Location, LoadedDocument, Segment, TextOverLimit, Unit, check_text
 from .tables import cell_text, header_text, row_text
 from .text import decode_text
+from .units import stripped
 
 XLSX_SUFFIXES = frozenset({".xlsx", ".xlsm"})
 CSV_SUFFIXES = frozenset({".csv", ".tsv"})
@@ -53,6 +55,7 @@ class _Sheets:
         self.cells = 0  # characters of the cells themselves, each with a separator
         self.rows = 0
         self.warnings: list[str] = []
+        self.units: list[Unit] = []
 
     def add_sheet(self, name: str | None, rows: Iterable[tuple[int, list[str]]]) -> None:
         """Add the sheet ``name`` (None for a CSV) from ``(row number,
@@ -75,7 +78,7 @@ class _Sheets:
             line = header_text(cells) if headers is None else row_text(headers, cells)
             headers = headers if headers is not None else cells
             self.cells += sum(len(c) + 1 for c in cells if c)
-            self._line(line)
+            self._line(line, name or "")
             numbers.append(number)
             self.rows += 1
         if numbers:
@@ -84,9 +87,11 @@ class _Sheets:
             if name:
                 self.headings.append((start, 1, name))
 
-    def _line(self, line: str) -> None:
+    def _line(self, line: str, about: str) -> None:
         if self.lines:
             self.length += 1
+        if (span := stripped(line, 0, len(line))) is not None:
+            self.units.append(Unit(self.length + span[0], self.length + span[1], "row", about))
         self.lines.append(line)
         self.length += len(line)
         check_text(self.cells, self.max_chars)
@@ -95,7 +100,7 @@ class _Sheets:
 
     def document(self, title: str | None) -> LoadedDocument:
         return LoadedDocument("\n".join(self.lines), tuple(self.segments), title=title, headings=tuple(self.headings),
-                              warnings=tuple(self.warnings))
+                              warnings=tuple(self.warnings), units=tuple(self.units))
 
 
 def _xlsx_rows(sheet) -> Iterator[tuple[int, list[str]]]:
