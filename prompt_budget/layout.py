@@ -123,6 +123,19 @@ def answer_lead(evidence: Sequence[Quote]) -> str:
     return "The passages say: " + " ".join(quote_line(q) for q in evidence) + "\n\n"
 
 
+def answer_opening(evidence: Sequence[Quote]) -> str:
+    """The start of the answer as its reader sees it: the evidence quoted,
+    one quote a line with its passage number, then a blank line (the model
+    goes on from there); empty without any.
+
+    ``answer_opening([Quote(1, "The default is 5min.", "checkpoint_timeout")])``
+    -> ``'[1] checkpoint_timeout: "The default is 5min."\n\n'``
+    """
+    if not evidence:
+        return ""
+    return "\n".join(quote_line(q) for q in evidence) + "\n\n"
+
+
 @dataclass(frozen=True)
 class PastTurn:
     """An earlier turn as it is shown again: the user message (as it was

@@ -133,8 +133,12 @@ def test_index_from_another_version_is_refused(run, corpus, tmp_path):
     raw = json.loads(manifest.read_text())
     raw["format_version"] = 99
     manifest.write_text(json.dumps(raw))
-    assert_clean_error(run("search", "bread", "--index", index), "format version 99", "rebuild")
+    assert_clean_error(run("search", "bread", "--index", index), "format version 99", "rag ingest --rebuild")
     assert_clean_error(run("ingest", corpus, "--index", index), "format version 99")
+    # The advice works: a rebuild from the documents replaces the old index.
+    rebuilt = run("ingest", "--rebuild", corpus, "--index", index)
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert run("search", "bread", "--index", index).exit_code == 0
 
 
 def test_doctor_reports_engine_and_index(run, corpus, tmp_path):

@@ -11,9 +11,13 @@ import zlib
 import numpy as np
 import pytest
 
+from pathlib import Path, PurePath
+
 from rag.index.lexical import tokenize
 from rag.index.store import Hit
-from rag.qa.evidence import MAX_WORDS, Evidence, Ranked, about_of, rank, split_units
+from rag.ingest.formats import load_document
+from rag.ingest.formats.document import units_within
+from rag.qa.evidence import MAX_WORDS, Evidence, Ranked, rank
 
 FUNCTOOLS = """\
 :mod:`functools` --- Higher-order functions and operations on callable objects
@@ -77,14 +81,14 @@ SHUTIL = """\
 
 def make_hit(document: str, start: int, end: int | None = None, *, source: str = "library/doc.rst.txt",
              context: str = "", location: dict | None = None, chunk_id: str | None = None) -> Hit:
-    """A hit on ``document[start:end]``, as the index returns it."""
+    """A hit on ``document[start:end]``, as the index returns it: with the
+    units the document's reader found in it at ingest."""
     end = len(document) if end is None else end
+    loaded = load_document(source, PurePath(source.removesuffix(".txt")).suffix or ".txt", document.encode())
+    assert loaded.text == document
     return Hit(chunk_id=chunk_id or f"{source}:{start}", source=source, score=0.5, text=document[start:end],
-               char_start=start, char_end=end, location=location, context=context)
-
-
-def texts(text: str) -> list[str]:
-    return [text[a:b] for a, b in split_units(text)]
+               char_start=start, char_end=end, location=location, context=context,
+               units=units_within(loaded.units, document, start, end))
 
 
 def shown(evidence: list[Evidence]) -> str:
@@ -95,92 +99,13 @@ def words(evidence: list[Evidence]) -> int:
     return sum(len(e.about.split()) + len(e.text.split()) for e in evidence)
 
 
-# -- units --------------------------------------------------------------------
-
-
-def test_prose_is_split_at_sentence_ends_but_not_after_abbreviations_or_inside_dotted_names():
-    text = ("Use os.path.join to join paths, e.g. ``a`` and ``b``.  It calls str.join etc. and more!\n"
-            "Written by J. Smith vs. others; see: below.  Really? Yes")
-    assert texts(text) == [
-        "Use os.path.join to join paths, e.g. ``a`` and ``b``.",
-        "It calls str.join etc. and more!",
-        "Written by J. Smith vs. others; see: below.",  # never split at ';' or ':'
-        "Really?",
-        "Yes",
-    ]
-
-
-def test_units_are_stripped_and_their_spans_point_into_the_text():
-    text = "  First one.   Second one.  \n\n\n   Third.  "
-    assert texts(text) == ["First one.", "Second one.", "Third."]
-    for a, b in split_units(text):
-        assert text[a:b] == text[a:b].strip() and text[a:b]
-
-
-def test_blank_lines_end_a_unit():
-    assert texts("A sentence without end\n\nanother without end") == ["A sentence without end",
-                                                                      "another without end"]
-
-
-def test_directives_headings_rows_items_and_code_lines_are_units_of_their_own():
-    units = texts(FUNCTOOLS)
-    assert units[0].startswith(":mod:`functools` --- Higher-order")  # the heading, not its underline
-    assert not any(set(u) <= set("=-~") for u in units)
-    assert ".. decorator:: lru_cache(user_function)\n               lru_cache(maxsize=128, typed=False)" in units
-    assert "Decorator to wrap a function with a memoizing callable that saves up to the\n   *maxsize* most " \
-           "recent calls." in units
-    assert "@lru_cache(maxsize=32)" in units and "def get_pep(num):" in units  # a literal block, line by line
-    assert not any(u.startswith(":synopsis:") for u in units)  # a directive's option is no unit
-    sheet = "Region | Units\nCity: Oslo; Units: 700\nCity: Bergen; Units: 300"
-    assert texts(sheet) == ["Region | Units", "City: Oslo; Units: 700", "City: Bergen; Units: 300"]
-    items = "Options:\n\n* *level* - Set the root logger level.\n  It is optional.\n* *format* - Use it.\n"
-    assert texts(items) == ["Options:", "* *level* - Set the root logger level.\n  It is optional.",
-                            "* *format* - Use it."]
-    markdown = "# Install\n\nRun it. Then stop.\n\n```\npip install x\n```\n"
-    assert texts(markdown) == ["# Install", "Run it.", "Then stop.", "pip install x"]
-
-
-# -- what a unit is about -----------------------------------------------------
-
-
-def test_about_is_the_enclosing_signature_with_its_continuation_lines():
-    at = FUNCTOOLS.index("If *maxsize*")
-    assert about_of(FUNCTOOLS, at, "functools") == "lru_cache(user_function) lru_cache(maxsize=128, typed=False)"
-    assert about_of(FUNCTOOLS, FUNCTOOLS.index("@lru_cache(maxsize=32)"), "").startswith("lru_cache(")
-    # Backslash continuations are joined too.
-    assert about_of(TEXTWRAP, TEXTWRAP.index("Wraps"), "").startswith('wrap(text, width=70, *, initial_indent="",'
-                                                                      ' subsequent_indent=""')
-    # A nested directive encloses its own body; the directive line itself is about what is above it.
-    assert about_of(TEXTWRAP, TEXTWRAP.index("(default: ``True``)"), "") == "break_long_words"
-    assert about_of(FUNCTOOLS, FUNCTOOLS.index(".. decorator::"), "").startswith("functools — Higher-order")
-
-
-def test_a_directive_that_is_not_an_api_does_not_enclose():
-    text = ".. function:: f(x)\n\n   Does y.\n\n   .. note::\n\n      Beware of z.\n"
-    assert about_of(text, text.index("Beware"), "") == "f(x)"
-    text = ".. function:: f(x)\n\n   Does y.\n\nPlain text after it.\n"
-    assert about_of(text, text.index("Plain"), "doc > Section") == "Section"
-
-
-def test_about_is_the_heading_above_or_the_context():
-    text = "Intro.\n\nCommand-Line Interface\n----------------------\n\nThe server listens to port 8000.\n"
-    assert about_of(text, text.index("The server"), "http.server > Other") == "Command-Line Interface"
-    assert about_of("# Setup\n\nRun it.\n", 9, "") == "Setup"
-    assert about_of("Just prose.", 0, "Title > Heading > Subheading") == "Subheading"
-    assert about_of("Just prose.", 0, "") == ""
-
-
-def test_a_labelled_list_definition_is_about_its_terms():
-    # AsciiDoc, as Git's option lists are written; reStructuredText's "Example::" before a literal block is not a term.
-    text = "OPTIONS\n-------\n\n-u::\n--include-untracked::\n\tAll untracked files are stashed.\n\tThen cleaned.\n"
-    assert about_of(text, text.index("Then cleaned"), "git-stash > OPTIONS") == "-u, --include-untracked"
-    rst = "Usage\n=====\n\nExample::\n\n   run(x)\n"
-    assert about_of(rst, rst.index("run(x)"), "") == "Usage"
-
-
-def test_a_table_row_is_about_its_own_first_pair():
-    sheet = "City | Pop\nCity: Oslo; Pop: 700k\nCity: Bergen; Pop: 290k"
-    assert about_of(sheet, sheet.index("City: Bergen"), "sales > Sheet1") == "City: Bergen"
+def test_a_hit_without_stored_units_is_one_unit_and_the_evidence_parses_no_markup():
+    hit = Hit(chunk_id="c", source="notes.txt", score=0.5, text="  .. note:: Keep the lid on. It stays hot.  ")
+    ranked = rank("Why keep the lid on?", [hit])
+    assert [u.text for u in ranked.units] == [".. note:: Keep the lid on. It stays hot."]
+    # The units come from ingest: nothing in rag/qa reaches a format's reader.
+    qa = Path(rank.__code__.co_filename).parent
+    assert not [p.name for p in qa.glob("*.py") if "ingest.formats" in p.read_text()]
 
 
 # -- picking: spans, passages, length -----------------------------------------
@@ -318,18 +243,11 @@ def test_the_fact_is_in_the_evidence_of_python_docs(question, documents, fact):
     assert fact in shown(evidence) and words(evidence) <= MAX_WORDS
 
 
-def test_a_chunk_that_starts_inside_a_body_finds_its_signature_in_the_text_before_it():
+def test_a_chunk_that_starts_inside_a_body_keeps_the_signature_its_reader_found_above_it():
     start = SHUTIL.index("Delete an entire")
     cut = make_hit(SHUTIL, start, context="shutil — High-level file operations > Directory and files operations")
-    question = "Which shutil function deletes an entire directory tree?"
-    alone = rank(question, [cut]).pick([cut], {0: 1})
-    assert alone[0].about == "Directory and files operations" and "rmtree" not in shown(alone)
-    given = rank(question, [cut], text_before=lambda h: SHUTIL[:h.char_start]).pick([cut], {0: 1})
+    given = rank("Which shutil function deletes an entire directory tree?", [cut]).pick([cut], {0: 1})
     assert given[0].about.startswith("rmtree(path") and given[0].text.startswith("Delete an entire")
-    # Another hit that holds the text before it serves as well, even one the prompt left out.
-    before = make_hit(SHUTIL, 0, start + 10, context=cut.context)
-    ranked = rank(question, [cut, before], shortlist=1)
-    assert ranked.pick([cut, before], {0: 1})[0].about.startswith("rmtree(path")
 
 
 def test_overlapping_hits_give_each_text_once_and_ranking_is_deterministic():

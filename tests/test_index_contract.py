@@ -49,7 +49,9 @@ def test_the_reader_answers_every_call_of_the_interface(built, embedder):
     assert index.lexical_search("dough", 5) and index.lexical() is not None
     allowed = index.chunk_ids_of(lambda source: source.startswith("guide/"), "guide")
     assert {h.source for h in index.search(q, 10, allowed)} <= {"guide/cooking.rst", "guide/garden.html"}
-    assert index.text_before(hits[0]) == ""  # its file's first chunk
+    # Each chunk comes back with its document's units as its reader found them, about their heading.
+    assert hits[0].units and all(0 <= u.start < u.end <= len(hits[0].text) for u in hits[0].units)
+    assert any(u.about and u.kind == "text" for u in hits[0].units)
     assert {source for _, source in index.files()} == set(CORPUS)
     assert len(index.passages()) == len(index.chunks()) == len(index)
     stats = index.stats()

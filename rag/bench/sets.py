@@ -102,6 +102,10 @@ def bench_set(pipeline: Pipeline, questions: Sequence[GoldQuestion], *, target_t
         ranked = pipeline.evidence(q.question, pipeline.search(q.question, k=asked.candidates), asked)
         row: dict[str, object] = {"id": q.id or number, "lang": q.lang, "answerable": q.answerable,
                                   "best_score": round(ranked.best, 4), "would_decline": ranked.declines(floor)}
+        if q.answerable:
+            # Where the answer is lost (issue 54): the unit ranked first names the facts, or only some unit
+            # of the prompt's passages does (the ceiling of any choice among them).
+            row["top_unit_right"] = bool(ranked.units) and all(facts_found(_unit_text(ranked.units[0]), q.facts))
         for t in sorted(set(targets) | {target_ttft}):
             plan = pipeline.planned(q.question, **options, evidence_floor=0.0, target_ttft=t)
             row[f"chunks_at_{t:g}"] = len(plan.hits)
@@ -114,6 +118,9 @@ def bench_set(pipeline: Pipeline, questions: Sequence[GoldQuestion], *, target_t
                 row["evidence"] = quoted[:400]
                 row["prompt_states_facts"] = (all(facts_found("\n\n".join(h.text for h in plan.hits), q.facts))
                                               if q.answerable else None)
+                row["prompt_unit_right"] = (any(all(facts_found(_unit_text(u, h), q.facts))
+                                                for h in plan.hits for u in _stored_units(h))
+                                            if q.answerable else None)
         if not evidence_only:
             run = dict(options, target_ttft=target_ttft, max_tokens=max_tokens)
             answer, seen = _asked(pipeline, q.question, dict(run, evidence_floor=floor))
@@ -128,8 +135,22 @@ def bench_set(pipeline: Pipeline, questions: Sequence[GoldQuestion], *, target_t
     return {"rows": rows, "summary": summarise(rows, target_ttft, targets, evidence_only)}
 
 
+def _unit_text(unit, hit=None) -> str:
+    """A ranked unit (or a hit's stored one) as the evidence would show it whole: its about, then its text."""
+    text = unit.text if hit is None else hit.text[unit.start:unit.end]
+    return f"{unit.about} {text}"
+
+
+def _stored_units(hit) -> Sequence:
+    return hit.units or ()
+
+
 def _answered(answer, seen: float, q: GoldQuestion) -> dict[str, object]:
+    quoted = _evidence_text(answer.evidence)
+    # Paired (issue 54): the evidence this very answer was given names the facts; does the answer keep them?
+    evidence_named = (bool(answer.evidence) and all(facts_found(quoted, q.facts))) if q.answerable else None
     return {"declined": answer.declined, "right": all(facts_found(answer.answer, q.facts)) if q.answerable else None,
+            "asked_evidence_right": evidence_named,
             "answer": answer.answer.strip()[:300], "ttft_s": round(answer.timings.ttft_s, 4),
             "seen_s": round(seen, 4), "chunks": len(answer.sources),
             "prompt_has_gold": any(s.source in q.gold for s in answer.sources) if q.answerable else None}
@@ -155,6 +176,8 @@ def summarise(rows: Sequence[dict], target: float, targets: Sequence[float], evi
     out: dict[str, object] = {
         "questions": len(rows), "answerable": len(answerable), "unanswerable": len(others),
         "evidence_right": _share(answerable, "evidence_right"),
+        "top_unit_right": _share(answerable, "top_unit_right"),
+        "prompt_unit_right": _share(answerable, "prompt_unit_right"),
         "prompt_states_facts": _share(answerable, "prompt_states_facts"),
         "by_target": [{"target_s": t, "mean_chunks": round(mean(r[f"chunks_at_{t:g}"] for r in answerable), 2)
                        if answerable else None, "gold_in_prompt": _share(answerable, f"gold_at_{t:g}")}
@@ -177,6 +200,8 @@ def summarise(rows: Sequence[dict], target: float, targets: Sequence[float], evi
         "declines_that_cost_a_right_answer": sum(1 for r in answerable if r["declined"] and r.get("right_if_asked")),
         "mean_chunks": round(mean(r["chunks"] for r in asked), 2) if asked else None,
         "gold_in_prompt": _share([r for r in answerable if not r["declined"]], "prompt_has_gold"),
+        # Of the answers whose own evidence named the facts, how many name them too (paired).
+        "answer_keeps_evidence": _share([r for r in answerable if r.get("asked_evidence_right")], "right"),
         "ttft_p50_s": percentile(ttfts, 0.5), "ttft_p95_s": percentile(ttfts, 0.95),
         "ttft_p95_ci95": bootstrap_interval(ttfts, lambda v: percentile(v, 0.95)),
         "ttft_p95_over_target": round(percentile(ttfts, 0.95) / target, 3),

@@ -35,7 +35,7 @@ def bench_answers(
     peer: bool = typer.Option(True, "--peer/--no-peer", help="Also answer with the classic LangChain RAG (k=4)."),
     also_targets: str = typer.Option("", "--also-targets", help="Also answer with rag-budget at these targets (seconds, comma-separated)."),
     index: Optional[Path] = typer.Option(None, "--index", help="Index for the corpus (default: a cache folder per corpus)."),
-    evidence: str = typer.Option(DEFAULT_EVIDENCE, "--evidence", help="Where rag-budget puts the evidence: last, prefill, both or off."),
+    evidence: str = typer.Option(DEFAULT_EVIDENCE, "--evidence", help="Where rag-budget puts the evidence: last, prefill, both, open (the answer opens with it) or off."),
     evidence_variants: str = typer.Option("off", "--evidence-variants", help="Also rag-budget at the target with the evidence placed so (comma-separated; off: today's prompt; none: no variant)."),
     evidence_embed: bool = typer.Option(False, "--evidence-embed", help="Rank the evidence by embedding similarity too."),
     evidence_floor: float = typer.Option(DEFAULT_EVIDENCE_FLOOR, "--evidence-floor", min=0.0, help="Evidence score under which rag-budget says the documents do not answer."),
@@ -154,6 +154,8 @@ def print_set(result: dict) -> None:
     table.add_column("figure")
     table.add_column("value [95% CI]", justify="right")
     for name, key in (("answers right", "right"), ("evidence right (<= 60 words)", "evidence_right"),
+                      ("answer right where its evidence was (paired)", "answer_keeps_evidence"),
+                      ("top unit right", "top_unit_right"), ("some unit of the prompt right", "prompt_unit_right"),
                       ("prompt's passages state the facts", "prompt_states_facts"),
                       ("declined, answerable", "declined_answerable"), ("declined, unanswerable", "declined_unanswerable"),
                       ("would decline, answerable", "would_decline_answerable"),

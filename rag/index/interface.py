@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, ContextManager, Iterable, Protocol, 
 
 from .collection_names import DEFAULT_COLLECTION
 from .manifest import Manifest
-from .records import FileRecord, Hit, stored_location
+from .records import FileRecord, Hit, stored_location, stored_units
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,7 +47,6 @@ class IndexReader(Protocol):
                      ) -> np.ndarray: ...
     def collections(self) -> dict[str, int]: ...
     def hits(self, ids: Sequence[int], query: np.ndarray, known: dict[int, float] | None = None) -> list[Hit]: ...
-    def text_before(self, hit: Hit) -> str: ...
     def files(self, root: str | None = None, collection: str = DEFAULT_COLLECTION
               ) -> dict[tuple[str, str], FileRecord]: ...
     def passages(self) -> list[tuple[str, str, int | None, str]]: ...
@@ -91,14 +90,14 @@ class IndexStore(Protocol):
 
 # The chunk's columns a Hit is made of, in the order :func:`hit_of` reads them (chunks c JOIN files f).
 HIT_COLUMNS = ("c.chunk_id, c.source, c.text, c.page, c.char_start, c.char_end, c.position, c.location, "
-               "c.context, f.root, c.lang")
+               "c.context, f.root, c.lang, c.units")
 
 
 def hit_of(row: Sequence, score: float) -> Hit:
     """The Hit of a row of :data:`HIT_COLUMNS` (its location as stored: JSON text, or already a dict)."""
     return Hit(chunk_id=row[0], source=row[1], score=score, text=row[2], page=row[3], char_start=row[4],
                char_end=row[5], position=row[6], location=stored_location(row[7]), context=row[8], root=row[9],
-               lang=row[10])
+               lang=row[10], units=stored_units(row[11]))
 
 
 # The collections an index holds, each recorded from its creation (or first file) to its deletion,
@@ -137,15 +136,6 @@ def remove_collection(writer: IndexWriter) -> int | None:
     removed = remove_every_file(writer)
     writer.record(False)
     return removed
-
-
-def text_ending_at(before: Sequence | None, hit: Hit) -> str:
-    """The text of the chunk before ``hit`` (a row ``(text, char_start)``,
-    or None) up to where ``hit`` starts: "" when there is none or it does
-    not start before ``hit``."""
-    if before is None or before[1] >= hit.char_start:
-        return ""
-    return before[0][: hit.char_start - before[1]]
 
 
 def stats_of(index: IndexReader, *, files: int, chunks: int, tokens: int, vectors: int, vector_search: str,

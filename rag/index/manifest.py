@@ -18,7 +18,9 @@ from pathlib import Path
 from ..errors import IndexMismatch
 
 FORMAT_NAME = "rag-budget-index"
-FORMAT_VERSION = 3  # 2: chunks carry their context (title, headings) and location; 3: and their language
+# 2: chunks carry their context (title, headings) and location; 3: and their language; 4: and their
+# document's units (sentences, items, definitions, rows, code lines), each with what it is about
+FORMAT_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ def check_manifest(manifest: Manifest, directory: Path, *, embedder: str, dim: i
     if manifest.format_version != FORMAT_VERSION:
         raise IndexMismatch(
             f"{directory}: index format version {manifest.format_version}, this rag-budget reads version "
-            f"{FORMAT_VERSION}; rebuild it with `rag ingest PATH --index NEW_DIR` (or delete {directory})"
+            f"{FORMAT_VERSION}; rebuild it with `rag ingest --rebuild PATH --index {directory}`"
         )
     if manifest.embedder != embedder or manifest.dim != dim:
         raise IndexMismatch(

@@ -54,11 +54,11 @@ import numpy as np
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
 from . import language
 from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, keep_listed, remove_collection,
-                        stats_of, text_ending_at)
+                        stats_of)
 from .lexical import B, K1, tokenize
 from .manifest import FORMAT_NAME, FORMAT_VERSION, Manifest, check_manifest
 from .collection_names import DEFAULT_COLLECTION
-from .records import FileRecord, Hit, NewChunk, embedded_text, location_json, stored_location
+from .records import FileRecord, Hit, NewChunk, embedded_text, location_json, stored_location, stored_units, units_json
 
 S = "rag_index"  # the schema every table lives in
 STORE_FORMAT = 1  # of these tables (the chunk format is the manifest's FORMAT_VERSION)
@@ -104,7 +104,8 @@ CREATE TABLE {S}.chunks (
     location TEXT,                          -- JSON, as in SQLite; NULL for none
     embedding vector(%(dim)s) NOT NULL,     -- unit vector of embedded_text(context, text)
     length INTEGER NOT NULL,                -- BM25 terms of lexical_text(context, text)
-    lang TEXT NOT NULL DEFAULT 'en'         -- ISO 639-1, detected at ingest: the language of its terms
+    lang TEXT NOT NULL DEFAULT 'en',        -- ISO 639-1, detected at ingest: the language of its terms
+    units TEXT NOT NULL DEFAULT '[]'        -- JSON, as in SQLite: its document's units
 );
 CREATE INDEX chunks_file ON {S}.chunks (file_id);
 CREATE TABLE {S}.postings (
@@ -516,14 +517,6 @@ class PostgresIndex:
             result.append(hit_of(r[2:], float(r[1]) if score is None else score))
         return result
 
-    def text_before(self, hit: Hit) -> str:
-        """The text of ``hit``'s document just before it (see ``store.FolderIndex.text_before``)."""
-        with self._access() as db:
-            row = db.execute(
-                f"SELECT p.text, p.char_start FROM {S}.chunks c JOIN {S}.chunks p ON p.file_id = c.file_id "
-                "AND p.position = c.position - 1 WHERE c.chunk_id = %s", (hit.chunk_id,)).fetchone()
-        return text_ending_at(row, hit)
-
     def files(self, root: str | None = None, collection: str = DEFAULT_COLLECTION) -> dict[tuple[str, str], FileRecord]:
         """The ingested files of ``collection``, keyed by ``(root, source)``,
         optionally only those ingested from ``root``."""
@@ -635,12 +628,13 @@ class PostgresWriter:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with db.cursor().copy(
                 f"COPY {S}.chunks (id, chunk_id, file_id, source, position, char_start, char_end, page, n_tokens, "
-                "text, context, location, embedding, length, lang) FROM STDIN WITH (FORMAT BINARY)") as copy:
+                "text, context, location, embedding, length, lang, units) FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["int8", "text", "int8", "text", "int4", "int4", "int4", "int4", "int4", "text", "text",
-                            "text", "vector", "int4", "text"])
+                            "text", "vector", "int4", "text", "text"])
             for i, c, v, t in zip(ids, chunks, vectors, terms):
                 copy.write_row((i, c.chunk_id, file_id, source, c.position, c.char_start, c.char_end, c.page,
-                                c.n_tokens, c.text, c.context, location_json(c.location), v, sum(t.values()), c.lang))
+                                c.n_tokens, c.text, c.context, location_json(c.location), v, sum(t.values()), c.lang,
+                                units_json(c.units)))
         with db.cursor().copy(f"COPY {S}.postings (term, chunk, tf, length) FROM STDIN WITH (FORMAT BINARY)") as copy:
             copy.set_types(["text", "int8", "int4", "int4"])
             for i, t in zip(ids, terms):
@@ -842,7 +836,7 @@ def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:
     benches. The number of chunks copied."""
     rows = source._db.execute(
         "SELECT c.id, c.chunk_id, c.position, c.char_start, c.char_end, c.page, c.n_tokens, c.text, c.context, "
-        "c.location, f.root, f.source, f.path, f.sha256, f.size, c.lang FROM chunks c JOIN files f ON f.id = c.file_id "
+        "c.location, f.root, f.source, f.path, f.sha256, f.size, c.lang, c.units FROM chunks c JOIN files f ON f.id = c.file_id "
         "ORDER BY f.id, c.position").fetchall()
     by_file: dict[tuple, list] = {}
     for r in rows:
@@ -850,7 +844,7 @@ def copy_index(source, url: str, *, approximate_from: int | None = None) -> int:
     with open_writer(url, source.manifest, fresh=True, approximate_from=approximate_from) as writer:
         for (root, src, path, sha, size), items in by_file.items():
             chunks = [NewChunk(r[1], r[2], r[3], r[4], r[5], r[6], r[7], context=r[8], location=stored_location(r[9]),
-                               lang=r[15])
+                               lang=r[15], units=stored_units(r[16]))
                       for r in items]
             vectors = np.vstack([source._vectors.reconstruct(int(r[0])) for r in items])
             writer.add_file(root=root, source=src, path=path, sha256=sha, size=size, chunks=chunks, vectors=vectors)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..ingest.formats.document import CONTEXT_SEPARATOR
+from ..ingest.formats.document import CONTEXT_SEPARATOR, Unit
 
 
 def embedded_text(context: str, text: str) -> str:
@@ -41,6 +41,24 @@ def location_json(location: dict[str, object] | None) -> str | None:
     return json.dumps(location, ensure_ascii=False, sort_keys=True) if location else None
 
 
+def units_json(units) -> str:
+    """A chunk's units as stored: JSON text of ``[start, end, kind, about]`` lists."""
+    return json.dumps([u.to_list() for u in units], ensure_ascii=False, separators=(",", ":"))
+
+
+def stored_units(raw: str | list | None) -> tuple[Unit, ...]:
+    """A chunk's units as stored (JSON text; PostgreSQL may give it parsed);
+    what cannot be read is none."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, RecursionError):
+            return ()
+    if not isinstance(raw, list):
+        return ()
+    return tuple(u for u in map(Unit.from_list, raw) if u is not None)
+
+
 def stored_location(raw: str | dict | None) -> dict[str, object] | None:
     """A chunk's location as stored (JSON text; PostgreSQL may give it parsed), None for none or unreadable."""
     if isinstance(raw, dict):
@@ -59,7 +77,9 @@ class Hit:
     """One retrieved chunk. ``score`` is the cosine similarity to the query;
     ``location`` where it lies in its file (``page``, ``slide``, ``sheet``
     and ``rows``, ``chapter``, ``lines``), ``context`` the title and
-    headings above it."""
+    headings above it; ``units`` its document's own units (sentences, items,
+    definitions, rows, code lines) as its reader found them at ingest,
+    offsets into ``text``, each with what it is about."""
 
     chunk_id: str
     source: str
@@ -73,6 +93,7 @@ class Hit:
     context: str = ""
     root: str = ""  # the folder its file was ingested from (with source, names the document)
     lang: str = "en"  # its language, detected at ingest (rag.index.language)
+    units: tuple[Unit, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """The result object of the ``rag search --json`` contract."""
@@ -114,6 +135,7 @@ class NewChunk:
     context: str = ""
     location: dict[str, object] | None = None
     lang: str = "en"  # detected at ingest (rag.index.language)
+    units: tuple[Unit, ...] = ()  # its document's units within it, offsets into ``text``
 
     @property
     def lexical(self) -> str:

@@ -41,9 +41,9 @@ from .generations import (
 )
 from .lexical import LexicalIndex
 from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, keep_listed, remove_collection,
-                        stats_of, text_ending_at)
+                        stats_of)
 from .collection_names import DEFAULT_COLLECTION
-from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json
+from .records import FileRecord, Hit, NewChunk, embedded_text, lexical_text, location_json, units_json
 from .manifest import Manifest, check_manifest, describe_files, sha256_of
 from .vectors import describe, fit_vectors, new_vectors, vector_search
 
@@ -79,7 +79,8 @@ _SCHEMA = """
     text TEXT NOT NULL,                     -- the chunk's own text: what prompts and sources show
     context TEXT NOT NULL DEFAULT '',       -- document title > headings above it: embedded with it (BM25: the title)
     location TEXT,                          -- JSON: page, slide, sheet and rows, chapter or lines; NULL for none
-    lang TEXT NOT NULL DEFAULT 'en'         -- ISO 639-1, detected at ingest: how BM25 and the evidence read it
+    lang TEXT NOT NULL DEFAULT 'en',        -- ISO 639-1, detected at ingest: how BM25 and the evidence read it
+    units TEXT NOT NULL DEFAULT '[]'        -- JSON [start, end, kind, about] of its document's units: the evidence ranks them
 );
 CREATE INDEX chunks_file ON chunks(file_id);
 {collections};
@@ -321,15 +322,6 @@ class FolderIndex:
             result.append(hit_of(rows[i][1:], score))
         return result
 
-    def text_before(self, hit: Hit) -> str:
-        """The text of ``hit``'s document that comes just before it: the
-        chunk before it in its file, up to where ``hit`` starts ("" for the
-        first chunk, or one no longer indexed)."""
-        row = self._db.execute(
-            "SELECT p.text, p.char_start FROM chunks c JOIN chunks p ON p.file_id = c.file_id "
-            "AND p.position = c.position - 1 WHERE c.chunk_id = ?", (hit.chunk_id,)).fetchone()
-        return text_ending_at(row, hit)
-
     def files(self, root: str | None = None, collection: str = DEFAULT_COLLECTION) -> dict[tuple[str, str], FileRecord]:
         """The ingested files of ``collection``, keyed by ``(root, source)``,
         optionally only those ingested from ``root``."""
@@ -422,9 +414,9 @@ class FolderWriter:
         for c in chunks:
             cur = self._db.execute(
                 "INSERT INTO chunks (chunk_id, file_id, source, position, char_start, char_end, page, n_tokens, text,"
-                " context, location, lang) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " context, location, lang, units) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (c.chunk_id, file_id, source, c.position, c.char_start, c.char_end, c.page, c.n_tokens, c.text,
-                 c.context, location_json(c.location), c.lang),
+                 c.context, location_json(c.location), c.lang, units_json(c.units)),
             )
             ids.append(cur.lastrowid)
             self._added.append((cur.lastrowid, c.lexical, c.lang))

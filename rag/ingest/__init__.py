@@ -7,6 +7,8 @@ The names below are imported on first use (see :func:`rag.lazy_exports`)."""
 from .. import lazy_exports
 
 _EXPORTS = {"FoundFiles": ".files", "SourceFile": ".files", "find_files": ".files",
-            "IngestProgress": ".run", "IngestReport": ".run", "ingest": ".run"}
+            "IngestProgress": ".run", "IngestReport": ".run", "ingest": ".run",
+            # What the answer names of the documents: where a chunk lies, and which file names are documents.
+            "Location": ".formats.document", "SUPPORTED_SUFFIXES": ".formats", "CODE_SUFFIXES": ".formats.code"}
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

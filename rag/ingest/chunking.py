@@ -5,7 +5,8 @@ paragraphs, then lines, then words (source code: at the language's classes,
 functions and blocks first), and measures each piece with the embedding
 model's own tokenizer so no chunk is cut short by the embedder. Each chunk
 keeps its location (no chunk spans two pages, slides, sheets or chapters)
-and its context: the document's title and the headings above it.
+and its context: the document's title and the headings above it; and the
+document's own units (sentences, items, definitions, rows) that lie in it.
 
 Does not: read files or embed.
 """
@@ -17,6 +18,7 @@ from typing import Callable
 
 from ..errors import RagError
 from .formats import Location, LoadedDocument
+from .formats.document import Unit, units_within
 
 # Chosen by measurement on the Python documentation corpus (README,
 # "Chunk size"): the embedder reads at most 256 tokens, and retrieval
@@ -91,6 +93,7 @@ class TextChunk:
     n_tokens: int
     location: Location = Location()
     context: str = ""
+    units: tuple[Unit, ...] = ()  # the document's units within it, offsets into ``text``
 
     @property
     def page(self) -> int | None:
@@ -147,6 +150,7 @@ class Chunker:
                     n_tokens=self._count(chunk_text),
                     location=document.locate(start + at, start + at + len(chunk_text)),
                     context=document.context(start + at),
+                    units=units_within(document.units, text, start + at, start + at + len(chunk_text)),
                 ))
                 if max_chunks is not None and len(chunks) > max_chunks:
                     raise OverChunkLimit(max_chunks, chunks[:max_chunks])

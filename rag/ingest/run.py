@@ -32,7 +32,7 @@ from ..index.records import FileRecord, NewChunk, embedded_text
 from .chunking import Chunker, OverChunkLimit, TextChunk
 from .embed import Embedder
 from .files import DEFAULT_MAX_FILE_BYTES, FoundFiles, SourceFile, find_files, safe_name
-from .formats import SUPPORTED_SUFFIXES, load_document
+from .formats import MAN_PAGES, SUPPORTED_SUFFIXES, format_suffix, load_document
 from .formats.document import chunk_limit, text_limit
 from .formats.sheets import rows_cut_note
 
@@ -103,7 +103,7 @@ class IngestReport:
         if self.unsupported:
             n = sum(self.unsupported.values())
             why.append(f"{n} {'is' if n == 1 else 'are'} of types rag-budget cannot read ({self.unsupported_text()}; "
-                       f"it reads {' '.join(sorted(SUPPORTED_SUFFIXES))})")
+                       f"it reads {' '.join(sorted(SUPPORTED_SUFFIXES))} and {MAN_PAGES})")
         if self.unmatched:
             why.append(f"{', '.join(repr(g) for g in self.unmatched)} matched no file")
         if not why:
@@ -272,7 +272,7 @@ def _prepare(f: SourceFile, record: FileRecord | None, chunker: Chunker, report:
             report.skipped.append(f.source)
             return None
         max_chars = text_limit(len(data), max_file_bytes)
-        document = load_document(f.source, f.path.suffix, data, max_chars=max_chars)
+        document = load_document(f.source, format_suffix(f.path.name), data, max_chars=max_chars)
         chunks, cut = _chunks(chunker, document, chunk_limit(max_chars), advance)
         report.warnings.extend((f.source, w) for w in (*document.warnings, *cut))
         return _Pending(f, digest, len(data), chunks, record)
@@ -338,7 +338,7 @@ def _store(writer: IndexWriter, pending: list[_Pending], embedder: Embedder, rep
             root=p.file.root, source=p.file.source, path=safe_name(str(p.file.path)), sha256=p.sha256, size=p.size,
             chunks=[
                 NewChunk(chunk_id(p.file.root, p.file.source, i, c, writer.collection), i, c.start, c.end, c.page, c.n_tokens, c.text,
-                         context=c.context, location=c.location.to_dict(), lang=lang)
+                         context=c.context, location=c.location.to_dict(), lang=lang, units=c.units)
                 for i, (c, lang) in enumerate(zip(p.chunks, langs))
             ],
             vectors=vectors[row : row + n],

@@ -21,7 +21,7 @@ from engine.backend import Timings
 # The JSON names that differ from the attributes' are aliases; either is read.
 _CONTRACT = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
-from ..ingest.formats import Location
+from ..ingest import Location
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from ..ingest.formats import SUPPORTED_SUFFIXES
-from ..ingest.formats.code import CODE_SUFFIXES
+from ..ingest import CODE_SUFFIXES, SUPPORTED_SUFFIXES
 
 # Text that starts a part of the prompt: an answer that reaches it has
 # stopped answering and begun writing a prompt. Chosen on `rag bench answers`

@@ -28,8 +28,10 @@ DEFAULT_MIN_K = 1
 DEFAULT_RELEVANCE_FLOOR = 0.05  # cosine; below it a chunk is noise, whatever the budget
 MAX_CANDIDATES = 1000  # more is never useful to a budget, and costs memory
 # Where the evidence goes (see rag.qa.evidence): quoted after the passages ("last"), written as
-# the start of the answer ("prefill"), both, or nowhere ("off": the prompt of before issue 36).
-EVIDENCE_PLACES = ("last", "prefill", "both", "off")
+# the start of the answer for the model ("prefill"), both, as the start of the answer the reader
+# sees too ("open": the answer keeps what the evidence found, issue 54), or nowhere ("off": the
+# prompt of before issue 36).
+EVIDENCE_PLACES = ("last", "prefill", "both", "open", "off")
 DEFAULT_EVIDENCE = "last"
 
 
@@ -100,7 +102,9 @@ class AskOptions(BaseModel):
     prompt text (``rag.qa.citations.STOP_SEQUENCES``). ``evidence``: where
     the sentences that best answer the question (found without the model)
     go: quoted after the passages (``last``), as the start of the answer
-    (``prefill``), ``both``, or ``off`` (still reported, not prompted).
+    (``prefill``), ``both``, as the start of the answer its reader sees
+    (``open``: the answer opens with the quotes, the model goes on), or
+    ``off`` (still reported, not prompted).
     ``evidence_floor``: below this evidence score the answer says the
     documents do not seem to answer, without asking the model (0: never;
     None: the pipeline's setting).
@@ -135,7 +139,7 @@ class AskOptions(BaseModel):
     refuse_late: bool = False
     passage_order: Literal["source", "relevance_first", "relevance_last"] = "source"
     stop: bool = True
-    evidence: Literal["last", "prefill", "both", "off"] = Field(
+    evidence: Literal["last", "prefill", "both", "open", "off"] = Field(
         DEFAULT_EVIDENCE, description="Where the evidence goes in the prompt")
     evidence_floor: Optional[float] = Field(
         None, ge=0, description="Evidence score under which the answer says the documents do not answer")

@@ -385,18 +385,16 @@ class Pipeline:
                                         received, None, ranked=ranked)
 
     def evidence(self, question: str, hits: Sequence[Hit], options: AskOptions | None = None) -> Ranked:
-        """The sentences of ``hits`` ranked by how well they answer
+        """The units of ``hits`` ranked by how well they answer
         ``question``, found without the model (``rag.qa.evidence``); with
         ``options.evidence_embed``, by embedding similarity too."""
         options = options or AskOptions()
-        index = self.index()
         embed = query = None
         if options.evidence_embed:
             embed, query = self.embedder.embed, self.components.query_cache.vector(question, options.collection)
         # Every candidate's sentences, not only those the budget will take: the passage holding
         # the best goes first (``Ranked.leading``).
-        return rank(question, hits, embed=embed, query_vector=query, text_before=index.text_before,
-                    shortlist=len(hits))
+        return rank(question, hits, embed=embed, query_vector=query, shortlist=len(hits))
 
     def _answer(self, question: str, options: AskOptions, received: float,
                 cancel: Cancel, arrival: Arrival, early: Early) -> Generator[str, None, Answer]:
@@ -423,6 +421,12 @@ class Pipeline:
                 cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
                 early.evidence = prompt.evidence
                 yield ""  # the evidence is known: a reader may show it before the first token
+                # Where the answer opens with the evidence (``evidence="open"``), that opening is the
+                # answer's first text: the reader sees it now, and the model goes on from it.
+                opening = prompt.lead if options.evidence == "open" else ""
+                if opening:
+                    pieces.append(opening)
+                    yield opening
                 # Citations the prompt did not show are removed as the text streams (see citations).
                 guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits), prompt.text),
                                      stops)
@@ -447,7 +451,8 @@ class Pipeline:
             number = None
             if session is not None:
                 # The turn is replayed as it was prompted: the answer with the start written for it.
-                number = self.memory.remember(session, question, prompt.user, prompt.lead + text,
+                number = self.memory.remember(session, question, prompt.user,
+                                              text if opening else prompt.lead + text,
                                               [s.to_dict() for s in sources], timings, options.cache_scope)
         return Answer(answer=text, sources=sources, budget=prompt.budget, timings=timings,
                       session=session, turn=number, turns_shown=prompt.turns_shown,

@@ -29,6 +29,7 @@ from prompt_budget import (
     Candidate,
     Quote,
     answer_lead,
+    answer_opening,
     ContextPassage,
     ContextTooSmall,
     PrefillCostModel,
@@ -108,6 +109,15 @@ class PlannedPrompt:
     to_keep: tuple[str, ...] = ()  # passages worth storing: chosen and not stored, or left out for time
     evidence: tuple[Evidence, ...] = ()  # the sentences of its passages that best answer the question
     lead: str = ""  # the start of the answer written into the prompt (the evidence quoted), if any
+
+
+def lead_for(place: str, quotes: Sequence[Quote]) -> str:
+    """The start of the answer written into the prompt for evidence ``place``:
+    the quotes introduced for the model (``prefill``, ``both``), the quotes as
+    the answer's own opening that the reader sees (``open``), else none."""
+    if place in ("prefill", "both"):
+        return answer_lead(quotes)
+    return answer_opening(quotes) if place == "open" else ""
 
 
 def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, behind: int = 0,
@@ -299,7 +309,7 @@ class PromptPlanner:
                               collection=collection)
         return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
                              tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates, collection),
-                             tuple(evidence), answer_lead(quotes) if place in ("prefill", "both") else "")
+                             tuple(evidence), lead_for(place, quotes))
 
     def _renderer(self, question: str, summary: str | None, past: Sequence, place: str, collection: str | None
                   ) -> Callable[..., str]:
@@ -309,7 +319,7 @@ class PromptPlanner:
         def render(shown: Sequence[ContextPassage], quotes: Sequence[Quote] = ()) -> str:
             text = backend.render(build_messages(question, shown, summary=summary, turns=past, collection=collection,
                                                  evidence=quotes if place in ("last", "both") else ()))
-            return text + (answer_lead(quotes) if place in ("prefill", "both") else "")
+            return text + (lead_for(place, quotes))
 
         return render
 
@@ -348,7 +358,7 @@ class PromptPlanner:
         if not quotes:
             return 0
         quoted = evidence_block(quotes) if place in ("last", "both") else ""
-        room = self._tokens(quoted + (answer_lead(quotes) if place in ("prefill", "both") else ""))
+        room = self._tokens(quoted + (lead_for(place, quotes)))
         first = self._block_tokens(1, as_shown(hits[0], collection))
         return room if fixed + room + first <= self.backend.n_ctx - max_tokens else 0
 
