@@ -6,6 +6,7 @@ bench indexes them, and the embedder a small deterministic fake)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 import zlib
 
 import numpy as np
@@ -315,3 +316,13 @@ def test_question_words_match_identifiers_and_plurals_in_either_case():
     hit = make_hit(document, 0)
     ranked = rank("Which function PUSHES items onto heaps?", [hit])
     assert ranked.best > 0.5 and isinstance(ranked, Ranked)
+
+
+def test_a_rare_word_the_documents_never_use_declines_whatever_the_score():
+    hit = make_hit(SHUTIL, 0, source="library/shutil.rst.txt")
+    ranked = rank("Which shutil function deletes an entire directory tree?", [hit])
+    assert ranked.best > 1.0 and not ranked.declines(0.55)
+    heard_not = replace(ranked, unheard=("Kubernetes",))
+    assert heard_not.declines(0.55) and not heard_not.declines(0.0)  # floor 0: the model is always asked
+    many = replace(heard_not, weights={f"t{i}": 1.0 for i in range(30)})
+    assert not many.declines(0.55)  # a pasted log is always asked

@@ -177,3 +177,27 @@ def test_the_service_streams_the_evidence_first_and_returns_it_everywhere(pipeli
         assert chat["evidence"] and chat["evidence"][0]["text"]
     finally:
         server.stop()
+
+
+@pytest.mark.model
+def test_a_question_naming_a_rare_word_the_documents_never_use_is_declined(pipeline):
+    # "Kubernetes" is rare (a name) and in no document: whatever the best unit scores, it is declined;
+    # "dough" is in them, and "enormous" is common: only another way of saying a thing.
+    asked = pipeline.ask("How long should the dough rise in a Kubernetes pod?", max_tokens=8)
+    assert asked.declined and asked.answer == DECLINED
+    assert pipeline.evidence("How long should the dough rise in a Kubernetes pod?",
+                             pipeline.search("dough rise", k=4)).unheard == ("Kubernetes",)
+    kept = pipeline.ask("How long should the enormous dough rise?", max_tokens=8)
+    assert not kept.declined
+    # Floor 0 asks the model whatever the words.
+    assert not pipeline.ask("How long should the dough rise in a Kubernetes pod?", evidence_floor=0.0,
+                            max_tokens=8).declined
+
+
+@pytest.mark.model
+def test_the_answer_opens_with_its_evidence_where_asked(pipeline):
+    with pipeline.stream("How long should the dough rise?", evidence="open", max_tokens=8) as stream:
+        pieces = [p for p in stream if p]
+        answer = stream.answer
+    assert answer.evidence and pieces[0].startswith("[1] ")  # the reader sees the quote first
+    assert " ".join(answer.evidence[0].text.split()) in answer.answer and answer.answer.startswith(pieces[0].strip())

@@ -193,3 +193,20 @@ def test_units_of_random_markup_keep_the_contract():
         for at, _, name in doc.headings:
             assert doc.text.startswith(name.split()[0], at)
     assert time.perf_counter() - started < 2
+
+
+def test_a_one_row_table_labels_the_prose_after_it_up_to_the_next_heading_or_table():
+    html = ("<h2>Options</h2><table><tr><td>message_size_limit</td><td>Type: integer</td><td>Default: 50M</td></tr>"
+            "</table><p>Limits the size of a message. The default is 50M.</p><p>Zero means no limit.</p>"
+            "<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table><p>After two rows.</p>"
+            "<table><tr><td>queue_only</td><td>Default: false</td></tr></table><p>Queues.</p>"
+            "<h2>Next</h2><p>Plain prose. Split.</p>")
+    doc = parse_html(html)
+    _check(doc)
+    label = "message_size_limit | Type: integer | Default: 50M"
+    assert ("definition", "Limits the size of a message. The default is 50M.", label) in _units(doc)
+    assert ("definition", "Zero means no limit.", label) in _units(doc)
+    # A table of two rows labels nothing; a heading ends the label.
+    assert ("text", "After two rows.", "Options") in _units(doc)
+    assert ("definition", "Queues.", "queue_only | Default: false") in _units(doc)
+    assert ("text", "Plain prose.", "Next") in _units(doc) and ("text", "Split.", "Next") in _units(doc)

@@ -47,6 +47,10 @@ def test_the_reader_answers_every_call_of_the_interface(built, embedder):
     assert hits[0].source == "guide/cooking.rst" and hits[0].score >= hits[-1].score
     assert [h.chunk_id for h in index.hits([i for i, _ in index.search_ids(q, 3)], q)] == [h.chunk_id for h in hits]
     assert index.lexical_search("dough", 5) and index.lexical() is not None
+    # Words the documents never use (a stop word has no terms: it is heard).
+    assert index.unheard(["dough", "Flour", "zeppelin", "the"]) == ["zeppelin"]
+    assert index.unheard(["zeppelin"], collection="nowhere") == ["zeppelin"]
+    assert index.unheard(["dough"], collection="nowhere") == ["dough"]
     allowed = index.chunk_ids_of(lambda source: source.startswith("guide/"), "guide")
     assert {h.source for h in index.search(q, 10, allowed)} <= {"guide/cooking.rst", "guide/garden.html"}
     # Each chunk comes back with its document's units as its reader found them, about their heading.

@@ -101,7 +101,8 @@ def bench_set(pipeline: Pipeline, questions: Sequence[GoldQuestion], *, target_t
     for number, q in enumerate(questions, 1):
         ranked = pipeline.evidence(q.question, pipeline.search(q.question, k=asked.candidates), asked)
         row: dict[str, object] = {"id": q.id or number, "lang": q.lang, "answerable": q.answerable,
-                                  "best_score": round(ranked.best, 4), "would_decline": ranked.declines(floor)}
+                                  "best_score": round(ranked.best, 4), "would_decline": ranked.declines(floor),
+                                  "unheard": list(ranked.unheard)}
         if q.answerable:
             # Where the answer is lost (issue 54): the unit ranked first names the facts, or only some unit
             # of the prompt's passages does (the ceiling of any choice among them).

@@ -59,6 +59,24 @@ def fold(text: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
+# A word said less often than this on wordfreq's Zipf scale (3: once in a million words) is a name, a
+# product or jargon ("nftables", "Kubernetes", "XOAUTH2"), not a way of saying a thing ("tiny", "enlarge"):
+# chosen on the tuning halves of issue 54 (rag/bench/README.md).
+RARE_ZIPF = 3.0
+
+
+def rare(word: str, lang: str = DEFAULT) -> bool:
+    """Whether ``word`` is rare in language ``lang``: a name or jargon
+    rather than a common word (``wordfreq``'s frequency under
+    :data:`RARE_ZIPF`; a word it does not know is rare).
+
+    ``rare("nftables") -> True``; ``rare("enlarge") -> False``
+    """
+    from wordfreq import zipf_frequency  # its word lists load on first use
+
+    return zipf_frequency(word.lower(), known(lang)) < RARE_ZIPF
+
+
 def known(lang: str | None) -> str:
     """``lang`` if it is one of :data:`LANGUAGES`, else :data:`DEFAULT`."""
     return lang if lang in LANGUAGES else DEFAULT

@@ -229,6 +229,27 @@ class LexicalIndex:
         found = found[np.lexsort((self.chunk_ids[found], -scores[found]))][:k]
         return [(int(self.chunk_ids[r]), float(scores[r])) for r in found]
 
+    def unheard(self, words: Sequence[str], within: np.ndarray | None = None) -> list[str]:
+        """Those of ``words`` that no chunk ``within`` (None: any) holds:
+        none of a word's terms, read in those chunks' languages, is in
+        one of them. A word of stop words alone has no terms: it is heard."""
+        domain = self.domain(within)
+        starts, rows, _, _, _ = self._term_postings()
+
+        def held(term: str) -> bool:
+            at = self.vocab.get(term)
+            if at is None:
+                return False
+            found = rows[starts[at]:starts[at + 1]]
+            return bool(len(found)) if domain.rows is None else bool(domain.rows[found].any())
+
+        out = []
+        for word in words:
+            terms = language.terms_in(word, domain.languages)
+            if terms and not any(held(t) for t in terms):
+                out.append(word)
+        return out
+
     # -- on disk -----------------------------------------------------------------
 
     def save(self, folder: Path) -> None:

@@ -147,10 +147,11 @@ GROUP BY h.chunk ORDER BY score DESC, h.chunk LIMIT %(k)s
 _ALONE = (f"(SELECT NOT EXISTS (SELECT 1 FROM {S}.files WHERE {{column}} < %(collection)s) "
           f"AND NOT EXISTS (SELECT 1 FROM {S}.files WHERE {{column}} > %(collection)s))")
 _OF_COLLECTION = f"({_ALONE} OR file_id IN (SELECT id FROM {S}.files WHERE {{column}} = %(collection)s))"
-_WITHIN = f"""
-WHERE {_ALONE}
+_POSTING_IN = f"""{_ALONE}
    OR EXISTS (SELECT 1 FROM {S}.chunks c JOIN {S}.files f ON f.id = c.file_id
-              WHERE c.id = p.chunk AND {{column}} = %(collection)s)"""
+              WHERE c.id = p.chunk AND {{column}} = %(collection)s)"""  # of a posting p
+_WITHIN = f"""
+WHERE {_POSTING_IN}"""
 
 
 def _modules():
@@ -441,6 +442,22 @@ class PostgresIndex:
             within = _WITHIN.format(column=_collection_column(db)) if collection is not None else ""
             rows = db.execute(_LEXICAL.format(within=within, where=where), params).fetchall()
         return [(int(i), float(s)) for i, s in rows if s > 0]
+
+    def unheard(self, words: Sequence[str], *, collection: str | None = None) -> list[str]:
+        """Those of ``words`` that no chunk of ``collection`` (None: of any)
+        holds, as ``LexicalIndex.unheard`` reads them: no posting of the
+        collection holds a term of the word, read in its languages."""
+        languages = self._domain(collection)[2]
+        read = {word: language.terms_in(word, languages) for word in words}
+        terms = sorted({t for found in read.values() for t in found})
+        if not terms:
+            return []
+        with self._access() as db:
+            within = f" AND ({_POSTING_IN.format(column=_collection_column(db))})" if collection is not None else ""
+            held = {r[0] for r in db.execute(
+                f"SELECT DISTINCT p.term FROM {S}.postings p WHERE p.term = ANY(%(terms)s::text[]){within}",
+                {"terms": terms, "collection": collection}).fetchall()}
+        return [word for word, found in read.items() if found and not held & set(found)]
 
     def _domain(self, collection: str | None) -> tuple[float, float, tuple[str, ...]]:
         """The number of chunks of ``collection`` (None: of the whole index),

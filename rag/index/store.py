@@ -175,6 +175,11 @@ class FolderIndex:
         computed once per collection: the generation never changes)."""
         return self.lexical().search(query, k, allowed=allowed, within=self._within(collection))
 
+    def unheard(self, words: Sequence[str], *, collection: str | None = None) -> list[str]:
+        """Those of ``words`` that no chunk of ``collection`` (None: of any)
+        holds (``LexicalIndex.unheard``): words its documents never use."""
+        return self.lexical().unheard(words, within=self._within(collection))
+
     def _within(self, collection: str | None) -> np.ndarray | None:
         """The chunk ids of ``collection``, sorted; None where no filter is
         needed: no collection named, or the generation holds that one alone

@@ -84,6 +84,7 @@ class Ranked:
     seconds: float
     weights: Mapping[str, float] = field(default_factory=dict, compare=False, repr=False)
     langs: tuple[str, ...] = ("en",)  # the languages of the units' passages, in which the question was read
+    unheard: tuple[str, ...] = ()  # words of the question its documents never use (set by the pipeline)
 
     @property
     def best(self) -> float:
@@ -91,11 +92,18 @@ class Ranked:
         return self.scores[0] if self.scores else 0.0
 
     def declines(self, floor: float) -> bool:
-        """Whether no sentence seems to answer: the best scores under
-        ``floor``, for a question of at most :data:`FLOOR_MAX_TERMS` terms (a
+        """Whether the documents seem not to answer: the best unit scores
+        under ``floor``, or the question names a rare word its documents
+        never use (``unheard``: "nftables" of the man pages, "Roundcube" of
+        Exim's); for a question of at most :data:`FLOOR_MAX_TERMS` terms (a
         longer one, a pasted log, covers a small share of its words whatever
-        the documents hold: the model is asked)."""
-        return self.best < floor and len(self.weights) <= FLOOR_MAX_TERMS
+        the documents hold: the model is asked). A ``floor`` of 0 never
+        declines. On the tuning halves of issue 54 a score floor alone could
+        not tell them apart (unanswerable questions scored up to 1.15,
+        answerable ones from 0.67); the unheard word did (bench README)."""
+        if floor <= 0 or len(self.weights) > FLOOR_MAX_TERMS:
+            return False
+        return self.best < floor or bool(self.unheard)
 
     def pick(self, hits: Sequence[Hit], passages: Mapping[int, int], max_words: int = MAX_WORDS,
              max_units: int = 2, min_share: float = SECOND_SHARE,

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Generator, Sequence
 
@@ -28,7 +29,7 @@ from ..conversations import Conversation, ConversationMemory, Conversations
 from ..conversations.memory import HistoryMode
 from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
-from ..index.language import QUESTION_WORDS, detect
+from ..index.language import QUESTION_WORDS, detect, rare
 from ..index.location import IndexLocation, folder_of, index_exists, as_index_location
 from ..index.interface import IndexReader
 from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name
@@ -52,6 +53,9 @@ from .arrivals import Arrival
 from .planner import PlannedPrompt, check_fits
 from .stream import AnswerStream, Early
 from .evidence import Ranked, rank
+
+_WORD = re.compile(r"\w[\w'.+-]*\w|\w")  # a word of a question as a reader writes it: "conf.py", "tcp_nodelay"
+
 
 @dataclass(frozen=True)
 class Retrieval:
@@ -392,9 +396,18 @@ class Pipeline:
         embed = query = None
         if options.evidence_embed:
             embed, query = self.embedder.embed, self.components.query_cache.vector(question, options.collection)
-        # Every candidate's sentences, not only those the budget will take: the passage holding
+        # Every candidate's units, not only those the budget will take: the passage holding
         # the best goes first (``Ranked.leading``).
-        return rank(question, hits, embed=embed, query_vector=query, shortlist=len(hits))
+        ranked = rank(question, hits, embed=embed, query_vector=query, shortlist=len(hits))
+        # A rare word of the question (a name, jargon) that its documents never use is a sign they lack
+        # what it asks about; in their own language only: an English question of French documents uses
+        # words they never do. A common word ("tiny", "enlarge") is only another way of saying a thing.
+        lang = detect(question, min_words=QUESTION_WORDS)
+        if ranked.units and lang in ranked.langs:
+            words = sorted({w for w in _WORD.findall(question) if rare(w, lang)})
+            if words:
+                ranked = replace(ranked, unheard=tuple(self.index().unheard(words, collection=options.collection)))
+        return ranked
 
     def _answer(self, question: str, options: AskOptions, received: float,
                 cancel: Cancel, arrival: Arrival, early: Early) -> Generator[str, None, Answer]:

@@ -36,6 +36,7 @@ from .units import sentences, stripped
 HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
 
 MAX_ABOUT_CHARS = 200  # a unit's ``about`` (a term, a caption, a heading): a line, not a paragraph
+LABEL_WORDS = 16  # a one-row table this short labels the prose after it (see _Reader._label)
 # A table whose cell holds more text than this is a page laid out in a
 # table, not data: its cells are read as blocks, not as one line per row.
 LAYOUT_CELL_CHARS = 2000
@@ -385,6 +386,11 @@ class _Reader:
         self._captures: list[list[str]] = []  # the text of the headings, terms and captions being read
         self._cell: list[str] | None = None  # the text of the data-table cell being read
         self._pre = 0  # how many <pre> are open
+        # A data table of one short row with no header, written before prose, labels that prose up to the
+        # next heading or table: a reference of options written so (DocBook's and Exim's "option | Use: main
+        # | Type: integer | Default: 50M" over the option's paragraphs) gives each paragraph what it is about.
+        self._label = ""
+        self._last_row = ""  # the line of the last row of the data table being read
 
     def read(self, events: list[tuple]) -> None:
         """Reads pass 1's events in order."""
@@ -476,8 +482,9 @@ class _Reader:
     # -- units -------------------------------------------------------------------
 
     def _about(self) -> str:
-        """What a unit here is about: the innermost definition's term, else the nearest heading."""
-        return self._terms[-1] if self._terms else _clip(self._heading)
+        """What a unit here is about: the innermost definition's term, else
+        the label table above it, else the nearest heading."""
+        return self._terms[-1] if self._terms else self._label or _clip(self._heading)
 
     def _begin(self, kind: str, about: str | None = None) -> None:
         """Starts a unit inside the one being written, which ends here (and
@@ -495,7 +502,9 @@ class _Reader:
         if context.start is not None:
             if context.kind != "term":  # a term is its definition's about, not a unit
                 about = context.about if context.about is not None else self._about()
-                self.spans.append((context.start, context.end, context.kind, about))
+                # Prose under a label table is its description: a paragraph whole, as a definition's.
+                kind = "definition" if context.kind == "text" and self._label and not self._terms else context.kind
+                self.spans.append((context.start, context.end, kind, about))
             context.start = None
 
     def _capture(self) -> None:
@@ -543,6 +552,7 @@ class _Reader:
             return ("dd",)
         if tag == "table":
             layout = not isinstance(info, _TableInfo) or info.layout
+            self._label = ""
             self._tables.append(None if layout else _Table())
             if not layout:
                 self._begin("text")  # text astray between rows is prose
@@ -609,7 +619,10 @@ class _Reader:
         elif what == "table":
             if not frame[1]:
                 self._end()
-            self._tables.pop()
+            table = self._tables.pop()
+            if (table is not None and table.body_rows == 1 and not table.headers and not table.caption
+                    and not self._tables and not self._terms and len(self._last_row.split()) <= LABEL_WORDS):
+                self._label = self._last_row
         elif what == "caption":
             self._end()
             frame[1].caption = _clip(self._captured())
@@ -625,6 +638,7 @@ class _Reader:
             self.headings.append((start, level, name))
             self._path.append((level, name))
             self._heading = name
+            self._label = ""
 
     def _row(self, table: _Table) -> None:
         """Writes the row just read as one line and one unit: a header row
@@ -646,6 +660,7 @@ class _Reader:
             line = row_text(table.headers, columns) if table.headers else " | ".join(texts)
         self._flush()
         self.out.gap(1)
+        self._last_row = line
         span = self.out.text(line)
         if span is not None:
             self.spans.append((span[0], span[1], "row", table.caption or self._about()))
