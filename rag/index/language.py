@@ -68,13 +68,16 @@ RARE_ZIPF = 3.0
 def rare(word: str, lang: str = DEFAULT) -> bool:
     """Whether ``word`` is rare in language ``lang``: a name or jargon
     rather than a common word (``wordfreq``'s frequency under
-    :data:`RARE_ZIPF`; a word it does not know is rare).
+    :data:`RARE_ZIPF`, of the word and of its stem: "copes" is said less
+    than "cope"; a word it does not know is rare).
 
-    ``rare("nftables") -> True``; ``rare("enlarge") -> False``
+    ``rare("nftables") -> True``; ``rare("enlarge") -> False``; ``rare("copes") -> False``
     """
     from wordfreq import zipf_frequency  # its word lists load on first use
 
-    return zipf_frequency(word.lower(), known(lang)) < RARE_ZIPF
+    lang = known(lang)
+    folded = word.lower()
+    return all(zipf_frequency(form, lang) < RARE_ZIPF for form in {folded, stem(folded, lang)})
 
 
 def known(lang: str | None) -> str:
