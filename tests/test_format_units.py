@@ -11,21 +11,12 @@ import time
 from rag.bench import samples
 from rag.ingest.formats import LoadedDocument, load_document
 from rag.ingest.formats import epub as epub_module
-from rag.ingest.formats.document import UNIT_KINDS, Unit
+from rag.ingest.formats.document import Unit
 from rag.ingest.formats.pdf import _outline_units
+from tests.unit_contract import checked_units
 
 
-def _units(doc: LoadedDocument) -> list[tuple[str, str, str]]:
-    """``(kind, text, about)`` of each unit, after checking the contract:
-    in order, not overlapping, stripped, inside the text, known kinds."""
-    last = 0
-    for unit in doc.units:
-        assert unit.kind in UNIT_KINDS
-        assert last <= unit.start < unit.end <= len(doc.text), unit
-        piece = doc.text[unit.start:unit.end]
-        assert piece == piece.strip() and any(c.isalnum() for c in piece), unit
-        last = unit.end
-    return [(u.kind, doc.text[u.start:u.end], u.about) for u in doc.units]
+_units = checked_units
 
 
 def _docx() -> bytes:

@@ -17,25 +17,16 @@ from rag.ingest.chunking import Chunker
 from rag.ingest.files import find_files
 from rag.ingest.formats import (LOADERS, STOPS_EARLY, SUPPORTED_SUFFIXES, family_of, format_suffix, is_supported,
                                 load_document)
-from rag.ingest.formats.document import UNIT_KINDS, LoadedDocument, TextOverLimit
+from rag.ingest.formats.document import LoadedDocument, TextOverLimit
 from rag.ingest.formats.man import load_man
+from tests.unit_contract import checked_units
 
 
 def _man(source: str, **kw) -> LoadedDocument:
     return load_man("page.7", ".man", source.encode("utf-8"), **kw)
 
 
-def _units(doc: LoadedDocument) -> list[tuple[str, str, str]]:
-    """``(kind, text, about)`` of each unit, after checking the contract:
-    in order, not overlapping, stripped, inside the text, known kinds."""
-    last = 0
-    for unit in doc.units:
-        assert unit.kind in UNIT_KINDS
-        assert last <= unit.start < unit.end <= len(doc.text), unit
-        piece = doc.text[unit.start:unit.end]
-        assert piece == piece.strip() and any(c.isalnum() for c in piece), unit
-        last = unit.end
-    return [(u.kind, doc.text[u.start:u.end], u.about) for u in doc.units]
+_units = checked_units
 
 
 PAGE = r""".\" Copyright and licence: a comment

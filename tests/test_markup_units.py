@@ -13,50 +13,7 @@ from rag.ingest.formats import load_document
 from rag.ingest.formats.document import UNIT_KINDS, Unit
 from rag.ingest.formats.markup import dialect_of, find_headings, markup_units, read_markup
 from rag.ingest.formats.text import load_text
-
-FUNCTOOLS = """\
-:mod:`functools` --- Higher-order functions and operations on callable objects
-==============================================================================
-
-.. module:: functools
-   :synopsis: Higher-order functions and operations on callable objects.
-
-.. decorator:: lru_cache(user_function)
-               lru_cache(maxsize=128, typed=False)
-
-   Decorator to wrap a function with a memoizing callable that saves up to the
-   *maxsize* most recent calls.  It can save time when an expensive or I/O bound
-   function is periodically called with the same arguments.
-
-   If *maxsize* is set to ``None``, the LRU feature is disabled and the cache can
-   grow without bound.
-
-   Example of an LRU cache for static web content::
-
-       @lru_cache(maxsize=32)
-       def get_pep(num):
-           'Retrieve text of a Python Enhancement Proposal'
-
-   .. versionadded:: 3.2
-"""
-
-TEXTWRAP = """\
-.. function:: wrap(text, width=70, *, initial_indent="", \\
-                   subsequent_indent="", expand_tabs=True, \\
-                   break_on_hyphens=True, tabsize=8, max_lines=None, \\
-                   placeholder=' [...]')
-
-   Wraps the single paragraph in *text* (a string) so every line is at most
-   *width* characters long.  Returns a list of output lines, without final
-   newlines.
-
-.. class:: TextWrapper(**kwargs)
-
-   .. attribute:: break_long_words
-
-      (default: ``True``) If true, then words longer than :attr:`width` will be
-      broken in order to ensure that no lines are longer than :attr:`width`.
-"""
+from tests.python_doc_excerpts import FUNCTOOLS, TEXTWRAP
 
 GIT_STASH = """\
 git-stash(1)
