@@ -133,7 +133,8 @@ def stream_answer(pipeline: Answerer, question: str, options: AskOptions, seen: 
             for piece in stream:
                 if stream.evidence is not None and seen.evidence_shown is None:
                     if echo:  # before the answer: it is known before the first token, and it is what answers
-                        print_evidence(stream.evidence)
+                        # Where the answer opens with the quotes, only where each lies is said here.
+                        print_evidence(stream.evidence, quoted=options.evidence == "open")
                     seen.evidence_known()
                 if echo:
                     sys.stdout.write(piece)
@@ -147,16 +148,18 @@ def stream_answer(pipeline: Answerer, question: str, options: AskOptions, seen: 
     return stream.answer
 
 
-def print_evidence(evidence: Sequence[Evidence], console: Console | None = None) -> None:
+def print_evidence(evidence: Sequence[Evidence], console: Console | None = None, *, quoted: bool = False) -> None:
     """The evidence, marked: where each sentence is and what it is about,
-    then the sentence itself highlighted (on stdout, before the answer)."""
+    then the sentence itself highlighted (on stdout, before the answer);
+    where the answer quotes it (``quoted``), where it lies alone."""
     if not evidence:
         return
     console = console or Console(highlight=False)
     for e in evidence:
-        about = f" — {escape(' '.join(e.about.split()))}" if e.about else ""
+        about = f" — {escape(' '.join(e.about.split()))}" if e.about and not quoted else ""
         console.print(f"[bold]Evidence[/] [{e.passage}] {escape(where(e.source, e.location))}{about}", soft_wrap=True)
-        console.print(f"  [reverse]{escape(' '.join(e.text.split()))}[/]", soft_wrap=True)
+        if not quoted:
+            console.print(f"  [reverse]{escape(' '.join(e.text.split()))}[/]", soft_wrap=True)
     console.print()
 
 
