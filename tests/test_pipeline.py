@@ -196,7 +196,8 @@ def test_bench_chat_compares_both_pipelines_turn_by_turn(tmp_path, corpus, pipel
     ours_turn2 = [r for r in result["rows"] if r["system"] == "ours" and r["turn"] == 2]
     assert all(r["turns_shown"] == 1 and r["cached_tokens"] > 0 for r in ours_turn2)
     ours = [r for r in result["rows"] if r["system"] == "ours"]
-    assert all(r["ttft_s"] <= r["seen_ttft_s"] <= r["wall_s"] for r in ours)  # seen: from the call, planning included
+    # Seen: from the call to the first text, which the answer's quoted evidence may be, before the model's first token.
+    assert all(0 < r["seen_ttft_s"] <= r["wall_s"] and r["ttft_s"] <= r["wall_s"] for r in ours)
     assert s["ours_p95_seen_over_target"] > 0
     naive = [r for r in result["rows"] if r["system"] == "naive"]
     assert all(r["chunks"] == 3 for r in naive)
