@@ -144,6 +144,9 @@ def test_a_question_no_passage_answers_is_declined_without_the_model(pipeline):
     assert answer.declined and answer.answer == DECLINED and answer.evidence == ()
     assert answer.timings.prompt_tokens == 0 and answer.timings.decode_tokens == 0 and not answer.sources
     assert answer.to_dict()["declined"] is True
+    # A reader of the stream sees the decline ("rag ask" printed nothing before).
+    with pipeline.stream("Who painted the Mona Lisa?", evidence_floor=5.0, max_tokens=8) as stream:
+        assert [p for p in stream if p] == [DECLINED] and stream.answer.declined
 
 
 @pytest.mark.model

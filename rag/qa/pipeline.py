@@ -425,7 +425,9 @@ class Pipeline:
                 if ranked.declines(floor) and not (conversation and (conversation.turns or conversation.summary)):
                     # A follow-up leans on the turns before it ("and at what heat?"): it is always asked.
                     early.evidence = ()
-                    return self._declined(question, hits, ranked, options, target, received, session)
+                    declined = self._declined(question, hits, ranked, options, target, received, session)
+                    yield declined.answer  # what the reader sees: "rag ask" and a stream's reader print pieces
+                    return declined
                 # Where the prompt's own text begins the answer stops: the engine decodes nothing after it.
                 stops = STOP_SEQUENCES if options.stop else ()
                 # Submitted: counted in the engine's load from now, and no longer as on its way.
