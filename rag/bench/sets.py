@@ -120,7 +120,7 @@ def bench_set(pipeline: Pipeline, questions: Sequence[GoldQuestion], *, target_t
                 row["prompt_states_facts"] = (all(facts_found("\n\n".join(h.text for h in plan.hits), q.facts))
                                               if q.answerable else None)
                 row["prompt_unit_right"] = (any(all(facts_found(_unit_text(u, h), q.facts))
-                                                for h in plan.hits for u in _stored_units(h))
+                                                for h in plan.hits for u in h.units)
                                             if q.answerable else None)
         if not evidence_only:
             run = dict(options, target_ttft=target_ttft, max_tokens=max_tokens)
@@ -140,10 +140,6 @@ def _unit_text(unit, hit=None) -> str:
     """A ranked unit (or a hit's stored one) as the evidence would show it whole: its about, then its text."""
     text = unit.text if hit is None else hit.text[unit.start:unit.end]
     return f"{unit.about} {text}"
-
-
-def _stored_units(hit) -> Sequence:
-    return hit.units or ()
 
 
 def _answered(answer, seen: float, q: GoldQuestion) -> dict[str, object]:
