@@ -42,6 +42,14 @@ from .recent import quantile
 # 2 threads), used only before any sample of this machine exists.
 PRIOR_TOKENS_PER_S = 200.0
 FORMS = ("linear", "attention", "occupancy")
+# How fast the machine runs now is the median of the last this many answers (measured ÷ fitted prefill):
+# one slow answer never moves a median of three, and a lasting change of speed moves it within two.
+# Chosen on tuning runs (issue 58: `rag bench ttft` over the 20 Python-docs dev questions at 1, 2 and
+# 4 s beside a neighbour on one core, steady or every minute on and off, replayed in
+# rag/bench/README.md): median prediction error 2.9-3.8 %, against 3.3-4.7 % for five, 5.2-6.1 % for
+# eight (what the per-size drift of before used) and 3.4-5.8 % for exponential averages.
+PACE_ANSWERS = 3
+PACE_LIMITS = (0.25, 4.0)  # a pace outside these is a stall or a clock jump, not the machine's speed
 
 
 class PromptShape(NamedTuple):
@@ -208,11 +216,11 @@ class PrefillCostModel:
         self._sample_ratios: deque[float | None] = deque(
             [None] * (len(self._samples) - len(known)) + known, maxlen=window)
         self.margin = margin or Margin()
-        self.costs = overheads or Overheads(recent=self.margin.recent)
+        self.costs = overheads or Overheads()
         self.fit = fit or prior_fit(prior_tokens_per_s)
         self._lock = threading.RLock()
         self._corrections: dict[int, float] = {}
-        self._levels: dict[int, float] = {}
+        self._pace = 1.0
         self._update_corrections()
 
     @property
@@ -314,7 +322,7 @@ class PrefillCostModel:
         against it."""
         with self._lock:
             base = self.fit.predict(shape)
-            return base * self.correction(shape.n_new) * self.level(shape.n_new) if base > 0 else base
+            return base * self.correction(shape.n_new) * self._pace if base > 0 else base
 
     def prefill_s(self, n_new: int, n_cached: int = 0, n_others: int = 0) -> float:
         """:meth:`predict` as the function of token counts that the budgeter
@@ -336,15 +344,21 @@ class PrefillCostModel:
                 return r_lo or r_hi or 1.0
             return r_lo + (r_hi - r_lo) * (x - lo)
 
-    def level(self, n_new: int) -> float:
-        """How the last few requests of about this size ran against the
-        size-corrected fit (1 with too few of them): recent drift."""
+    @property
+    def pace(self) -> float:
+        """How fast the machine runs now: the median of the last
+        :data:`PACE_ANSWERS` answers' measured ÷ size-corrected fitted
+        prefill (1 before any; above 1 slower). One slow answer among
+        them does not move it; a lasting change moves it within two."""
         with self._lock:
-            if not self._levels or n_new <= 0:
-                return 1.0
-            return self._levels.get(round(2.0 * math.log2(n_new)), 1.0)
+            return self._pace
 
-    def _update_corrections(self, min_samples: int = 8, recent: int = 128, level_samples: int = 8) -> None:
+    def level(self, n_new: int) -> float:
+        """:attr:`pace`, which a prompt of any size ``n_new`` is planned
+        with (kept for callers of the per-size drift it replaced)."""
+        return self.pace
+
+    def _update_corrections(self, min_samples: int = 8, recent: int = 128) -> None:
         # The form fits every size at once; what it gets wrong at one size
         # (small prompts run faster per token here than the form allows) is
         # learned from the recent requests of that size, within half an octave.
@@ -360,20 +374,17 @@ class PrefillCostModel:
         self._corrections = {
             b: min(max(quantile(v, 0.5), 0.6), 1.6) for b, v in bins.items() if len(v) >= min_samples
         }
-        # A second, faster time scale: the size bins above span a long window
-        # and lag when the whole machine speeds up or slows down (here by up
-        # to 20 % between runs); the last few requests within an octave of a
-        # size say how it runs now.
-        latest: list[tuple[float, float]] = []
-        for s in settled[-4 * level_samples:]:
-            base = self.fit.predict(s.shape)
+        # A second, faster time scale: how fast the machine runs now (issue 58). The size bins above span
+        # a long window and lag when the whole machine speeds up or slows down (a neighbour takes a core
+        # or lets it go: prefill here runs 1.8 times slower beside one); such a change slows every size
+        # alike, so the pace is the median of the last PACE_ANSWERS answers of any size, measured
+        # against the size-corrected fit.
+        latest = []
+        for s in settled[-PACE_ANSWERS:]:
+            base = self.fit.predict(s.shape) * self.correction(s.n_new)
             if base > 0:
-                latest.append((2.0 * math.log2(s.n_new), s.seconds / (base * self.correction(s.n_new))))
-        self._levels = {}
-        for b in sorted({round(k) + d for k, _ in latest for d in (-2, -1, 0, 1, 2)}):
-            near = [r for k, r in latest if abs(k - b) <= 2][-level_samples:]
-            if len(near) >= level_samples // 2:
-                self._levels[b] = min(max(quantile(near, 0.5), 0.7), 1.4)
+                latest.append(s.seconds / base)
+        self._pace = min(max(quantile(latest, 0.5), PACE_LIMITS[0]), PACE_LIMITS[1]) if latest else 1.0
 
     def safety_factor(self, *args, **kwargs) -> float:
         """The margin to plan with (:meth:`Margin.factor`, which takes the
@@ -442,8 +453,7 @@ class PrefillCostModel:
             model = PrefillCostModel(
                 self.fit, [s for s, _ in pairs], anchors=self.anchors, window=self._samples.maxlen or 128,
                 sample_ratios=[r for _, r in pairs], margin=margin,
-                overheads=Overheads(costs.fixed.values, costs.splice_reads.values, costs.splice_pieces.values,
-                                    recent=self.margin.recent),
+                overheads=Overheads(costs.fixed.values, costs.splice_reads.values, costs.splice_pieces.values),
             )
             if dropped:
                 model.refit()

@@ -29,6 +29,12 @@ SAFETY_QUANTILE = 0.98
 CONTEXT_LIKENESS = 2.0
 CONTEXT_FLOOR = 32
 UNKNOWN_CONTEXT = -1  # ratios saved by profiles from before contexts were kept
+# The margin is drawn from the last this many answers: how the machine errs now. Over 64 (before issue
+# 58) a neighbour's slow minutes held the margin at its cap long after the prediction had caught up (the
+# pace follows within two answers, see cost.PACE_ANSWERS); chosen on the tuning runs that chose the
+# pace (rag/bench/README.md): 32 kept the replayed p95 where 64 did, with a margin 1.25-1.27 beside a
+# neighbour against 1.30-1.35, and 1.09 on a quiet machine as before.
+MARGIN_ANSWERS = 32
 
 
 def alike(n_cached: int, other: int) -> bool:
@@ -47,7 +53,7 @@ class Margin:
     cost model that owns it guards it."""
 
     def __init__(self, ratios: Iterable[float] = (), contexts: Iterable[int] = (), *, window: int = 128,
-                 recent: int = 64) -> None:
+                 recent: int = MARGIN_ANSWERS) -> None:
         # A window twice ``recent`` holds enough of each kind of prompt where kinds alternate.
         ratios = list(ratios)[-window:]
         contexts = list(contexts)[-len(ratios):] if ratios else []

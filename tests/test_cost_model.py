@@ -10,7 +10,7 @@ import random
 import pytest
 
 from prompt_budget.cost import PrefillCostModel, PrefillSample, PromptShape, best_fit, fit_samples, plausible, prior_fit
-from prompt_budget.margin import SAFETY_QUANTILE, UNKNOWN_CONTEXT, alike
+from prompt_budget.margin import MARGIN_ANSWERS, SAFETY_QUANTILE, UNKNOWN_CONTEXT, alike
 from prompt_budget.recent import quantile
 from prompt_budget.profile import Profile, load_profile, profile_id, save_profile
 
@@ -137,17 +137,37 @@ def test_what_other_sequences_cells_cost_is_learned_once_answers_show_it():
     assert again.samples == list(model.samples) and again.fit == model.fit
 
 
-def test_a_sudden_slowdown_is_followed_within_a_few_requests():
-    rng = random.Random(11)
+def _steady_model(rng: random.Random) -> PrefillCostModel:
     model = PrefillCostModel(fit_samples(_samples(rng, 60, 0.0), "attention"))
     for _ in range(100):  # a long steady stretch
         n = rng.choice([100, 300, 800])
         model.observe(PrefillSample(74, n, _truth(n, 74) * rng.uniform(0.98, 1.02)))
-    for _ in range(6):  # then the machine runs 25 % slower
+    return model
+
+
+def test_a_sudden_slowdown_is_followed_within_two_answers_at_every_size():
+    rng = random.Random(11)
+    model = _steady_model(rng)
+    for _ in range(2):  # then a neighbour takes a core: the machine runs 80 % slower
         n = rng.choice([250, 300, 350])
-        model.observe(PrefillSample(74, n, 1.25 * _truth(n, 74) * rng.uniform(0.98, 1.02)))
-    assert model.predict(PromptShape(300, 74)) == pytest.approx(1.25 * _truth(300, 74), rel=0.06)
-    assert model.level(3000) == 1.0  # no recent request of that size: no drift assumed
+        model.observe(PrefillSample(74, n, 1.8 * _truth(n, 74) * rng.uniform(0.98, 1.02)))
+    assert model.predict(PromptShape(300, 74)) == pytest.approx(1.8 * _truth(300, 74), rel=0.06)
+    # A neighbour slows every size alike: a size not asked since is planned at the new pace too.
+    assert model.predict(PromptShape(3000, 74)) == pytest.approx(1.8 * model.fit.predict(PromptShape(3000, 74))
+                                                                 * model.correction(3000), rel=0.06)
+    for _ in range(2):  # the neighbour stops
+        n = rng.choice([250, 300, 350])
+        model.observe(PrefillSample(74, n, _truth(n, 74) * rng.uniform(0.98, 1.02)))
+    assert model.pace == pytest.approx(1.0, abs=0.06)
+
+
+def test_one_slow_answer_does_not_move_the_pace():
+    rng = random.Random(13)
+    model = _steady_model(rng)
+    before = model.predict(PromptShape(300, 74))
+    model.observe(PrefillSample(74, 300, 2.5 * _truth(300, 74)))  # a page fault, a stall
+    assert model.predict(PromptShape(300, 74)) == pytest.approx(before, rel=0.05)
+    assert model.pace == pytest.approx(1.0, abs=0.05)
 
 
 def test_safety_factor_is_a_high_quantile_of_real_errors():
@@ -370,9 +390,12 @@ def test_a_busy_period_stops_costing_passages_within_twenty_quiet_questions(busy
     never, during = _quiet_and_busy(busy, after=0)
     assert _planned(during) > 1.3 * _planned(never)  # while busy, a prompt is planned slower
     never, seen = _quiet_and_busy(busy, after=20)
-    assert seen.safety_factor(n_cached=98) == pytest.approx(never.safety_factor(n_cached=98), rel=0.10)
+    # The margin is drawn from quiet answers only: whether one of the quiet machine's rare slow prefills
+    # lies among its last MARGIN_ANSWERS is what still sets the two apart (within 15 %).
+    assert max(seen.ratios[-MARGIN_ANSWERS:]) < 1.35
+    assert seen.safety_factor(n_cached=98) == pytest.approx(never.safety_factor(n_cached=98), rel=0.15)
     assert seen.predict(PromptShape(500, 98)) == pytest.approx(never.predict(PromptShape(500, 98)), rel=0.10)
-    assert _planned(seen) == pytest.approx(_planned(never), rel=0.10)
+    assert _planned(seen) == pytest.approx(_planned(never), rel=0.15)
 
 
 def test_a_profile_saved_in_a_busy_period_starts_the_next_process_from_the_quiet_figures(tmp_path):
@@ -385,8 +408,8 @@ def test_a_profile_saved_in_a_busy_period_starts_the_next_process_from_the_quiet
     profile.absorb(busy)
     save_profile(tmp_path, profile)
     model = CostLearner(lambda: FakeBackend(), tmp_path).model  # the next process
-    assert model.safety_factor(n_cached=98) == pytest.approx(never.safety_factor(n_cached=98), rel=0.10)
-    assert _planned(model) == pytest.approx(_planned(never), rel=0.10)
+    assert model.safety_factor(n_cached=98) == pytest.approx(never.safety_factor(n_cached=98), rel=0.15)
+    assert _planned(model) == pytest.approx(_planned(never), rel=0.15)
     # The file itself holds no busy-period ratio: a person reading it sees the quiet machine.
     saved = json.loads(next(tmp_path.glob("prefill-*.json")).read_text())
-    assert max(saved["ratios"]) < 1.3
+    assert max(saved["ratios"]) < 1.35  # the quiet machine's own slowest: 1.25 × up to 1.04, on a pace a few % under 1
