@@ -46,10 +46,26 @@ FORMS = ("linear", "attention", "occupancy")
 # one slow answer never moves a median of three, and a lasting change of speed moves it within two.
 # Chosen on tuning runs (issue 58: `rag bench ttft` over the 20 Python-docs dev questions at 1, 2 and
 # 4 s beside a neighbour on one core, steady or every minute on and off, replayed in
-# rag/bench/README.md): median prediction error 2.9-3.8 %, against 3.3-4.7 % for five, 5.2-6.1 % for
-# eight (what the per-size drift of before used) and 3.4-5.8 % for exponential averages.
+# rag/bench/README.md): median prediction error 2.5-3.8 %, against 3.0-4.7 % for five, 4.0-6.1 % for
+# eight (what the per-size drift of before used) and 2.3-8.4 % for exponential averages.
 PACE_ANSWERS = 3
 PACE_LIMITS = (0.25, 4.0)  # a pace outside these is a stall or a clock jump, not the machine's speed
+
+
+def size_key(n_new: int, n_batch: int | None) -> tuple[int, float]:
+    """What makes two prompts alike in how their prefill strays from the
+    fitted form: how many batches of ``n_batch`` the engine evaluates them
+    in, and their size in half-octaves (``2·log2``). One batch more costs
+    more than its tokens (measured here: 539 new tokens took 2.1-2.2 s, 505
+    took 1.6 s: the second call of 27 tokens 0.5 s), so 500 and 540 new
+    tokens are not alike; without ``n_batch``, one batch of any size.
+
+    ``size_key(540, 512) -> (2, 18.15...)``; ``size_key(500, 512) -> (1, 17.93...)``
+    """
+    x = 2.0 * math.log2(max(n_new, 1))
+    if not n_batch or n_new <= n_batch:
+        return 1, x
+    return -(-n_new // n_batch), x
 
 
 class PromptShape(NamedTuple):
@@ -206,6 +222,7 @@ class PrefillCostModel:
         margin: Margin | None = None,
         overheads: Overheads | None = None,
         prior_tokens_per_s: float = PRIOR_TOKENS_PER_S,
+        n_batch: int | None = None,
     ) -> None:
         # Calibration samples stay as anchors, so the fit still spans short
         # and long prompts when recent requests all have similar lengths.
@@ -218,6 +235,7 @@ class PrefillCostModel:
         self.margin = margin or Margin()
         self.costs = overheads or Overheads()
         self.fit = fit or prior_fit(prior_tokens_per_s)
+        self.n_batch = n_batch  # the engine's batch: prompts are evaluated in pieces of this many tokens
         self._lock = threading.RLock()
         self._corrections: dict[int, float] = {}
         self._pace = 1.0
@@ -333,13 +351,15 @@ class PrefillCostModel:
     def correction(self, n_new: int) -> float:
         """The local measured ÷ fitted ratio at this prompt size (1 where
         too few recent requests were this size), interpolated between
-        half-octave size bins: ``n_new`` of 90 and 128 may differ."""
+        half-octave size bins: ``n_new`` of 90 and 128 may differ. With the
+        engine's batch size known, prompts are alike when they take as many
+        batches and their last batches are alike (see :func:`size_key`)."""
         with self._lock:
             if not self._corrections or n_new <= 0:
                 return 1.0
-            x = 2.0 * math.log2(n_new)
+            batches, x = size_key(n_new, self.n_batch)
             lo, hi = math.floor(x), math.ceil(x)
-            r_lo, r_hi = self._corrections.get(lo), self._corrections.get(hi)
+            r_lo, r_hi = self._corrections.get((batches, lo)), self._corrections.get((batches, hi))
             if r_lo is None or r_hi is None:
                 return r_lo or r_hi or 1.0
             return r_lo + (r_hi - r_lo) * (x - lo)
@@ -358,19 +378,23 @@ class PrefillCostModel:
         with (kept for callers of the per-size drift it replaced)."""
         return self.pace
 
-    def _update_corrections(self, min_samples: int = 8, recent: int = 128) -> None:
+    def _update_corrections(self, min_samples: int = 4, recent: int = 128) -> None:
         # The form fits every size at once; what it gets wrong at one size
-        # (small prompts run faster per token here than the form allows) is
-        # learned from the recent requests of that size, within half an octave.
+        # (small prompts run faster per token here than the form allows; a
+        # prompt one batch longer costs more than its tokens) is learned from
+        # the recent requests of that size and batch count, within half an
+        # octave, from four of them: with eight (before issue 58) a 2 s target
+        # met the cost of a second batch 8 times before learning it, and the
+        # pace, taking it for the machine slowing, swung between the two sizes.
         settled = list(self._samples)
-        bins: dict[int, list[float]] = {}
+        bins: dict[tuple[int, int], list[float]] = {}
         for s in settled[-recent:]:
             base = self.fit.predict(s.shape)
             if base <= 0:
                 continue
-            k = 2.0 * math.log2(s.n_new)
+            batches, k = size_key(s.n_new, self.n_batch)
             for b in (math.floor(k), math.ceil(k)):
-                bins.setdefault(b, []).append(s.seconds / base)
+                bins.setdefault((batches, b), []).append(s.seconds / base)
         self._corrections = {
             b: min(max(quantile(v, 0.5), 0.6), 1.6) for b, v in bins.items() if len(v) >= min_samples
         }
@@ -452,7 +476,7 @@ class PrefillCostModel:
             costs = self.costs
             model = PrefillCostModel(
                 self.fit, [s for s, _ in pairs], anchors=self.anchors, window=self._samples.maxlen or 128,
-                sample_ratios=[r for _, r in pairs], margin=margin,
+                sample_ratios=[r for _, r in pairs], margin=margin, n_batch=self.n_batch,
                 overheads=Overheads(costs.fixed.values, costs.splice_reads.values, costs.splice_pieces.values),
             )
             if dropped:

@@ -28,6 +28,15 @@ PROFILE_VERSION = 1
 log = logging.getLogger("rag_budget.cache")
 
 
+def batch_of(key: dict[str, object]) -> int | None:
+    """The engine's batch size where its key says it (``n_batch``), else None.
+
+    ``batch_of({"n_batch": 512}) -> 512``; ``batch_of({"engine": "remote"}) -> None``
+    """
+    n_batch = key.get("n_batch")
+    return n_batch if isinstance(n_batch, int) and not isinstance(n_batch, bool) and n_batch > 0 else None
+
+
 def profile_id(key: dict[str, object]) -> str:
     """A short stable id of a key: equal keys give equal ids."""
     canonical = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
@@ -59,6 +68,7 @@ class Profile:
             self.fit, self.samples, anchors=self.anchors, sample_ratios=self.sample_ratios,
             margin=Margin(self.ratios, self.ratio_contexts),
             overheads=Overheads(self.overheads, self.splice_reads, self.splice_pieces),
+            n_batch=batch_of(self.key),
         ).settled()  # a profile saved by an older version may still hold a busy period
 
     def absorb(self, model: PrefillCostModel) -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+import math
 import random
 
 import pytest
 
-from prompt_budget.cost import PrefillCostModel, PrefillSample, PromptShape, best_fit, fit_samples, plausible, prior_fit
+from prompt_budget.cost import (PrefillCostModel, PrefillSample, PromptShape, best_fit, fit_samples, plausible, prior_fit,
+                                 size_key)
 from prompt_budget.margin import MARGIN_ANSWERS, SAFETY_QUANTILE, UNKNOWN_CONTEXT, alike
 from prompt_budget.recent import quantile
-from prompt_budget.profile import Profile, load_profile, profile_id, save_profile
+from prompt_budget.profile import Profile, batch_of, load_profile, profile_id, save_profile
 
 A, B, C = 0.015, 1 / 210, 2.5e-7  # seconds, s/token, s/token² (about 158 tok/s at 4k tokens)
 
@@ -168,6 +170,34 @@ def test_one_slow_answer_does_not_move_the_pace():
     model.observe(PrefillSample(74, 300, 2.5 * _truth(300, 74)))  # a page fault, a stall
     assert model.predict(PromptShape(300, 74)) == pytest.approx(before, rel=0.05)
     assert model.pace == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_second_batch_is_learned_as_a_size_not_taken_for_the_machine_slowing():
+    # The engine evaluates a prompt in batches of 512: one just past it pays a second call (here 0.4 s
+    # more than its tokens). Prompts of 480-510 and 520-560 new tokens alternate, as a 2 s target's do.
+    def machine(n: int) -> float:
+        return _truth(n, 74) + (0.4 if n > 512 else 0.0)
+
+    rng = random.Random(17)
+    model = PrefillCostModel(fit_samples(_samples(rng, 60, 0.0), "attention"), n_batch=512)
+    errors = []
+    for i in range(40):
+        n = rng.randrange(480, 511) if i % 2 else rng.randrange(520, 561)
+        errors.append(abs(model.predict(PromptShape(n, 74)) / machine(n) - 1))
+        model.observe(PrefillSample(74, n, machine(n) * rng.uniform(0.98, 1.02)))
+    assert max(errors[-20:]) < 0.05  # learned within the first 20: the pace no longer swings
+    assert model.predict(PromptShape(540, 74)) == pytest.approx(machine(540), rel=0.05)
+    assert model.predict(PromptShape(500, 74)) == pytest.approx(machine(500), rel=0.05)
+    assert model.pace == pytest.approx(1.0, abs=0.05)
+
+
+def test_the_batch_comes_from_the_profile_key():
+    assert batch_of({"n_batch": 512}) == 512
+    assert batch_of({"engine": "remote"}) is None and batch_of({"n_batch": True}) is None
+    profile = Profile(key={"model": "m", "n_batch": 256}, fit=prior_fit())
+    assert profile.cost_model().n_batch == 256
+    assert size_key(300, 256) == (2, pytest.approx(2 * math.log2(300)))
+    assert size_key(300, None)[0] == size_key(200, 256)[0] == 1
 
 
 def test_safety_factor_is_a_high_quantile_of_real_errors():

@@ -13,7 +13,7 @@
 # same calibrated profile (RAG_CACHE_DIR per run, so no run learns from another) and reads one index.
 # QUESTIONS (default: the Python docs' answer set) and CONDITIONS (default: all four) may be set.
 # Needs the Python 3.11 documentation (apt-get install python3.11-doc) and taskset (util-linux).
-# About 50 minutes on 2 cores. TABLE_ONLY=1 prints the table of OUT_DIR again.
+# About 50 minutes on 2 cores (the index of the corpus is built on the first run, 8 more). TABLE_ONLY=1 prints the table of OUT_DIR again.
 set -euo pipefail
 before_ref=${1:?usage: neighbour_side_by_side.sh BEFORE_REF [OUT_DIR]}
 after_root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,9 +23,10 @@ questions=${QUESTIONS:-$after_root/rag/bench/data/python_docs_answers.jsonl}
 conditions=${CONDITIONS:-quiet one-core neighbour on-off}
 period=${NEIGHBOUR_PERIOD:-60}
 corpus=/usr/share/doc/python3.11/html/_sources
-python=$(command -v python)
+python=${PYTHON:-$(command -v python3)}  # the venv's, active or named: both trees run on its packages
+"$python" -c 'import rag' 2>/dev/null || { echo "$python cannot import rag: activate the venv, or set PYTHON" >&2; exit 1; }
 mkdir -p "$out"
-cores=$(python -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')
+cores=$("$python" -c 'import os; print(" ".join(map(str, sorted(os.sched_getaffinity(0)))))')
 first=${cores%% *}
 last=${cores##* }
 
