@@ -11,7 +11,7 @@ import asyncio
 import threading
 from typing import Awaitable, Callable, TypeVar
 
-from engine.backend import LoadAware
+from engine.backend import LoadAware, Replicated
 
 from ..errors import RagError
 from ..qa.answer import Answer
@@ -190,7 +190,8 @@ class Answering:
             stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
         else:
             # A server serves as many at once as its slots (over every worker behind a router).
-            parallel = getattr(self.pipeline.backend, "parallel", 1)
+            backend = self.pipeline.backend
+            parallel = backend.parallel if isinstance(backend, Replicated) else 1
             decision = admit(self.queue.expected_wait(parallel), options.target(self.pipeline.settings.target_ttft),
                              load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
             if not decision.admit:

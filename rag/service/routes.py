@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from engine.backend import Replicated
+
 from ..errors import CollectionNotFound, DocumentNotFound, IndexNotFound, RagError, engine_errors
 from ..ingest.run import IngestCancelled
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
@@ -55,7 +57,7 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
         except RagError:
             pass  # the index is another check's (doctor); liveness does not depend on it
     backend = state.pipeline.components.loaded_backend
-    router = getattr(backend, "router_facts", dict)()
+    router = backend.router_facts() if isinstance(backend, Replicated) else {}
     if router and warmup.status == "ok":
         found["engines"] = router
     return found if warmup.status == "ok" else JSONResponse(found, status_code=503)
