@@ -89,7 +89,12 @@ class Pipeline:
     ``embedder`` and ``backend`` already loaded, ``conversations`` (a store
     or its SQLite path), ``history``, ``kv_dir`` (``False`` for RAM only)
     and ``kv_ram_bytes``.
+
+    It is an :class:`~rag.qa.answerer.Answerer`, answering in this process.
     """
+
+    via = "process"  # where questions are answered (the resident server's client says "server")
+    server_pid = None
 
     def __init__(
         self,
@@ -325,6 +330,13 @@ class Pipeline:
         point into it) or bytes; DocumentNotFound if it holds none."""
         return self.library.locate(doc_id, self.index().files(collection=check_collection_name(collection)))
 
+    def document_text(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, object]:
+        """The text of the document ``doc_id`` of ``collection`` as the index
+        holds it: ``id``, ``source``, ``text``, ``pages`` and ``current``
+        (``GET /v1/documents/{doc_id}/text``'s object, which the resident
+        server's client gives too); DocumentNotFound if it holds none."""
+        return self.document(doc_id, collection).text(self.settings.max_file_bytes).to_dict()
+
     # -- questions -------------------------------------------------------------
 
     def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None,
@@ -365,8 +377,8 @@ class Pipeline:
         summary afterwards, in the background. The sentences of the passages
         that best answer it are found without the model (``rag.qa.evidence``),
         the passage holding the best goes first, and they are quoted where
-        ``evidence`` says; once the prompt is planned the stream yields an
-        empty piece and its ``evidence`` is known, before the first token.
+        ``evidence`` says; once the prompt is planned its ``evidence`` is
+        known, before the first token (``AnswerStream.events`` says when).
         Where no sentence scores ``evidence_floor``, the answer says the
         documents do not seem to answer, without asking the model. Raises
         QuestionTooLong if the question alone cannot fit the context window
