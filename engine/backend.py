@@ -357,12 +357,63 @@ class LoadAware(Protocol):
         ...
 
 
+class TakesPassages(Protocol):
+    """What a passage engine (:class:`PassageKV`, :class:`ExactPassages`)
+    adds to :meth:`Backend.generate`: ``passages``, the texts of the
+    retrieved passages inside the prompt as
+    :func:`prompt_budget.layout.passage_body` writes them, and
+    ``collection``, the collection they are of. Only an engine with one of
+    those abilities is given them (``rag.qa.passages.takes_passages``)."""
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        session: str | None = None,
+        deadline: float | None = None,
+        background: bool = False,
+        stop: Sequence[str] = (),
+        passages: Sequence[str] = (),
+        collection: str = DEFAULT_COLLECTION,
+        cache_scope: str = "",
+    ) -> Generation:
+        """:meth:`Backend.generate`, the prompt's ``passages`` of ``collection`` known."""
+        ...
+
+
 @runtime_checkable
-class PassageKV(Protocol):
+class Replicated(Protocol):
+    """An optional ability: an engine behind one address that serves
+    several requests at once (a server's slots, over every worker behind a
+    router) and says how many."""
+
+    @property
+    def parallel(self) -> int:
+        """Requests it serves at once."""
+        ...
+
+    def router_facts(self) -> dict[str, object]:
+        """The router and its workers where there is one, else ``{}``."""
+        ...
+
+
+@runtime_checkable
+class StepCounters(Protocol):
+    """An optional ability: an engine that counts what its steps ran
+    (sequences, cells, tokens prefilled and decoded, requests waiting)."""
+
+    def engine_stats(self) -> dict[str, object]:
+        """Its counters now."""
+        ...
+
+
+@runtime_checkable
+class PassageKV(TakesPassages, Protocol):
     """An optional ability: an engine that keeps the KV of passages it has
     evaluated and splices it into later prompts holding them (its
-    ``generate`` takes ``passages=``, the texts as :func:`prompt_budget.layout.passage_body`
-    writes them, and ``collection=``, the collection they are of).
+    ``generate`` takes ``passages=`` and ``collection=``: :class:`TakesPassages`).
     ``splice_fresh``: tokens at a spliced passage's head that are evaluated
     again; None when splicing is off.
 
@@ -394,13 +445,13 @@ class PassageKV(Protocol):
 
 
 @runtime_checkable
-class ExactPassages(Protocol):
+class ExactPassages(TakesPassages, Protocol):
     """An optional ability: an engine that keeps the exact KV of the
     passages of prompts it answered, cut at passage boundaries, and reuses
     it in a later prompt of the same collection and cache scope that begins
     with the same tokens up to a passage's end (its ``generate`` takes
-    ``passages=`` and ``collection=`` as for :class:`PassageKV`, and
-    ``cache_scope=``). ``exact_passages``: whether it does now."""
+    ``passages=`` and ``collection=``: :class:`TakesPassages`).
+    ``exact_passages``: whether it does now."""
 
     exact_passages: bool
 

@@ -20,6 +20,7 @@ from rag.qa.answer import DECLINED, Answer
 from rag.qa.evidence import rank
 from rag.qa.options import AskOptions
 from rag.qa.planner import PromptPlanner
+from rag.qa.stream import EvidenceFound, TextPiece
 
 QUESTION = "What is the default maxsize of lru_cache?"
 DOC = (
@@ -136,6 +137,18 @@ def test_the_stream_knows_the_evidence_before_its_first_text(pipeline):
                 before = stream.evidence
         answer = stream.answer
     assert before is not None and before == answer.evidence
+
+
+@pytest.mark.model
+def test_the_stream_says_when_the_evidence_is_found_as_a_typed_event(pipeline):
+    with pipeline.stream("What limits decode?", max_tokens=8) as stream:
+        events = list(stream.events())
+        answer = stream.answer
+    assert isinstance(events[0], EvidenceFound) and events[0].evidence == answer.evidence
+    assert events[1:] and all(isinstance(e, TextPiece) and e.text for e in events[1:])
+    assert "".join(e.text for e in events[1:]) == answer.answer
+    with pipeline.stream("What limits decode?", max_tokens=8) as stream:
+        assert all(piece for piece in stream)  # iterated, only text: no empty piece marks the evidence
 
 
 @pytest.mark.model

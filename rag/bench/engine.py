@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import median
 from typing import Callable, Optional, Sequence
 
-from engine.backend import Backend, Message, Timings
+from engine.backend import Backend, Message, StepCounters, Timings
 from prompt_budget.layout import system_message
 
 from ..errors import RagError, engine_errors
@@ -176,7 +176,7 @@ def bench_sequences(backend: Backend, counts: Sequence[int], *, max_tokens: int 
     import threading
     import time
 
-    stats = getattr(backend, "engine_stats", None)
+    stats = backend.engine_stats if isinstance(backend, StepCounters) else None
     rows: list[dict[str, object]] = []
     for done, n in enumerate(counts, start=1):
         results: list[Timings] = []

@@ -36,6 +36,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from engine.backend import PassageKV
 from prompt_budget.recent import quantile
 from prompt_budget.layout import SYSTEM_PROMPT
 
@@ -218,7 +219,8 @@ def bench_peer(
             "engine_n_ctx": pipeline.backend.n_ctx, "peer_n_ctx": PEER_N_CTX,
             "peer_doc_vectors": "HuggingFaceEmbeddings" if reembed else "rag-budget index (same model)",
             "vector_agreement_min_cos": round(peer.vector_agreement, 6),
-            "splice_fresh": getattr(pipeline.backend, "splice_fresh", None), "settled_s": settled,
+            "splice_fresh": pipeline.backend.splice_fresh if isinstance(pipeline.backend, PassageKV) else None,
+            "settled_s": settled,
         },
         "rows": rows,
         "summary": {"systems": summary_rows, **ratios},

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import httpx
 
+from engine.backend import StepCounters
+
 from ..errors import RagError
 from . import setup
 from .setup import Harness
@@ -491,7 +493,7 @@ def _key_file(lanes: Sequence[tuple[str, str]], folder: Path) -> Path | None:
 def _counters(p: "Pipeline") -> Callable[[], dict | None]:
     """The engine's step counters, where it keeps them (None elsewhere),
     read when called: a fresh server loads its engine itself."""
-    return lambda: getattr(p.backend, "engine_stats", lambda: None)()
+    return lambda: p.backend.engine_stats() if isinstance(p.backend, StepCounters) else None
 
 
 def read_upload(path: Path) -> bytes:

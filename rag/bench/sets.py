@@ -72,13 +72,12 @@ def _evidence_text(evidence) -> str:
 
 def _asked(pipeline: Pipeline, question: str, options: dict) -> tuple[object, float]:
     """The answer to ``question`` and the seconds from the call to its first
-    text (the evidence's empty piece is not text; a declined answer's text
-    comes at once)."""
+    text (a declined answer's text comes at once)."""
     started = time.perf_counter()
     seen = None
     with pipeline.stream(question, **options) as stream:
-        for piece in stream:
-            if piece and seen is None:
+        for _ in stream:
+            if seen is None:
                 seen = time.perf_counter() - started
         answer = stream.answer
     return answer, seen if seen is not None else time.perf_counter() - started

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, ContextManager, Iterator, Optional, Sequence
 
+from engine.backend import LoadAware, PassageKV, PrefixCache
+
 from ..qa.pipeline import Pipeline
 from . import setup
 from .setup import Harness
@@ -36,11 +38,10 @@ def settle(pipeline: Pipeline, limit_s: float = SETTLE_S) -> float:
     """Wait until the engine has no passage left to warm and nothing to run;
     the seconds waited."""
     backend, began = pipeline.backend, time.perf_counter()
-    stats = getattr(backend, "cache_stats", lambda: {})
-    load = getattr(backend, "load", None)
     while time.perf_counter() - began < limit_s:
-        now = load() if load is not None else None
-        if not stats().get("passage_warm_queue") and (now is None or not (now.active or now.waiting)):
+        now = backend.load() if isinstance(backend, LoadAware) else None
+        stats = backend.cache_stats() if isinstance(backend, PrefixCache) else {}
+        if not stats.get("passage_warm_queue") and (now is None or not (now.active or now.waiting)):
             break
         time.sleep(0.2)
     return time.perf_counter() - began
@@ -126,7 +127,7 @@ def bench_ttft(
         "config": {
             "targets": list(targets), "questions": len(questions), "max_tokens": max_tokens, "passes": passes,
             "learn": pipeline.costs.learn, "engine": backend.name, "index": str(pipeline.index_location),
-            "splice_fresh": getattr(backend, "splice_fresh", None), "settled_s": settled,
+            "splice_fresh": backend.splice_fresh if isinstance(backend, PassageKV) else None, "settled_s": settled,
             "busy_first_half": busy_first_half,
         },
         "rows": rows,

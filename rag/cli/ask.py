@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ..errors import RagError
 from ..qa.answer import Answer, Evidence, where
+from ..qa.stream import EvidenceFound
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
 from .common import (
     COLLECTION_OPTION,
@@ -43,10 +44,7 @@ from .common import (
 from .seen import Seen, clock
 
 if TYPE_CHECKING:
-    from ..qa.pipeline import Pipeline
-    from ..resident.client import ResidentClient
-
-    Answerer = Pipeline | ResidentClient
+    from ..qa.answerer import Answerer
 
 
 @app.command()
@@ -130,17 +128,17 @@ def stream_answer(pipeline: Answerer, question: str, options: AskOptions, seen: 
     noting in ``seen`` when the first text was shown; return the Answer."""
     with pipeline.stream(question, options) as stream:
         try:
-            for piece in stream:
-                if stream.evidence is not None and seen.evidence_shown is None:
+            for event in stream.events():
+                if isinstance(event, EvidenceFound):
                     if echo:  # before the answer: it is known before the first token, and it is what answers
                         # Where the answer opens with the quotes, only where each lies is said here.
-                        print_evidence(stream.evidence, quoted=options.evidence == "open")
+                        print_evidence(event.evidence, quoted=options.evidence == "open")
                     seen.evidence_known()
+                    continue
                 if echo:
-                    sys.stdout.write(piece)
+                    sys.stdout.write(event.text)
                     sys.stdout.flush()
-                if piece:
-                    seen.text_shown()
+                seen.text_shown()
         finally:
             if echo:
                 sys.stdout.write("\n")

@@ -18,6 +18,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..qa.answerer import Answerer
 
 
 def process_age() -> float | None:
@@ -94,9 +98,9 @@ class Seen:
     evidence_shown: float | None = None
 
     @classmethod
-    def of(cls, pipeline: object, started: float) -> "Seen":
+    def of(cls, pipeline: "Answerer", started: float) -> "Seen":
         """The clock of an answer by ``pipeline`` (a Pipeline or a resident client)."""
-        return cls(started, getattr(pipeline, "via", "process"), getattr(pipeline, "server_pid", None))
+        return cls(started, pipeline.via, pipeline.server_pid)
 
     def text_shown(self) -> None:
         """Text was written to the person; the first time stops the TTFT clock."""

@@ -15,10 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from ..qa.pipeline import Pipeline
-    from ..resident.client import ResidentClient
-
-    Answerer = Pipeline | ResidentClient
+    from ..qa.answerer import Answerer
 
 
 class Connection:

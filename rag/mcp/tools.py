@@ -136,9 +136,7 @@ def document_text(connection: Connection, doc_id: str, *, collection: str = DEFA
     answerer = connection.get()
     if doc_id not in {d["id"] for d in answerer.documents(collection)}:
         raise DocumentNotFound(f"no document {doc_id!r}; list_documents gives the ids of the documents")
-    if getattr(answerer, "via", None) == "server":
-        return answerer.document_text(doc_id, collection)
-    return answerer.document(doc_id, collection).text(answerer.settings.max_file_bytes).to_dict()
+    return answerer.document_text(doc_id, collection)
 
 
 def _ids_by_source(answerer: Answerer, collection: str = DEFAULT_COLLECTION) -> dict[str, str]:

@@ -114,11 +114,13 @@ class Dispatcher:
         asked to keep the rest for next time, under that collection."""
         engine = splicing(backend)
         collection = for_collection(named(options.collection))  # what the engine keys the passages by
-        generation = backend.generate(prompt.text, max_tokens=options.max_tokens, deadline=deadline,
-                                      session=kv_key(session) if session is not None else None, stop=tuple(stop),
-                                      **scoped(options.cache_scope),
-                                      **({"passages": tuple(prompt.passages), **collection}
-                                         if takes_passages(backend) else {}))
+        asked = dict(max_tokens=options.max_tokens, deadline=deadline, stop=tuple(stop),
+                     session=kv_key(session) if session is not None else None, **scoped(options.cache_scope))
+        passage_engine = takes_passages(backend)
+        if passage_engine is not None:
+            generation = passage_engine.generate(prompt.text, passages=tuple(prompt.passages), **collection, **asked)
+        else:
+            generation = backend.generate(prompt.text, **asked)
         if engine is not None and prompt.to_keep:
             engine.keep_passages(tuple(prompt.to_keep), **collection)
         return generation

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from ..conversations.store import check_session_id
 from ..errors import RagError
+from .keywords import check_known
 from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name
 from ..retrieval.scope import Scope
 
@@ -178,6 +179,7 @@ class AskOptions(BaseModel):
         """``options`` (default: all defaults) with ``changes`` applied and
         validated; a RagError naming the option for any bad value."""
         base = options.model_dump() if options is not None else {}
+        check_known("ask", changes, cls.model_fields)  # a misspelt option is refused, not ignored
         try:
             return cls(**(base | changes))
         except ValidationError as exc:

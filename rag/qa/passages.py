@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from engine.backend import Backend, ExactPassages, PassageKV, PrefixCache
+from engine.backend import Backend, ExactPassages, PassageKV, PrefixCache, TakesPassages
 from prompt_budget import ContextPassage, passage_body
 
 from ..errors import RagError
@@ -51,10 +51,12 @@ def for_collection(collection: str | None) -> dict[str, str]:
     return {} if collection is None else {"collection": collection}
 
 
-def takes_passages(backend: Backend) -> bool:
-    """Whether ``backend`` wants a prompt's passages with it: it splices
-    stored passages, or reuses exact ones held from earlier prompts."""
-    return splicing(backend) is not None or exact_reuse(backend) is not None
+def takes_passages(backend: Backend) -> TakesPassages | None:
+    """``backend`` if it wants a prompt's passages with it (it splices
+    stored passages, or reuses exact ones held from earlier prompts), as the
+    engine whose ``generate`` takes them; else None."""
+    engine = splicing(backend)
+    return engine if engine is not None else exact_reuse(backend)
 
 
 class PassageReuse:

@@ -13,6 +13,7 @@ Does not: print, parse arguments or talk HTTP.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import weakref
@@ -48,6 +49,7 @@ from .doctor import doctor_report
 from .engine_setup import EngineSetup
 from .options import AskOptions, valid_search, valid_text
 from .components import Components
+from .keywords import check_known, renamed
 from .passages import PassageReuse
 from .arrivals import Arrival
 from .planner import PlannedPrompt, check_fits
@@ -55,6 +57,13 @@ from .stream import AnswerStream, Early
 from .evidence import Ranked, rank
 
 _WORD = re.compile(r"\w[\w'.+-]*\w|\w")  # a word of a question as a reader writes it: "conf.py", "tcp_nodelay"
+
+
+# The keywords Pipeline takes beside its index, and those it hands to Components: what an unknown
+# keyword's TypeError lists.
+_OWN_KEYWORDS = ("settings", "use_sample", "profile_dir", "learn", "notice", "history_mode")
+_PARTS = tuple(name for name, p in inspect.signature(Components.__init__).parameters.items()
+               if p.kind is p.KEYWORD_ONLY and name not in _OWN_KEYWORDS)
 
 
 @dataclass(frozen=True)
@@ -80,11 +89,16 @@ class Pipeline:
     ``embedder`` and ``backend`` already loaded, ``conversations`` (a store
     or its SQLite path), ``history``, ``kv_dir`` (``False`` for RAM only)
     and ``kv_ram_bytes``.
+
+    It is an :class:`~rag.qa.answerer.Answerer`, answering in this process.
     """
+
+    via = "process"  # where questions are answered (the resident server's client says "server")
+    server_pid = None
 
     def __init__(
         self,
-        index_location: IndexLocation,
+        index_location: IndexLocation | None = None,
         *,
         settings: Settings | None = None,
         use_sample: bool = False,
@@ -94,6 +108,13 @@ class Pipeline:
         history_mode: HistoryMode = "prompted",
         **parts,
     ) -> None:
+        if "index_dir" in parts:
+            parts = renamed("Pipeline", {**parts, "index_location": index_location})
+            index_location = parts.pop("index_location")
+        check_known("Pipeline", parts, (*_OWN_KEYWORDS, *_PARTS))
+        if index_location is None:
+            raise TypeError("Pipeline() missing its index_location: a folder, or a postgresql:// URL "
+                            "(Pipeline.open() takes the settings' index)")
         self.settings = settings or Settings.load()
         self.index_location = as_index_location(index_location)  # a folder, or a PostgreSQL URL (rag.index.location)
         # Where the pipeline says what it does on its own, or what it found wrong.
@@ -133,6 +154,11 @@ class Pipeline:
         the first question would otherwise wait for inside its time to first
         token: a long-lived caller opens with it.
         """
+        if "index_dir" in options:
+            options = renamed("Pipeline.open", {**options, "index_location": index_location})
+            index_location = options.pop("index_location")
+        check_known("Pipeline.open", options, (*_OWN_KEYWORDS, *_PARTS, "index_location", "model",
+                                               "prepare"))
         settings = settings or Settings.load()
         if model is not None:
             settings = settings.model_copy(update={"model": Path(model).expanduser()})
@@ -304,6 +330,13 @@ class Pipeline:
         point into it) or bytes; DocumentNotFound if it holds none."""
         return self.library.locate(doc_id, self.index().files(collection=check_collection_name(collection)))
 
+    def document_text(self, doc_id: str, collection: str = DEFAULT_COLLECTION) -> dict[str, object]:
+        """The text of the document ``doc_id`` of ``collection`` as the index
+        holds it: ``id``, ``source``, ``text``, ``pages`` and ``current``
+        (``GET /v1/documents/{doc_id}/text``'s object, which the resident
+        server's client gives too); DocumentNotFound if it holds none."""
+        return self.document(doc_id, collection).text(self.settings.max_file_bytes).to_dict()
+
     # -- questions -------------------------------------------------------------
 
     def search(self, query: str, k: int = 5, *, mode: RetrievalMode | None = None,
@@ -344,8 +377,8 @@ class Pipeline:
         summary afterwards, in the background. The sentences of the passages
         that best answer it are found without the model (``rag.qa.evidence``),
         the passage holding the best goes first, and they are quoted where
-        ``evidence`` says; once the prompt is planned the stream yields an
-        empty piece and its ``evidence`` is known, before the first token.
+        ``evidence`` says; once the prompt is planned its ``evidence`` is
+        known, before the first token (``AnswerStream.events`` says when).
         Where no sentence scores ``evidence_floor``, the answer says the
         documents do not seem to answer, without asking the model. Raises
         QuestionTooLong if the question alone cannot fit the context window

@@ -39,6 +39,8 @@ from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
 
+from engine.backend import StepCounters
+
 from ..errors import RagError
 from ..index.location import shown
 from ..qa.pipeline import Pipeline
@@ -132,7 +134,7 @@ async def status(request: Request) -> dict:
     life: Life = request.app.state.life
     pipeline: Pipeline = request.app.state.pipeline
     backend = pipeline.components.loaded_backend
-    engine_stats = getattr(backend, "engine_stats", None)
+    engine_stats = backend.engine_stats if isinstance(backend, StepCounters) else None
     return {
         "pid": os.getpid(), "key": life.address.key, "protocol": PROTOCOL, "socket": str(life.address.socket),
         "log": str(life.address.log), "started_at": life.started_at, "uptime_s": time.time() - life.started_at,

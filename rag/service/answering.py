@@ -11,13 +11,13 @@ import asyncio
 import threading
 from typing import Awaitable, Callable, TypeVar
 
-from engine.backend import LoadAware
+from engine.backend import LoadAware, Replicated
 
 from ..errors import RagError
 from ..qa.answer import Answer
 from ..qa.options import AskOptions
 from ..qa.pipeline import Pipeline
-from ..qa.stream import AnswerStream
+from ..qa.stream import AnswerEvent, AnswerStream, TextPiece
 from ..retrieval import Scope
 from .admission import EngineQueue, admit
 from .metrics import Metrics
@@ -41,7 +41,8 @@ class ClientGone(Exception):
 
 class ThreadedAnswer:
     """An :class:`AnswerStream` run on its own thread and read from the event
-    loop: ``async for piece in it``, then :attr:`answer`.
+    loop: ``async for event in it`` (its :meth:`AnswerStream.events`), then
+    :attr:`answer`.
 
     :meth:`aclose` (a client that went away) cancels the stream at once,
     even before its first piece: the engine drops the request at its next
@@ -67,8 +68,8 @@ class ThreadedAnswer:
     def _produce(self) -> None:
         answer = None
         try:
-            for piece in self._stream:
-                self._hand_over("piece", piece)
+            for event in self._stream.events():
+                self._hand_over("event", event)
                 if self._stop.is_set():
                     break
             else:
@@ -83,11 +84,11 @@ class ThreadedAnswer:
     def __aiter__(self) -> "ThreadedAnswer":
         return self
 
-    async def __anext__(self) -> str:
+    async def __anext__(self) -> AnswerEvent:
         if self._over:
             raise StopAsyncIteration
         kind, value = await self._inbox.get()
-        if kind == "piece":
+        if kind == "event":
             return value
         self._over = True
         if kind == "error":
@@ -121,24 +122,24 @@ class ThreadedAnswer:
         except ClientGone:
             return None
 
-    async def first_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> str:
-        """The first piece (StopAsyncIteration for an answer with none), or
+    async def first_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> AnswerEvent:
+        """The first event (StopAsyncIteration for an answer with none), or
         ClientGone (and the generation stopped) as soon as ``gone()`` says the
-        client went away: while the prompt is evaluated no piece is written,
+        client went away: while the prompt is evaluated nothing is written,
         so nothing else would notice."""
         return await self.unless_gone(self.__anext__(), gone, every_s)
 
-    async def first_text_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> str | None:
-        """The next piece that holds text (None when the answer ends with
-        none), or ClientGone as :meth:`first_unless`: once the evidence is
-        sent, the wait for the first token still stops for a client that left."""
+    async def text_unless(self, gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> str | None:
+        """The next piece of text (None when the answer ends with none), or
+        ClientGone as :meth:`first_unless`: once the evidence is sent, the
+        wait for the first token still stops for a client that left."""
         while True:
             try:
-                piece = await self.first_unless(gone, every_s)
+                event = await self.first_unless(gone, every_s)
             except StopAsyncIteration:
                 return None
-            if piece:
-                return piece
+            if isinstance(event, TextPiece):
+                return event.text
 
     async def unless_gone(self, work: Awaitable[T], gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> T:
         """What ``work`` (reading this answer) gives, or ClientGone, with the
@@ -190,7 +191,8 @@ class Answering:
             stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
         else:
             # A server serves as many at once as its slots (over every worker behind a router).
-            parallel = getattr(self.pipeline.backend, "parallel", 1)
+            backend = self.pipeline.backend
+            parallel = backend.parallel if isinstance(backend, Replicated) else 1
             decision = admit(self.queue.expected_wait(parallel), options.target(self.pipeline.settings.target_ttft),
                              load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
             if not decision.admit:

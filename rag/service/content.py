@@ -47,13 +47,8 @@ async def document_text(doc_id: str = DOC_ID, collection: CollectionName = COLLE
     refused = refusal(who, collection)
     if refused is not None:
         return refused
-    limit = state.pipeline.settings.max_file_bytes
-
-    def read() -> dict:
-        return state.pipeline.document(doc_id, collection).text(limit).to_dict()
-
     try:
-        return await run_in_threadpool(read)
+        return await run_in_threadpool(state.pipeline.document_text, doc_id, collection)
     except RagError as exc:
         return _refused(exc)
 

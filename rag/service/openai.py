@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import RagError
 from ..qa.answer import Answer
+from ..qa.stream import AnswerEvent, EvidenceFound, TextPiece
 from ..qa.options import DEFAULT_MAX_TOKENS
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
@@ -113,7 +114,7 @@ class Reply:
             "prompt_tokens_details": {"cached_tokens": t.cached_tokens},
         }
 
-    async def chunks(self, answer: ThreadedAnswer, first: str | None, gone) -> AsyncIterator[str]:
+    async def chunks(self, answer: ThreadedAnswer, first: AnswerEvent | None, gone) -> AsyncIterator[str]:
         """The ``chat.completion.chunk`` events of a streamed answer, ending
         with its usage, sources and evidence (or an error event) and
         ``[DONE]``; ``gone()`` says whether the client left before the first
@@ -125,13 +126,14 @@ class Reply:
 
         try:
             yield delta({"role": "assistant", "content": ""})
-            if first == "":  # the prompt is planned: the first token is still to come
-                first = await answer.first_text_unless(gone)
-            if first is not None:
-                yield delta({"content": first})
-                async for piece in answer:
-                    if piece:
-                        yield delta({"content": piece})
+            text = first.text if isinstance(first, TextPiece) else None
+            if isinstance(first, EvidenceFound):  # the prompt is planned: the first token is still to come
+                text = await answer.text_unless(gone)
+            if text is not None:
+                yield delta({"content": text})
+                async for event in answer:
+                    if isinstance(event, TextPiece):
+                        yield delta({"content": event.text})
             final = answer.answer
             yield sse(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": self._finish_reason(final)}],
                               "usage": self._usage(final), **self._extension(final)})

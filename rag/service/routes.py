@@ -17,10 +17,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from engine.backend import Replicated
+
 from ..errors import CollectionNotFound, DocumentNotFound, IndexNotFound, RagError, engine_errors
 from ..ingest.run import IngestCancelled
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.answer import Answer
+from ..qa.stream import AnswerEvent, EvidenceFound, TextPiece
 from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
@@ -55,7 +58,7 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
         except RagError:
             pass  # the index is another check's (doctor); liveness does not depend on it
     backend = state.pipeline.components.loaded_backend
-    router = getattr(backend, "router_facts", dict)()
+    router = backend.router_facts() if isinstance(backend, Replicated) else {}
     if router and warmup.status == "ok":
         found["engines"] = router
     return found if warmup.status == "ok" else JSONResponse(found, status_code=503)
@@ -140,18 +143,18 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
                              media_type="text/event-stream")
 
 
-async def _ask_events(answer: ThreadedAnswer, first: str | None, gone, shown: dict,
+async def _ask_events(answer: ThreadedAnswer, first: AnswerEvent | None, gone, shown: dict,
                       who: Caller) -> AsyncIterator[str]:
     try:
-        if answer.evidence is not None:
-            yield sse({"evidence": [e.to_dict() for e in answer.evidence]})
-        if first == "":  # the prompt is planned, the evidence sent: the first token is still to come
-            first = await answer.first_text_unless(gone)
-        if first is not None:
-            yield sse({"delta": first})
-            async for piece in answer:
-                if piece:
-                    yield sse({"delta": piece})
+        text = first.text if isinstance(first, TextPiece) else None
+        if isinstance(first, EvidenceFound):  # the prompt is planned: the first token is still to come
+            yield sse({"evidence": [e.to_dict() for e in first.evidence]})
+            text = await answer.text_unless(gone)
+        if text is not None:
+            yield sse({"delta": text})
+            async for event in answer:
+                if isinstance(event, TextPiece):
+                    yield sse({"delta": event.text})
         yield sse({"answer": as_seen_by(who, answer.answer.to_dict() | shown)})
     except ClientGone:
         return  # it left while its prompt was evaluated: the generation is stopped
