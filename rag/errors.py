@@ -16,6 +16,11 @@ class RagError(Exception):
     """Base of every error meant for the user rather than for a developer."""
 
 
+class UnknownOption(RagError, TypeError):
+    """A question's option nobody takes: a RagError for a front end that
+    shows its message, a TypeError for a Python caller (issue 56)."""
+
+
 class DocumentError(RagError):
     """A document could not be read or holds no text to index."""
 

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+from rag.errors import RagError
 from rag.qa.options import AskOptions
 from rag.qa.pipeline import Pipeline
 
@@ -37,6 +38,8 @@ def test_an_unknown_keyword_names_the_keywords_taken(call, tmp_path):
 
 def test_an_unknown_option_of_a_question_names_the_options():
     with pytest.raises(TypeError, match=r"'max_token'.*max_tokens"):
+        AskOptions.of(max_token=3)
+    with pytest.raises(RagError, match="max_token"):  # what a front end shows its user, as before
         AskOptions.of(max_token=3)
 
 

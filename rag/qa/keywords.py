@@ -36,11 +36,12 @@ def renamed(call: str, given: dict[str, object], *, stacklevel: int = 3) -> dict
     return out
 
 
-def check_known(call: str, given: Iterable[str], accepted: Iterable[str]) -> None:
-    """Raise TypeError, naming the keywords ``call`` takes, for the first of
-    ``given`` that is not among ``accepted``."""
+def check_known(call: str, given: Iterable[str], accepted: Iterable[str],
+                error: type[TypeError] = TypeError) -> None:
+    """Raise ``error`` (a TypeError), naming the keywords ``call`` takes,
+    for the first of ``given`` that is not among ``accepted``."""
     taken = set(accepted)
     unknown = [name for name in given if name not in taken]
     if unknown:
-        raise TypeError(f"{call}() got an unexpected keyword argument {unknown[0]!r}; "
-                        f"it takes: {', '.join(sorted(taken))}")
+        raise error(f"{call}() got an unexpected keyword argument {unknown[0]!r}; "
+                    f"it takes: {', '.join(sorted(taken))}")

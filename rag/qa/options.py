@@ -17,7 +17,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..conversations.store import check_session_id
-from ..errors import RagError
+from ..errors import RagError, UnknownOption
 from .keywords import check_known
 from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name
 from ..retrieval.scope import Scope
@@ -179,7 +179,7 @@ class AskOptions(BaseModel):
         """``options`` (default: all defaults) with ``changes`` applied and
         validated; a RagError naming the option for any bad value."""
         base = options.model_dump() if options is not None else {}
-        check_known("ask", changes, cls.model_fields)  # a misspelt option is refused, not ignored
+        check_known("ask", changes, cls.model_fields, UnknownOption)  # a misspelt option is refused, not ignored
         try:
             return cls(**(base | changes))
         except ValidationError as exc:
