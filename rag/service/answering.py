@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Awaitable, Callable, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 from engine.backend import LoadAware, Replicated
 
@@ -140,6 +140,22 @@ class ThreadedAnswer:
                 return None
             if isinstance(event, TextPiece):
                 return event.text
+
+    async def texts(self, first: AnswerEvent | None, gone: Callable[[], Awaitable[bool]],
+                    every_s: float = 0.25) -> AsyncIterator[str]:
+        """The answer's pieces of text, from ``first`` (the event already
+        read; None for an answer with none): the wait for the first piece
+        stops for a client that left (:meth:`text_unless`), the rest are
+        read as they come."""
+        text = first.text if isinstance(first, TextPiece) else None
+        if first is not None and text is None:
+            text = await self.text_unless(gone, every_s)
+        if text is None:
+            return
+        yield text
+        async for event in self:
+            if isinstance(event, TextPiece):
+                yield event.text
 
     async def unless_gone(self, work: Awaitable[T], gone: Callable[[], Awaitable[bool]], every_s: float = 0.25) -> T:
         """What ``work`` (reading this answer) gives, or ClientGone, with the

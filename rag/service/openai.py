@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import RagError
 from ..qa.answer import Answer
-from ..qa.stream import AnswerEvent, EvidenceFound, TextPiece
+from ..qa.stream import AnswerEvent
 from ..qa.options import DEFAULT_MAX_TOKENS
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import busy, error, error_event, failure, outcome, sse
@@ -126,14 +126,8 @@ class Reply:
 
         try:
             yield delta({"role": "assistant", "content": ""})
-            text = first.text if isinstance(first, TextPiece) else None
-            if isinstance(first, EvidenceFound):  # the prompt is planned: the first token is still to come
-                text = await answer.text_unless(gone)
-            if text is not None:
+            async for text in answer.texts(first, gone):
                 yield delta({"content": text})
-                async for event in answer:
-                    if isinstance(event, TextPiece):
-                        yield delta({"content": event.text})
             final = answer.answer
             yield sse(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": self._finish_reason(final)}],
                               "usage": self._usage(final), **self._extension(final)})

@@ -23,7 +23,7 @@ from ..errors import CollectionNotFound, DocumentNotFound, IndexNotFound, RagErr
 from ..ingest.run import IngestCancelled
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.answer import Answer
-from ..qa.stream import AnswerEvent, EvidenceFound, TextPiece
+from ..qa.stream import AnswerEvent, EvidenceFound
 from ..qa.options import CollectionName
 from .answering import ClientGone, Rejected, ThreadedAnswer
 from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
@@ -146,15 +146,10 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
 async def _ask_events(answer: ThreadedAnswer, first: AnswerEvent | None, gone, shown: dict,
                       who: Caller) -> AsyncIterator[str]:
     try:
-        text = first.text if isinstance(first, TextPiece) else None
         if isinstance(first, EvidenceFound):  # the prompt is planned: the first token is still to come
             yield sse({"evidence": [e.to_dict() for e in first.evidence]})
-            text = await answer.text_unless(gone)
-        if text is not None:
+        async for text in answer.texts(first, gone):
             yield sse({"delta": text})
-            async for event in answer:
-                if isinstance(event, TextPiece):
-                    yield sse({"delta": event.text})
         yield sse({"answer": as_seen_by(who, answer.answer.to_dict() | shown)})
     except ClientGone:
         return  # it left while its prompt was evaluated: the generation is stopped
