@@ -467,18 +467,20 @@ class Pipeline:
                 prompt, generation = self.dispatcher.submit(question, hits, options, target, received,
                                                             conversation, ranked, arrival, stops)
                 cancel.on_cancel(generation.cancel)  # cancelled while planning: the engine drops it at once
-                early.evidence = prompt.evidence
-                yield ""  # the evidence is known: a reader may show it before the first token
-                # Where the answer opens with the evidence (``evidence="open"``), that opening is the
-                # answer's first text: the reader sees it now, and the model goes on from it.
-                opening = prompt.lead if options.evidence == "open" else ""
-                if opening:
-                    pieces.append(opening)
-                    yield opening
-                # Citations the prompt did not show are removed as the text streams (see citations).
-                guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits), prompt.text),
-                                     stops)
+                # Closed however the reader leaves: at the evidence, at the quoted opening or at any piece
+                # (a reader gone after the opening left the engine decoding to max_tokens before).
                 with generation:
+                    early.evidence = prompt.evidence
+                    yield ""  # the evidence is known: a reader may show it before the first token
+                    # Where the answer opens with the evidence (``evidence="open"``), that opening is the
+                    # answer's first text: the reader sees it now, and the model goes on from it.
+                    opening = prompt.lead if options.evidence == "open" else ""
+                    if opening:
+                        pieces.append(opening)
+                        yield opening
+                    # Citations the prompt did not show are removed as the text streams (see citations).
+                    guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits),
+                                                   prompt.text), stops)
                     for piece in generation:
                         if guard.stopped:
                             # The engine ended there too: what is left is that token's text, read for the timings.
