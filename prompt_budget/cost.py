@@ -237,7 +237,7 @@ class PrefillCostModel:
         self.fit = fit or prior_fit(prior_tokens_per_s)
         self.n_batch = n_batch  # the engine's batch: prompts are evaluated in pieces of this many tokens
         self._lock = threading.RLock()
-        self._corrections: dict[int, float] = {}
+        self._corrections: dict[tuple[int, int], float] = {}  # (batches, half-octave) -> ratio
         self._pace = 1.0
         self._update_corrections()
 
@@ -352,8 +352,8 @@ class PrefillCostModel:
         """The local measured ÷ fitted ratio at this prompt size (1 where
         too few recent requests were this size), interpolated between
         half-octave size bins: ``n_new`` of 90 and 128 may differ. With the
-        engine's batch size known, prompts are alike when they take as many
-        batches and their last batches are alike (see :func:`size_key`)."""
+        engine's batch size known, only prompts of as many batches share a
+        bin (see :func:`size_key`)."""
         with self._lock:
             if not self._corrections or n_new <= 0:
                 return 1.0
@@ -372,11 +372,6 @@ class PrefillCostModel:
         them does not move it; a lasting change moves it within two."""
         with self._lock:
             return self._pace
-
-    def level(self, n_new: int) -> float:
-        """:attr:`pace`, which a prompt of any size ``n_new`` is planned
-        with (kept for callers of the per-size drift it replaced)."""
-        return self.pace
 
     def _update_corrections(self, min_samples: int = 4, recent: int = 128) -> None:
         # The form fits every size at once; what it gets wrong at one size

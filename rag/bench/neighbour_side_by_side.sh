@@ -42,8 +42,16 @@ neighbour_on_off() {  # the neighbour for $period seconds, then nothing for $per
   done
 }
 
+helper=""  # the neighbour of the run going on (a process, or the loop that starts and stops one)
+stop_neighbour() {
+  if [ -n "$helper" ]; then
+    pkill -P "$helper" 2>/dev/null || true; kill "$helper" 2>/dev/null || true; wait "$helper" 2>/dev/null || true
+  fi
+  helper=""
+}
+
 run() {  # run CONDITION SIDE: one bench run under that condition
-  local condition=$1 side=$2 root=$before_root helper="" pin=()
+  local condition=$1 side=$2 root=$before_root pin=()
   [ "$side" = after ] && root=$after_root
   rm -rf "$out/cache.$condition.$side"; cp -r "$out/base-cache" "$out/cache.$condition.$side"
   case $condition in
@@ -57,15 +65,13 @@ run() {  # run CONDITION SIDE: one bench run under that condition
   (cd "$root" && RAG_CACHE_DIR="$out/cache.$condition.$side" HF_HUB_OFFLINE=1 "${pin[@]}" "$python" -m rag.cli \
       bench ttft --corpus "$corpus" --include 'library/*' --index "$out/index" --questions "$questions" \
       --targets 1,2,4 --json) > "$out/$condition.$side.json" 2> "$out/$condition.$side.log" || true
-  if [ -n "$helper" ]; then
-    pkill -P "$helper" 2>/dev/null || true; kill "$helper" 2>/dev/null || true; wait "$helper" 2>/dev/null || true
-  fi
+  stop_neighbour
 }
 
 if [ "${TABLE_ONLY:-}" != 1 ]; then
   [ -d "$corpus/library" ] || { echo "the ttft corpus $corpus is missing: apt-get install python3.11-doc" >&2; exit 1; }
   git -C "$after_root" worktree add --detach --force "$before_root" "$before_ref" >/dev/null
-  trap 'pkill -f "while True: pass" 2>/dev/null || true; git -C "$after_root" worktree remove --force "$before_root"' EXIT
+  trap 'stop_neighbour; git -C "$after_root" worktree remove --force "$before_root"' EXIT
   if [ ! -d "$out/base-cache/profiles" ]; then  # the index, and one calibration both sides start from
     echo "== index and calibration" >&2
     (cd "$after_root" && RAG_CACHE_DIR="$out/base-cache" HF_HUB_OFFLINE=1 "$python" -m rag.cli bench ttft \
