@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from rag.index import language
+from rag.text import language
 from rag.index.lexical import LexicalIndex
 
 FRENCH = "Le plafond est la bande passante mémoire, pas le calcul : chaque jeton relit tous les poids du modèle."

@@ -1,5 +1,5 @@
 """BM25 over chunks (each indexed as its document's title, then its text,
-in the chunk's own language: ``rag.index.language``), saved beside the
+in the chunk's own language: ``rag.text.language``), saved beside the
 vectors and updated incrementally.
 
 Dense embeddings miss exact names (``shutil.copytree``, ``SIGINT``); BM25
@@ -34,7 +34,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from . import language
+from ..text import language
 
 _FOLDER_FORMAT = 3  # 1: bm25s's own files, which are read no more (rebuilt); 2: English terms, unstemmed
 K1, B = 1.5, 0.75
@@ -61,7 +61,7 @@ class Domain(NamedTuple):
 def tokenize(text: str, lang: str = language.DEFAULT) -> list[str]:
     """The BM25 terms of ``text`` in language ``lang``: words folded and
     stemmed, identifiers whole and in parts, stop words left out
-    (:func:`rag.index.language.terms`).
+    (:func:`rag.text.language.terms`).
 
     ``tokenize("Use os.path.join") -> ["use", "os.path.join", "os", "path", "join"]``
     """

@@ -52,7 +52,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ..errors import IndexBusy, IndexMismatch, IndexNotFound, RagError, redacted
-from . import language
+from ..text import language
 from .interface import (COLLECTIONS_TABLE, HIT_COLUMNS, create_collection, hit_of, keep_listed, remove_collection,
                         stats_of)
 from .lexical import B, K1, tokenize

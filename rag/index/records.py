@@ -92,7 +92,7 @@ class Hit:
     location: dict[str, object] | None = None
     context: str = ""
     root: str = ""  # the folder its file was ingested from (with source, names the document)
-    lang: str = "en"  # its language, detected at ingest (rag.index.language)
+    lang: str = "en"  # its language, detected at ingest (rag.text.language)
     units: tuple[Unit, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
@@ -134,7 +134,7 @@ class NewChunk:
     text: str
     context: str = ""
     location: dict[str, object] | None = None
-    lang: str = "en"  # detected at ingest (rag.index.language)
+    lang: str = "en"  # detected at ingest (rag.text.language)
     units: tuple[Unit, ...] = ()  # its document's units within it, offsets into ``text``
 
     @property

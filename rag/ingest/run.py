@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import DocumentError, RagError
 from ..index.collection_names import DEFAULT_COLLECTION
-from ..index.language import languages_of
+from ..text.language import languages_of
 from ..index.manifest import Manifest
 from ..index.location import IndexLocation, index_exists, open_writer
 from ..index.interface import IndexWriter

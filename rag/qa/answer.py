@@ -143,7 +143,7 @@ class Budget:
 
 
 DECLINED = "The documents do not seem to answer this question."
-# The same, in the question's language (rag.index.language.detect); English where none is written.
+# The same, in the question's language (rag.text.language.detect); English where none is written.
 DECLINED_IN = {"en": DECLINED, "fr": "Les documents ne semblent pas répondre à cette question.",
                "de": "Die Dokumente scheinen diese Frage nicht zu beantworten.",
                "es": "Los documentos no parecen responder a esta pregunta.",

@@ -32,7 +32,7 @@ import numpy as np
 
 from prompt_budget.focus import best_window
 
-from ..index import language
+from ..text import language
 from ..index.records import Unit as StoredUnit
 from ..index.store import Hit
 from .answer import Evidence
@@ -271,7 +271,7 @@ def _window(scores: list[float], size: int) -> tuple[int, int]:
 
 
 def _terms(text: str, lang: str) -> set[str]:
-    # Identifiers whole (and their parts), plain words stemmed in the passage's language (rag.index.language).
+    # Identifiers whole (and their parts), plain words stemmed in the passage's language (rag.text.language).
     return set(language.terms(text, lang))
 
 

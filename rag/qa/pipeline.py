@@ -30,7 +30,7 @@ from ..conversations import Conversation, ConversationMemory, Conversations
 from ..conversations.memory import HistoryMode
 from ..conversations.store import index_key
 from ..errors import IndexNotFound, engine_errors
-from ..index.language import QUESTION_WORDS, detect, rare
+from ..text.language import QUESTION_WORDS, detect, rare
 from ..index.location import IndexLocation, folder_of, index_exists, as_index_location
 from ..index.interface import IndexReader
 from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name

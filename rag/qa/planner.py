@@ -50,7 +50,7 @@ from ..conversations.memory import History
 from ..errors import Overloaded, QuestionTooLong
 from ..index.collection_names import named
 from ..index.store import Hit
-from ..index.language import terms_in
+from ..text.language import terms_in
 from .answer import Budget, BudgetDecision
 from .evidence import Evidence, Ranked
 from .options import AskOptions
