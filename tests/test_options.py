@@ -86,3 +86,14 @@ def test_passage_kv_settings_reach_the_engine_settings(monkeypatch):
     assert Settings.load(splice_fresh="0").splice_fresh == 0
     with pytest.raises(RagError, match="--splice-fresh"):
         Settings.load(splice_fresh="-3")
+
+
+def test_resolved_options_take_the_set_ups_defaults_once():
+    settings = Settings(target_ttft=1.5, retrieval="bm25", evidence_floor=0.3)
+    plain = AskOptions.of().resolved(settings)
+    assert (plain.target(), plain.retrieval, plain.evidence_floor) == (1.5, "bm25", 0.3)
+    own = AskOptions.of(target_ttft=0.5, retrieval="dense", evidence_floor=0.0).resolved(settings)
+    assert (own.target(), own.retrieval, own.evidence_floor) == (0.5, "dense", 0.0)
+    assert AskOptions.of(no_target=True).resolved(settings).target() is None
+    assert AskOptions.of().resolved(Settings(target_ttft="none")).no_target  # no target anywhere: none
+    assert plain.resolved(Settings(target_ttft=3.0)).target() == 1.5  # resolved once: kept after

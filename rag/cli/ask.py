@@ -23,7 +23,8 @@ from rich.table import Table
 from ..errors import RagError
 from ..qa.answer import Answer, Evidence, where
 from ..qa.stream import EvidenceFound
-from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, AskOptions
+from ..qa.options import AskOptions
+from .asked import with_question_options
 from .common import (
     COLLECTION_OPTION,
     INDEX_OPTION,
@@ -78,32 +79,24 @@ def search(
 
 
 @app.command()
+@with_question_options
 def ask(
     question: str = typer.Argument(..., help="The question to answer from your documents."),
     index: Optional[str] = INDEX_OPTION,
     target_ttft: Optional[str] = TARGET_OPTION,
-    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens",
-                                   help=AskOptions.describe("max_tokens", default=False) + "."),
-    session: Optional[str] = typer.Option(
-        None, "--session", help="Continue (or start) the conversation with this id; its history goes into the prompt."
-    ),
     model: Optional[Path] = MODEL_OPTION,
-    max_k: int = typer.Option(DEFAULT_MAX_K, "-k", "--max-k", help=AskOptions.describe("max_k", default=False) + "."),
-    candidates: int = typer.Option(DEFAULT_CANDIDATES, "--candidates",
-                                   help=AskOptions.describe("candidates", default=False) + "."),
     retrieval: Optional[str] = RETRIEVAL_OPTION,
     source: List[str] = SOURCE_OPTION,
     file_type: List[str] = TYPE_OPTION,
-    collection: str = COLLECTION_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the answer, sources, budget and timings as JSON."),
     explain: bool = typer.Option(False, "--explain", help="Show the budget decision for every candidate."),
     no_server: bool = NO_SERVER_OPTION,
+    asked: Optional[dict] = None,
 ) -> None:
     """Answer QUESTION from the index, streaming, then list the sources.
     --source and --type limit the documents it draws on."""
     with user_errors():
-        options = AskOptions.of(max_tokens=max_tokens, max_k=max_k, candidates=candidates, session=session,
-                                explain=explain, scope=scope_of(source, file_type), collection=collection)
+        options = AskOptions.of(**(asked or {}), scope=scope_of(source, file_type))
         pipeline = question_pipeline(settings(index=index, model=model, retrieval=retrieval, target_ttft=target_ttft,
                                               no_server=no_server or None))
         pipeline.prepare()  # loading the models is not part of the question's time to first token
@@ -221,13 +214,14 @@ CHAT_COMMANDS = "/sources /stats /reset /quit"
 
 
 @app.command()
+@with_question_options
 def chat(
     session: Optional[str] = typer.Option(None, "--session", help="Conversation id to continue (default: a new one)."),
     index: Optional[str] = INDEX_OPTION,
     target_ttft: Optional[str] = TARGET_OPTION,
-    max_tokens: int = typer.Option(DEFAULT_MAX_TOKENS, "--max-tokens", help="Most tokens in each answer."),
     model: Optional[Path] = MODEL_OPTION,
     no_server: bool = NO_SERVER_OPTION,
+    asked: Optional[dict] = None,
 ) -> None:
     """Talk with your documents: each question continues the conversation.
 
@@ -236,7 +230,7 @@ def chat(
     """
     with user_errors():
         session = session or time.strftime("chat-%Y%m%d-%H%M%S")
-        options = AskOptions.of(max_tokens=max_tokens, session=session)
+        options = AskOptions.of(**(asked or {}), session=session)
         pipeline = question_pipeline(settings(index=index, model=model, target_ttft=target_ttft,
                                               no_server=no_server or None))
         ChatLoop(pipeline, options).run()

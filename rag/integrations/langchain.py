@@ -25,31 +25,32 @@ from typing import Any
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
+from pydantic import ConfigDict, create_model
 
-from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_MAX_K, DEFAULT_MAX_TOKENS, DEFAULT_MIN_K
+from ..qa.options import AskOptions, offered
 from ..qa.pipeline import Pipeline
 
 
-class BudgetedRetriever(BaseRetriever):
-    """Documents for a query: the chunks rag-budget's budgeter would put into
-    the prompt under ``target_ttft`` (default: ``$RAG_TARGET_TTFT``, else
-    2 s), leaving ``max_tokens`` of the context for the answer."""
+def retriever_fields(options: "type[AskOptions] | None" = None) -> dict[str, Any]:
+    """The retriever's fields beyond its pipeline: every question option
+    offered to LangChain, with its declared type, bounds and default."""
+    return {o.name: (o.field.annotation, o.field) for o in offered("langchain", options)}
 
+
+class _Retriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     pipeline: Pipeline
-    target_ttft: float | None = None
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    candidates: int = DEFAULT_CANDIDATES
-    max_k: int = DEFAULT_MAX_K
-    min_k: int = DEFAULT_MIN_K
+
+
+class BudgetedRetriever(create_model("_BudgetedOptions", __base__=_Retriever, **retriever_fields())):
+    """Documents for a query: the chunks rag-budget's budgeter would put into
+    the prompt under ``target_ttft`` (default: ``$RAG_TARGET_TTFT``, else
+    2 s), leaving ``max_tokens`` of the context for the answer; its other
+    fields are the question options ``AskOptions`` offers to LangChain."""
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        chosen = self.pipeline.budgeted(
-            query, target_ttft=self.target_ttft, max_tokens=self.max_tokens,
-            candidates=self.candidates, max_k=self.max_k, min_k=self.min_k,
-        )
+        chosen = self.pipeline.budgeted(query, **{o.name: getattr(self, o.name) for o in offered("langchain")})
         budget: dict[str, Any] = {
             "target_ttft_s": chosen.budget.target_ttft,
             "predicted_ttft_s": chosen.budget.predicted_ttft_s,

@@ -27,22 +27,25 @@ line (``rag.cli.mcp`` does).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import socket
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Iterator, Optional
 
 import anyio
+from annotated_types import Le
 import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import Resource, ToolAnnotations
 from pydantic import Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from ..errors import DocumentNotFound, RagError
 from ..index.collection_names import DEFAULT_COLLECTION
-from ..qa.options import DEFAULT_MAX_TOKENS, AskOptions, CollectionName
+from ..qa.options import AskOptions, CollectionName, offered
 from ..retrieval.scope import Scope
 from ..service.keys import Caller, KeyRing
 from . import tools
@@ -66,7 +69,6 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_wo
 # ask keeps the turns of its session: not read-only, nothing destroyed
 ANSWERS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-MAX_TOKENS_WORDS = AskOptions.describe("max_tokens", default=False) + "."
 SCOPE = Field(description=AskOptions.describe("scope") + ', e.g. {"sources": ["reports/**"], "types": ["md"]}; '
                           "default all.")
 
@@ -142,12 +144,6 @@ def _warming(connection: Connection):
 COLLECTION = Field(description=AskOptions.describe("collection") + ".")
 
 
-def answer_tokens(most: int) -> Any:
-    """The type of ``ask``'s ``max_tokens``: 1 to ``most``, as its input schema declares it."""
-    return Annotated[int, Field(ge=1, le=most, description=MAX_TOKENS_WORDS)]
-
-
-AnswerTokens = answer_tokens(tools.MAX_ANSWER_TOKENS)  # on stdio; over HTTP, within the service's cap (build)
 # The names the SDK's guard against DNS rebinding knows a loopback server by (its own list for 127.0.0.1).
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -197,16 +193,35 @@ def build(connection: Connection, http: OverHTTP | None = None) -> RagMCPServer:
     return server
 
 
-def _capped(most_tokens: int):
-    """A decorator setting a tool's ``max_tokens`` bound to ``most_tokens``:
-    the SDK reads a tool's annotations by name in this module (they are
-    strings here), so a cap known only when the server is built is set on
-    the function itself."""
-    def capped(tool):
-        tool.__annotations__["max_tokens"] = answer_tokens(most_tokens)
-        return tool
+def asked_parameters(most_tokens: int, options: "type[AskOptions] | None" = None) -> list[inspect.Parameter]:
+    """``ask``'s arguments after the question: every option offered on MCP
+    (``rag.qa.options.offered``), each with its declared type, bounds and
+    words, optional (None: the set-up's default); ``max_tokens`` within
+    ``most_tokens`` and by default the lesser of its default and that."""
+    made = []
+    for o in offered("mcp", options):
+        words = o.words(default=False)
+        annotation, default, extra = Optional[o.field.annotation], None, ()
+        if o.name == "max_tokens":
+            annotation, default, extra = int, min(int(o.field.default), most_tokens), (Le(most_tokens),)
+        elif o.name == "target_ttft":
+            extra, words = (Le(tools.MAX_TARGET_TTFT_S),), f"{words} (default: the set-up's)"
+        elif o.name == "scope":
+            words += ', e.g. {"sources": ["reports/**"], "types": ["md"]}; default all'
+        info = FieldInfo.merge_field_infos(o.field, default=default, description=words + ".")
+        made.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                      annotation=Annotated[(annotation, info, *extra)]))
+    return made
 
-    return capped
+
+def _with_options(tool, most_tokens: int):
+    """``tool`` (question, ctx, **asked) as the SDK sees it: its signature
+    holds the question's offered options (:func:`asked_parameters`)."""
+    fixed = list(inspect.signature(tool, eval_str=True).parameters.values())[:2]
+    parameters = fixed + asked_parameters(most_tokens)
+    tool.__signature__ = inspect.Signature(parameters, return_annotation=dict[str, Any])
+    tool.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": dict[str, Any]}
+    return tool
 
 
 @contextlib.contextmanager
@@ -234,22 +249,12 @@ def _add_ask(server: RagMCPServer, connection: Connection, who, http: OverHTTP |
     """The ``ask`` tool: over HTTP its ``max_tokens`` within the service's
     limit and its questions in flight counted as the service counts them."""
     most_tokens = tools.MAX_ANSWER_TOKENS if http is None else http.max_tokens
-    default_tokens = min(DEFAULT_MAX_TOKENS, most_tokens)  # a call that names none is not refused for it
 
-    @server.tool(annotations=ANSWERS)
-    @_capped(most_tokens)
     def ask(
         question: Annotated[str, Field(min_length=1, max_length=tools.MAX_QUESTION_CHARS,
                                        description="The question to answer from your documents.")],
         ctx: Context,
-        target_ttft: Annotated[Optional[float], Field(
-            gt=0, le=tools.MAX_TARGET_TTFT_S,
-            description=AskOptions.describe("target_ttft") + " (default: the set-up's, 2.0).")] = None,
-        max_tokens: AnswerTokens = default_tokens,
-        scope: Annotated[Optional[Scope], SCOPE] = None,
-        session: Annotated[Optional[str], Field(
-            max_length=128, description=AskOptions.describe("session") + ".")] = None,
-        collection: Annotated[CollectionName, COLLECTION] = DEFAULT_COLLECTION,
+        **asked: Any,
     ) -> dict[str, Any]:
         """Answer QUESTION from your documents with the local model, choosing as many passages as fit the
         time-to-first-token target. Returns the answer, its numbered sources (its citations [n] refer to
@@ -261,8 +266,10 @@ def _add_ask(server: RagMCPServer, connection: Connection, who, http: OverHTTP |
         with tool_errors():
             caller = who(ctx)
             with _question_held(http, ctx, caller):
-                return tools.ask(connection, question, target_ttft=target_ttft, max_tokens=max_tokens, scope=scope,
-                                 session=session, on_text=progress, collection=collection, caller=caller)
+                given = {name: value for name, value in asked.items() if value is not None}
+                return tools.ask(connection, question, given, on_text=progress, caller=caller)
+
+    server.tool(annotations=ANSWERS)(_with_options(ask, most_tokens))
 
 
 def _add_reading_tools(server: RagMCPServer, connection: Connection, who, keys: KeyRing | None) -> None:

@@ -14,7 +14,7 @@ does, here or in the resident server).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from ..errors import CollectionNotFound, DocumentNotFound, RagError
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
@@ -50,24 +50,24 @@ def search(connection: Connection, query: str, k: int = 5, scope: Scope | None =
                         for h in hits]}
 
 
-def ask(connection: Connection, question: str, *, target_ttft: float | None = None, max_tokens: int = 256,
-        scope: Scope | None = None, session: str | None = None, on_text=None, collection: str = DEFAULT_COLLECTION,
+def ask(connection: Connection, question: str, asked: Mapping[str, object] | None = None, *, on_text=None,
         caller: Caller = LOCAL_USER) -> dict:
-    """The answer to ``question`` from the documents (within ``scope``,
-    continuing conversation ``session``), planned for ``target_ttft``
-    seconds to first token (None: the set-up's default): its text, numbered
-    sources, evidence, and what it cost. ``on_text(text so far)`` is called
-    as pieces arrive (progress for the caller)."""
+    """The answer to ``question`` from the documents, with the
+    :class:`AskOptions` fields ``asked`` (those left out: the set-up's
+    defaults; a ``session`` continues that conversation): its text,
+    numbered sources, evidence, and what it cost. ``on_text(text so far)``
+    is called as pieces arrive (progress for the caller)."""
     question = valid_text(question).strip()
     if not question:
         raise RagError("the question is empty; ask something about your documents")
+    asked = dict(asked or {})
+    session, collection = asked.get("session"), asked.get("collection") or DEFAULT_COLLECTION
     readable(caller, collection)
     answerer = connection.get()
     # No store opened without a session for the local user (whose prompts' cache scope is "").
     stored, caches = asking(answerer.conversations, caller, collection, session) \
         if session is not None or caller != LOCAL_USER else (None, "")
-    options = AskOptions.of(target_ttft=target_ttft, max_tokens=max_tokens, scope=scope or Scope(),
-                            session=stored, collection=collection, cache_scope=caches)
+    options = AskOptions.of(**asked | {"session": stored, "collection": collection, "cache_scope": caches})
     text = ""
     with answerer.stream(question, options) as stream:
         for piece in stream:

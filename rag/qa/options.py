@@ -12,15 +12,20 @@ retrieval mode default to the pipeline's settings when left None).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from ..conversations.store import check_session_id
 from ..errors import RagError, UnknownOption
 from .keywords import check_known
 from ..index.collection_names import DEFAULT_COLLECTION, check_collection_name
 from ..retrieval.scope import Scope
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_CANDIDATES = 20  # top-N retrieved for the budgeter to choose from
@@ -76,10 +81,71 @@ def _valid_collection(value: str) -> str:
 CollectionName = Annotated[str, AfterValidator(_valid_collection)]
 
 
-# The question's options a request body may give (POST /v1/ask; the resident client sends them), declared in
-# AskOptions: in the body each is optional (None: the service's default), with AskOptions' bounds and words.
-ASK_BODY_OPTIONS = ("no_target", "max_k", "candidates", "retrieval", "evidence", "evidence_floor", "evidence_embed",
-                    "collection")
+# The front ends a question's option can be offered on: the command line (``rag ask``, ``rag chat``), the
+# HTTP bodies (``POST /v1/ask``, the OpenAI chat body's extra fields, and so the resident server's wire),
+# MCP's ``ask`` tool, and the LangChain retriever's fields.
+SURFACES = ("cli", "http", "mcp", "langchain")
+
+
+@dataclass(frozen=True)
+class Offered:
+    """Where an option of :class:`AskOptions` is offered, declared beside
+    it (``Annotated[int, Offered("cli", "http", flags=("-k",))]``): every
+    front end builds its own argument from the option's type, bounds,
+    default and description, read by :func:`offered`.
+
+    ``flags``: command-line flags besides ``--the-name``; ``wire``: its
+    name in request bodies where that is not the option's own
+    (``target_ttft_s``)."""
+
+    on: tuple[str, ...]
+    flags: tuple[str, ...] = ()
+    wire: str | None = None
+
+    def __init__(self, *on: str, flags: tuple[str, ...] = (), wire: str | None = None) -> None:
+        unknown = set(on) - set(SURFACES)
+        if unknown:
+            raise ValueError(f"unknown surface {sorted(unknown)}; known: {', '.join(SURFACES)}")
+        object.__setattr__(self, "on", on)
+        object.__setattr__(self, "flags", flags)
+        object.__setattr__(self, "wire", wire)
+
+
+@dataclass(frozen=True)
+class OfferedOption:
+    """One option as a front end offers it: ``name`` in AskOptions,
+    ``wire`` in request bodies, its pydantic ``field`` (type, bounds,
+    default, description) and its command-line ``flags``."""
+
+    name: str
+    wire: str
+    field: FieldInfo
+    flags: tuple[str, ...]
+
+    def words(self, default: bool = True) -> str:
+        """Its description, with its default where it has one (see :meth:`AskOptions.describe`)."""
+        return _words(self.field, default)
+
+
+def _words(field: FieldInfo, default: bool) -> str:
+    # A number or word is worth showing; an empty scope or a switch left off is not.
+    plain = isinstance(field.default, (int, float, str)) and not isinstance(field.default, bool)
+    shown = field.default if default and plain else None
+    return f"{field.description} (default {shown})" if shown is not None else str(field.description)
+
+
+def offered(surface: str, options: "type[AskOptions] | None" = None) -> list[OfferedOption]:
+    """The options of ``options`` (default :class:`AskOptions`) offered on
+    ``surface`` (one of :data:`SURFACES`), in declaration order."""
+    if surface not in SURFACES:
+        raise ValueError(f"unknown surface {surface!r}; known: {', '.join(SURFACES)}")
+    found = []
+    for name, field in (options or AskOptions).model_fields.items():
+        where = next((m for m in field.metadata if isinstance(m, Offered)), None)
+        if where is not None and surface in where.on:
+            found.append(OfferedOption(name, where.wire or name, field,
+                                       where.flags + ("--" + name.replace("_", "-"),)))
+    return found
 
 
 class AskOptions(BaseModel):
@@ -93,8 +159,7 @@ class AskOptions(BaseModel):
     the documents to draw on (source globs and file types; default all),
     applied inside retrieval, before the budget. ``collection``: the
     collection those documents are in (retrieval never leaves it). ``session``:
-    the conversation it continues. ``explain``: the caller wants the budget
-    decisions shown. ``expected_wait_s``: time the request is expected to
+    the conversation it continues. ``expected_wait_s``: time the request is expected to
     wait for the engine behind others; the budget plans for it.
     ``refuse_late``: refuse (Overloaded) a question that cannot meet its
     target under the engine's load even with no passages, instead of
@@ -120,33 +185,41 @@ class AskOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # The descriptions are the words every front end shows for the option (the HTTP body, the MCP tools'
-    # arguments, the CLI's help): declared here once, read with ``describe(name)``.
-    target_ttft: Optional[float] = Field(None, gt=0, description="Seconds to first token to plan the prompt for")
-    no_target: bool = Field(False, description="Plan for no TTFT target at all (the target is then ignored)")
-    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1, description="Most tokens in the answer")
-    candidates: int = Field(DEFAULT_CANDIDATES, ge=1, le=MAX_CANDIDATES,
-                            description="Chunks retrieved for the budgeter to choose from")
-    max_k: int = Field(DEFAULT_MAX_K, ge=1, description="Most chunks in the prompt")
-    min_k: int = Field(DEFAULT_MIN_K, ge=0, description="Fewest chunks in the prompt")
+    # Each option's type, bounds, default and words are declared here once; ``Offered`` says which front
+    # ends offer it, and each builds its argument from this declaration (``offered(surface)``).
+    # The command line sets the target and the retrieval mode as settings (--target-ttft, --retrieval: rag.cli.common).
+    target_ttft: Annotated[Optional[float], Offered("http", "mcp", "langchain", wire="target_ttft_s")] = Field(
+        None, gt=0, description="Seconds to first token to plan the prompt for")
+    no_target: Annotated[bool, Offered("http")] = Field(
+        False, description="Plan for no TTFT target at all (the target is then ignored)")
+    max_tokens: Annotated[int, Offered("cli", "http", "mcp", "langchain")] = Field(
+        DEFAULT_MAX_TOKENS, ge=1, description="Most tokens in the answer")
+    candidates: Annotated[int, Offered("cli", "http", "langchain")] = Field(
+        DEFAULT_CANDIDATES, ge=1, le=MAX_CANDIDATES, description="Chunks retrieved for the budgeter to choose from")
+    max_k: Annotated[int, Offered("cli", "http", "langchain", flags=("-k",))] = Field(
+        DEFAULT_MAX_K, ge=1, description="Most chunks in the prompt")
+    min_k: Annotated[int, Offered("langchain")] = Field(DEFAULT_MIN_K, ge=0, description="Fewest chunks in the prompt")
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR
-    retrieval: Optional[Literal["dense", "bm25", "hybrid"]] = Field(None, description="How candidates are found")
-    scope: Scope = Field(Scope(), description=(
+    retrieval: Annotated[Optional[Literal["dense", "bm25", "hybrid"]], Offered("http")] = Field(
+        None, description="How candidates are found")
+    # The command line builds the scope from --source and --type (rag.cli.common.scope_of).
+    scope: Annotated[Scope, Offered("http", "mcp")] = Field(Scope(), description=(
         'Only these documents: {"sources": [glob, ...], "types": ["pdf", ...]}; applied inside retrieval, '
         "before the budget"))
-    collection: CollectionName = Field(DEFAULT_COLLECTION,
-                                       description="The collection to draw on: its documents only")
-    session: Optional[str] = Field(None, max_length=128, description="Continue (or start) the conversation with this id")
-    explain: bool = False
+    collection: Annotated[CollectionName, Offered("cli", "http", "mcp", flags=("-c",))] = Field(
+        DEFAULT_COLLECTION, description="The collection to draw on: its documents only")
+    session: Annotated[Optional[str], Offered("cli", "http", "mcp")] = Field(
+        None, max_length=128, description="Continue (or start) the conversation with this id")
     expected_wait_s: float = Field(0.0, ge=0)
     refuse_late: bool = False
     passage_order: Literal["source", "relevance_first", "relevance_last"] = "source"
     stop: bool = True
-    evidence: Literal["last", "prefill", "both", "open", "off"] = Field(
+    evidence: Annotated[Literal["last", "prefill", "both", "open", "off"], Offered("http")] = Field(
         DEFAULT_EVIDENCE, description="Where the evidence goes in the prompt")
-    evidence_floor: Optional[float] = Field(
+    evidence_floor: Annotated[Optional[float], Offered("http")] = Field(
         None, ge=0, description="Evidence score under which the answer says the documents do not answer")
-    evidence_embed: bool = Field(False, description="Rank the evidence by embedding similarity too")
+    evidence_embed: Annotated[bool, Offered("http")] = Field(
+        False, description="Rank the evidence by embedding similarity too")
     # Whose cached cells the prompt may reuse beyond the shared system prompt: set by a service for each
     # holder and collection (rag.service.owners.cache_scope), never by a request body; "": the local user's.
     cache_scope: str = Field("", max_length=64, pattern=r"^[0-9a-f.]*$")
@@ -192,12 +265,28 @@ class AskOptions(BaseModel):
     def describe(cls, name: str, default: bool = True) -> str:
         """The words for option ``name`` that every front end shows, with
         its default when it has one (``"Most chunks in the prompt (default 8)"``)."""
-        field = cls.model_fields[name]
-        shown = field.default if default and field.default not in (None, False) else None
-        return f"{field.description} (default {shown})" if shown is not None else str(field.description)
+        return _words(cls.model_fields[name], default)
 
-    def target(self, default: float | None) -> float | None:
-        """The TTFT target to plan for, given the pipeline's ``default``."""
+    def wire(self) -> dict[str, object]:
+        """The options offered on HTTP, as a request body carries them (by
+        wire name, JSON values): what the resident client sends, read back
+        by ``rag.service.schemas.AskBody``."""
+        values = self.model_dump(mode="json")
+        return {o.wire: values[o.name] for o in offered("http", type(self))}
+
+    def resolved(self, settings: "Settings") -> "AskOptions":
+        """These options with the set-up's defaults written in, once, where
+        a question enters an answerer: the target (``no_target`` where
+        neither names one), the retrieval mode and the evidence floor."""
+        target = None if self.no_target else (self.target_ttft if self.target_ttft is not None
+                                                 else settings.target_ttft)
+        return self.model_copy(update={
+            "target_ttft": target, "no_target": target is None, "retrieval": self.retrieval or settings.retrieval,
+            "evidence_floor": self.evidence_floor if self.evidence_floor is not None else settings.evidence_floor})
+
+    def target(self, default: float | None = None) -> float | None:
+        """The TTFT target to plan for, in seconds (None: none): the
+        options' own, else ``default`` (once :meth:`resolved`, their own)."""
         if self.no_target:
             return None
         return self.target_ttft if self.target_ttft is not None else default

@@ -386,7 +386,7 @@ class Pipeline:
         engine that fails.
         """
         received = time.perf_counter()  # the question is received now: TTFT counts from here
-        options = AskOptions.of(options, **changes)
+        options = AskOptions.of(options, **changes).resolved(self.settings)
         question = valid_text(question)
         cancel = Cancel()  # the stream's cancel() reaches the engine's request once there is one
         # On its way from now, not from when its thread gets to retrieval: the first plan of a burst
@@ -411,14 +411,14 @@ class Pipeline:
         """The whole prompt :meth:`stream` would send for ``question`` (same
         options, no conversation), with its passages; nothing is generated."""
         received = time.perf_counter()
-        options = AskOptions.of(options, **changes)
+        options = AskOptions.of(options, **changes).resolved(self.settings)
         question = valid_text(question)
         with engine_errors():
             self.prepare()
             hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope,
                                collection=options.collection)
             hits, ranked = self.evidence(question, hits, options).leading(hits)
-            return self.dispatcher.plan(question, hits, options, options.target(self.settings.target_ttft),
+            return self.dispatcher.plan(question, hits, options, options.target(),
                                         received, None, ranked=ranked)
 
     def evidence(self, question: str, hits: Sequence[Hit], options: AskOptions | None = None) -> Ranked:
@@ -450,12 +450,11 @@ class Pipeline:
                 conversation = self.memory.load(session) if session is not None else None
                 self.prepare()
                 pieces: list[str] = []
-                target = options.target(self.settings.target_ttft)
+                target = options.target()
                 hits = self.search(question, k=options.candidates, mode=options.retrieval, scope=options.scope,
                                collection=options.collection)
                 hits, ranked = self.evidence(question, hits, options).leading(hits)
-                floor = options.evidence_floor if options.evidence_floor is not None else self.settings.evidence_floor
-                if ranked.declines(floor) and not (conversation and (conversation.turns or conversation.summary)):
+                if ranked.declines(options.evidence_floor) and not (conversation and (conversation.turns or conversation.summary)):
                     # A follow-up leans on the turns before it ("and at what heat?"): it is always asked.
                     early.evidence = ()
                     declined = self._declined(question, hits, ranked, options, target, received, session)

@@ -23,7 +23,7 @@ from ..conversations.store import Conversation, Conversations, Turn
 from ..errors import RagError
 from ..index.collection_names import DEFAULT_COLLECTION
 from ..qa.answer import Answer, Evidence
-from ..qa.options import ASK_BODY_OPTIONS, AskOptions
+from ..qa.options import AskOptions
 from ..qa.stream import AnswerStream, Early
 from ..retrieval.scope import Scope
 from ..settings import Settings
@@ -95,15 +95,12 @@ class ResidentClient:
         return AnswerStream(self._answer(self._ask_body(question, options), early), early=early)
 
     def _ask_body(self, question: str, options: AskOptions) -> dict:
-        target = options.target(self.settings.target_ttft)
-        body = {"question": question, "stream": True, "session": options.session, "max_tokens": options.max_tokens,
-                **{name: getattr(options, name) for name in ASK_BODY_OPTIONS if name != "no_target"},
-                "retrieval": options.retrieval or self.settings.retrieval}
-        if options.scope != Scope():
-            body["scope"] = options.scope.model_dump(mode="json")
+        # Every option the HTTP surface offers, by its wire name, with this set-up's defaults written in.
+        options = options.resolved(self.settings)
+        body = options.wire() | {"question": question, "stream": True}
         if options.cache_scope:
             body["cache_scope"] = options.cache_scope  # the caller MCP answers for (its socket is trusted)
-        return body | ({"no_target": True} if target is None else {"target_ttft_s": target})
+        return body
 
     def _answer(self, body: dict, early: Early) -> Generator[str, None, Answer]:
         for attempt in range(ATTEMPTS):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import AsyncIterator, Awaitable, Callable, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
 from engine.backend import LoadAware, Replicated
 
@@ -18,7 +18,6 @@ from ..qa.answer import Answer
 from ..qa.options import AskOptions
 from ..qa.pipeline import Pipeline
 from ..qa.stream import AnswerEvent, AnswerStream, TextPiece
-from ..retrieval import Scope
 from .admission import EngineQueue, admit
 from .metrics import Metrics
 from .settings import ServiceSettings
@@ -191,16 +190,15 @@ class Answering:
         self.pipeline, self.settings, self.metrics = pipeline, settings, metrics
         self.queue = EngineQueue()
 
-    def start(self, endpoint: str, question: str, *, target_ttft: float | None, session: str | None,
-              max_tokens: int, scope: Scope | None = None, **more) -> ThreadedAnswer:
-        """The answer to ``question`` from the documents in ``scope`` (None:
-        all), started; ``more``: other :class:`AskOptions` fields. Rejected
-        when the expected wait alone exceeds the target, RagError for bad options."""
+    def start(self, endpoint: str, question: str, asked: Mapping[str, object]) -> ThreadedAnswer:
+        """The answer to ``question`` with the :class:`AskOptions` fields
+        ``asked`` (those left out: the service's defaults), started.
+        Rejected when the expected wait alone exceeds the target, RagError
+        for bad options or more answer tokens than this server allows."""
+        options = AskOptions.of(**asked).resolved(self.pipeline.settings)
         limit = self.settings.max_tokens_limit
-        if max_tokens > limit:
-            raise RagError(f"max_tokens {max_tokens} is over this server's limit of {limit}")
-        options = AskOptions.of(target_ttft=target_ttft, session=session, max_tokens=max_tokens,
-                                scope=scope or Scope(), **more)
+        if options.max_tokens > limit:
+            raise RagError(f"max_tokens {options.max_tokens} is over this server's limit of {limit}")
         planned_wait: float | None = None  # the queue's wait planned for (its path only)
         if self.settings.admission == "deadline" and isinstance(self.pipeline.backend, LoadAware):
             # The engine's scheduler knows the load: the plan takes fewer passages, or refuses.
@@ -209,7 +207,7 @@ class Answering:
             # A server serves as many at once as its slots (over every worker behind a router).
             backend = self.pipeline.backend
             parallel = backend.parallel if isinstance(backend, Replicated) else 1
-            decision = admit(self.queue.expected_wait(parallel), options.target(self.pipeline.settings.target_ttft),
+            decision = admit(self.queue.expected_wait(parallel), options.target(),
                              load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
             if not decision.admit:
                 self.metrics.requests.labels(endpoint, "rejected").inc()

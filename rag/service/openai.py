@@ -17,6 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..errors import RagError
+from ..index.collection_names import DEFAULT_COLLECTION
 from ..qa.answer import Answer
 from ..qa.stream import AnswerEvent
 from ..qa.options import DEFAULT_MAX_TOKENS
@@ -38,7 +39,8 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     """OpenAI-compatible chat completion of the last user message,
     answered from the index (its ``collection``, an extension; default the
     default one); ``sources`` lists what it came from."""
-    refused = refusal(who, body.collection)
+    collection = body.collection or DEFAULT_COLLECTION
+    refused = refusal(who, collection)
     if refused is not None:
         return refused
     users = [m for m in body.messages if m.role == "user" and m.text().strip()]
@@ -53,11 +55,10 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
     try:
         # A session, or one made from the OpenAI ``user`` (an end user's name, which two applications may
         # both send), is the key's own in this collection (rag.service.owners).
-        session, caches = await run_in_threadpool(asking, state.pipeline.conversations, who, body.collection,
+        session, caches = await run_in_threadpool(asking, state.pipeline.conversations, who, collection,
                                                   body.session_id())
-        answer = state.answering.start("chat", users[-1].text(), target_ttft=body.target_ttft_s, session=session,
-                                       max_tokens=max_tokens, scope=body.scope, collection=body.collection,
-                                       cache_scope=caches)
+        answer = state.answering.start("chat", users[-1].text(), body.options() | {
+            "session": session, "max_tokens": max_tokens, "collection": collection, "cache_scope": caches})
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             return reply.completion(done) if done is not None else Response(status_code=499)

@@ -120,9 +120,8 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
         session, caches = await run_in_threadpool(  # a store read: off the loop
             asking, state.pipeline.conversations, who, collection, body.session,
             body.cache_scope if who == SHELL_USER else None)
-        answer = state.answering.start("ask", body.question, target_ttft=body.target_ttft_s, session=session,
-                                       max_tokens=body.max_tokens, scope=body.scope, cache_scope=caches,
-                                       **body.options())
+        answer = state.answering.start("ask", body.question, body.options() | {
+            "session": session, "collection": collection, "cache_scope": caches})
         if not body.stream:
             done = await answer.result_unless(request.is_disconnected)
             if done is None:

@@ -6,7 +6,9 @@ Does not: answer anything.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
+
+from annotated_types import Le
 
 from pydantic.json_schema import SkipJsonSchema
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -15,7 +17,7 @@ from pydantic.fields import FieldInfo
 from ..conversations.store import valid_session_id
 
 from ..index.collection_names import DEFAULT_COLLECTION
-from ..qa.options import ASK_BODY_OPTIONS, DEFAULT_MAX_TOKENS, MAX_CANDIDATES, AskOptions, CollectionName
+from ..qa.options import MAX_CANDIDATES, AskOptions, CollectionName, offered
 from ..retrieval.scope import Scope
 
 
@@ -25,30 +27,40 @@ class _AskBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(..., min_length=1, max_length=20_000)
-    target_ttft_s: float | None = Field(None, gt=0, le=600, description=AskOptions.describe("target_ttft"))
-    session: str | None = Field(None, max_length=128, description=AskOptions.describe("session"))
-    max_tokens: int = Field(DEFAULT_MAX_TOKENS, ge=1, description=AskOptions.describe("max_tokens", default=False))
     stream: bool = False
-    scope: Scope | None = SCOPE_FIELD
     # Sent by the resident server's own client (MCP over HTTP through it names its caller's scope); read
     # from no other caller (routes.ask), and not shown in the API's schema.
     cache_scope: SkipJsonSchema[str | None] = Field(None, max_length=64, pattern=r"^[0-9a-f.]*$")
 
+
+class _Asked(BaseModel):
     def options(self) -> dict[str, object]:
-        """The question's options beyond the question, target, session and
-        tokens that were given (for ``Answering.start``)."""
-        given = self.model_dump(include=set(ASK_BODY_OPTIONS), exclude_none=True)
-        return {k: v for k, v in given.items() if v is not False or k != "no_target"}
+        """The question's options this body gave, by their :class:`AskOptions`
+        names (for ``Answering.start``); those left out take the service's defaults."""
+        given = {o.name: getattr(self, o.wire) for o in offered("http")}
+        return {name: value for name, value in given.items() if value is not None}
 
 
-def _given(name: str) -> tuple[object, FieldInfo]:
-    field = AskOptions.model_fields[name]
-    return Optional[field.annotation], FieldInfo.merge_field_infos(field, default=None,
-                                                                  description=AskOptions.describe(name))
+def _given(option) -> tuple[object, FieldInfo]:
+    # Optional in a body (None: the default), with the option's bounds and words; a target of more than
+    # ten minutes is no target a person waits for.
+    annotation = Optional[option.field.annotation]
+    if option.name == "target_ttft":
+        annotation = Annotated[annotation, Le(600)]
+    info = FieldInfo.merge_field_infos(option.field, default=None, description=option.words(option.name != "max_tokens"))
+    return annotation, info
 
 
-AskBody = create_model("AskBody", __base__=_AskBase, __doc__="``POST /v1/ask``.",
-                       __module__=__name__, **{name: _given(name) for name in ASK_BODY_OPTIONS})
+def asked_fields(skip: tuple[str, ...] = (), options: "type[AskOptions] | None" = None
+                 ) -> dict[str, tuple[object, FieldInfo]]:
+    """Every option of ``options`` (default :class:`AskOptions`) offered on
+    the HTTP surface, as a body's optional fields by their wire names
+    (``target_ttft_s``): declared there, written nowhere else."""
+    return {o.wire: _given(o) for o in offered("http", options) if o.wire not in skip}
+
+
+AskBody = create_model("AskBody", __base__=(_AskBase, _Asked), __doc__="``POST /v1/ask``.",
+                       __module__=__name__, **asked_fields())
 
 
 class SearchBody(BaseModel):
@@ -103,13 +115,7 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class ChatBody(BaseModel):
-    """``POST /v1/chat/completions``: the OpenAI fields this service uses;
-    others are accepted and ignored. ``session`` (an extra field, or
-    ``user``) continues a stored conversation; without one, the last user
-    message is answered on its own. ``scope`` (an extra field) limits the
-    documents it draws on."""
-
+class _ChatBase(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
@@ -118,10 +124,14 @@ class ChatBody(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     user: str | None = Field(None, max_length=256)
-    session: str | None = Field(None, max_length=128)
-    target_ttft_s: float | None = Field(None, gt=0, le=600)
-    scope: Scope | None = SCOPE_FIELD
-    collection: CollectionName = Field(DEFAULT_COLLECTION, description=AskOptions.describe("collection"))
+
+
+class ChatBody(create_model("_ChatOptions", __base__=(_ChatBase, _Asked), **asked_fields(skip=("max_tokens",)))):
+    """``POST /v1/chat/completions``: the OpenAI fields this service uses;
+    others are accepted and ignored. A question's options are extra
+    fields, as in ``POST /v1/ask``: ``session`` (or ``user``) continues a
+    stored conversation (without one, the last user message is answered
+    on its own), ``scope`` limits the documents it draws on."""
 
     def session_id(self) -> str | None:
         """The conversation this request continues: ``session``, else the
