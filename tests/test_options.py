@@ -83,6 +83,6 @@ def test_passage_kv_settings_reach_the_engine_settings(monkeypatch):
     s = Settings.load()
     assert (s.engine.splice_fresh, s.engine.passage_disk_bytes, s.engine.passage_ram_bytes) == (16, 1 << 20, 1 << 30)
     assert Settings.load(splice_fresh="off").engine.splice_fresh is None  # the flag overrides the variable
-    assert Settings.load(splice_fresh="0").splice_fresh == 0
+    assert Settings.load(splice_fresh="0").engine.splice_fresh == 0
     with pytest.raises(RagError, match="--splice-fresh"):
         Settings.load(splice_fresh="-3")
