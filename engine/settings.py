@@ -34,6 +34,8 @@ DEFAULT_N_CTX = 4096  # tokens of one request's context, in process (a server ha
 DEFAULT_N_BATCH = 512
 DEFAULT_SLOTS = 8  # sequences served at once
 DEFAULT_REPEAT_PENALTY = 1.1  # also the remote backend's, sent to its server
+DEFAULT_SNAPSHOT_RAM_BYTES = 512 << 20  # saved session KV; also a SnapshotCache's own bounds
+DEFAULT_SNAPSHOT_DISK_BYTES = 2 << 30
 OFF = ("none", "off")  # the words that switch passage splicing off
 
 
@@ -68,8 +70,8 @@ class EngineSettings(BaseModel):
         BUSY_STEP_TOKENS, ge=1, description="prompt tokens a step takes beside decodes, at least (engine.scheduler)")
     repeat_penalty: float = Field(DEFAULT_REPEAT_PENALTY, gt=0, description="the penalty on tokens repeated in an answer")
     check_memory: bool = Field(True, description="refuse a KV cache larger than the memory before llama.cpp allocates it")
-    snapshot_ram_bytes: int = Field(512 << 20, ge=0, description="bytes of saved session KV kept in RAM")
-    snapshot_disk_bytes: int = Field(2 << 30, ge=0, description="bytes of saved session KV kept on disk")
+    snapshot_ram_bytes: int = Field(DEFAULT_SNAPSHOT_RAM_BYTES, ge=0, description="bytes of saved session KV kept in RAM")
+    snapshot_disk_bytes: int = Field(DEFAULT_SNAPSHOT_DISK_BYTES, ge=0, description="bytes of saved session KV kept on disk")
     # Passage KV reuse is off by default: no R of `rag bench splice` reached 0.95 agreement (README).
     splice_fresh: Optional[int] = Field(
         None, ge=0,
