@@ -90,7 +90,7 @@ class EngineSettings(BaseModel):
             return None
         return value
 
-    def changed(self, **changes) -> "EngineSettings":
+    def changed(self, **changes) -> EngineSettings:
         """A copy with ``changes`` validated (``settings.changed(slots=2)``); a
         TypeError naming the fields for a name that is not one, an
         EngineSettingsError naming the field for a value that is not valid."""

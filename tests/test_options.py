@@ -8,9 +8,9 @@ import math
 
 import pytest
 
+from engine.settings import EngineSettings, open_backend
 from rag.errors import RagError
 from rag.qa.options import MAX_CANDIDATES, AskOptions
-from engine.settings import EngineSettings, open_backend
 from rag.settings import Settings
 
 
@@ -135,7 +135,7 @@ def test_a_flat_engine_attribute_still_reads_with_a_warning(no_engine_variables)
     with pytest.warns(DeprecationWarning, match="Settings.engine.slots"):
         assert settings.slots == 4
     with pytest.raises(AttributeError):
-        settings.no_such_setting
+        _ = settings.no_such_setting
 
 
 def test_engine_settings_change_into_a_validated_copy():

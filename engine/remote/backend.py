@@ -54,8 +54,8 @@ import httpx
 
 from ..backend import Generation, Message, Timings, check_fits
 from ..errors import ContextOverflow, EngineUnreachable
-from ..tokens import common_prefix
 from ..settings import DEFAULT_REPEAT_PENALTY
+from ..tokens import common_prefix
 
 DEFAULT_TIMEOUT_S = 600.0
 # vllm-router sends requests other than completions (/tokenize, /apply-template) to a worker
