@@ -1,8 +1,10 @@
 """How the engine is set up: a validated value object, and the one function
 that opens the backend it describes.
 
-The values come from ``rag.settings.Settings`` (command-line flags and
-``RAG_*`` variables); this module reads no environment itself.
+Every engine default is written here once, in :class:`EngineSettings`. The
+values come from ``rag.settings.Settings``, whose ``engine`` field they are
+(command-line flags and ``RAG_*`` variables); this module reads no
+environment itself.
 
 Does not: decide prompts or keep profiles.
 """
@@ -13,9 +15,11 @@ import os
 from pathlib import Path
 from typing import Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .backend import Backend
+from .errors import EngineSettingsError
+from .scheduler import BUSY_STEP_TOKENS
 
 
 def engine_urls(value: str | None) -> list[str]:
@@ -26,11 +30,23 @@ def engine_urls(value: str | None) -> list[str]:
     return [u.strip() for u in (value or "").split(",") if u.strip()]
 
 
+DEFAULT_N_CTX = 4096  # tokens of one request's context, in process (a server has its own)
+DEFAULT_N_BATCH = 512
+DEFAULT_SLOTS = 8  # sequences served at once
+DEFAULT_REPEAT_PENALTY = 1.1  # also the remote backend's, sent to its server
+DEFAULT_SNAPSHOT_RAM_BYTES = 512 << 20  # saved session KV; also a SnapshotCache's own bounds
+DEFAULT_SNAPSHOT_DISK_BYTES = 2 << 30
+OFF = ("none", "off")  # the words that switch passage splicing off
+
+
 class EngineSettings(BaseModel):
-    """The engine options. With ``engine_url`` set, a server answers
-    (``RemoteBackend``) and the local-model fields (passage KV reuse
-    included) do not apply; otherwise
-    llama.cpp runs in this process."""
+    """The engine options, each default written here once. With
+    ``engine_url`` set, a server answers (``RemoteBackend``) and the
+    local-model fields (passage KV reuse included) do not apply; otherwise
+    llama.cpp runs in this process (``LlamaCppBackend`` is built from them).
+
+    :meth:`changed` is a validated copy with some fields changed.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 
@@ -39,41 +55,78 @@ class EngineSettings(BaseModel):
                           "served through vLLM's router, started over them")
     engine_routing: Literal["cache_aware", "round_robin", "power_of_two", "consistent_hash", "random"] = Field(
         "cache_aware", description="the policy of the vLLM router started over several engine URLs")
-    engine_model: Optional[str] = Field(None, description="the model name on the server (default: its first)")
-    engine_api_key: Optional[str] = Field(None, description="bearer key for the server")
+    engine_model: Optional[str] = Field(None, description="the model name on that server (default: its first)")
+    engine_api_key: Optional[str] = Field(None, description="bearer key for that server")
+    n_ctx: Optional[int] = Field(
+        None, ge=256, description=f"context window of one request in tokens (default {DEFAULT_N_CTX:,}, or the server's)")
     gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all (default where there is a GPU)")
+    n_threads: Optional[int] = Field(None, ge=1, description="CPU threads (default: one per physical core)")
+    n_batch: int = Field(DEFAULT_N_BATCH, ge=1, description="prompt tokens one step holds at most")
     flash_attn: Optional[bool] = Field(None, description="flash attention (default: on)")
     kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
-    slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
-    kv_cells: Optional[int] = Field(None, ge=256, description="KV cells all of them share (default: twice the context)")
-    splice_fresh: Optional[int] = Field(None, ge=0, description="tokens at a spliced passage's head evaluated again; None: splicing off")
-    exact_passages: bool = Field(True, description="reuse the exact KV of passages held from earlier prompts (lossless)")
-    passage_ram_bytes: int = Field(1 << 30, ge=0, description="stored passage KV kept in RAM, bytes")
-    passage_disk_bytes: int = Field(8 << 30, ge=0, description="stored passage KV kept on disk, bytes")
+    slots: int = Field(DEFAULT_SLOTS, ge=1, le=250, description="requests the in-process engine serves at once")
+    kv_cells: Optional[int] = Field(None, ge=256, description="KV cells those requests share (default: twice n_ctx)")
+    busy_step_tokens: int = Field(
+        BUSY_STEP_TOKENS, ge=1, description="prompt tokens a step takes beside decodes, at least (engine.scheduler)")
+    repeat_penalty: float = Field(DEFAULT_REPEAT_PENALTY, gt=0, description="the penalty on tokens repeated in an answer")
+    check_memory: bool = Field(True, description="refuse a KV cache larger than the memory before llama.cpp allocates it")
+    snapshot_ram_bytes: int = Field(DEFAULT_SNAPSHOT_RAM_BYTES, ge=0, description="bytes of saved session KV kept in RAM")
+    snapshot_disk_bytes: int = Field(DEFAULT_SNAPSHOT_DISK_BYTES, ge=0, description="bytes of saved session KV kept on disk")
+    # Passage KV reuse is off by default: no R of `rag bench splice` reached 0.95 agreement (README).
+    splice_fresh: Optional[int] = Field(
+        None, ge=0,
+        description="passage KV reuse: tokens at a spliced passage's head evaluated again; off (the default) for none")
+    exact_passages: bool = Field(
+        True, description="lossless passage KV reuse: a prompt takes the exact KV of passages an earlier prompt "
+                          "evaluated after the same tokens (ignored while splice_fresh is set)")
+    passage_ram_bytes: int = Field(1 << 30, ge=0, description="bytes of stored passage KV kept in RAM")
+    passage_disk_bytes: int = Field(8 << 30, ge=0, description="bytes of stored passage KV kept on disk")
+
+    @field_validator("splice_fresh", mode="before")
+    @classmethod
+    def _off_words(cls, value):
+        # "none"/"off" switch splicing off.
+        if isinstance(value, str) and value.strip().lower() in OFF:
+            return None
+        return value
+
+    def changed(self, **changes) -> EngineSettings:
+        """A copy with ``changes`` validated (``settings.changed(slots=2)``); a
+        TypeError naming the fields for a name that is not one, an
+        EngineSettingsError naming the field for a value that is not valid."""
+        unknown = sorted(set(changes) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(f"unexpected engine setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                            f"the engine settings are {', '.join(type(self).model_fields)}")
+        if not changes:
+            return self
+        try:
+            return type(self).model_validate(self.model_dump() | changes)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise EngineSettingsError(f"{'.'.join(map(str, first['loc'])) or 'engine settings'}: {first['msg']}") from None
 
 
 def open_backend(
     settings: EngineSettings,
     *,
     model: str | os.PathLike[str] | None,
-    n_ctx: int | None,
     snapshot_dir: Path | None,
-    snapshot_ram_bytes: int,
-    snapshot_disk_bytes: int,
     check_dir: Path | None = None,
     notice: Callable[[str], None] | None = None,
     extra_bufts: bool | None = None,
 ) -> Backend:
     """The backend ``settings`` describe: a remote server, or the GGUF
-    ``model`` (default: the bundled one) in this process with a context of
-    ``n_ctx`` (default 4,096). Raises an EngineError with a message for the
-    user: ModelFileError, EngineSettingsError, InsufficientMemory or
-    EngineUnreachable, or EngineCrashed (llama.cpp dies on this machine; the
-    verdict of its self-check is kept in ``check_dir``; ``extra_bufts``
-    given skips it, see ``LlamaCppBackend``). Several comma-separated URLs
-    start vLLM's router over them, routing by ``engine_routing``, and the
-    backend talks to the router (stopped when the backend closes); without
-    ``vllm-router`` installed, EngineUnreachable says how to start it."""
+    ``model`` (default: the bundled one) in this process, its session KV
+    saved under ``snapshot_dir`` (None: in RAM only). Raises an EngineError
+    with a message for the user: ModelFileError, EngineSettingsError,
+    InsufficientMemory or EngineUnreachable, or EngineCrashed (llama.cpp
+    dies on this machine; the verdict of its self-check is kept in
+    ``check_dir``; ``extra_bufts`` given skips it, see ``LlamaCppBackend``).
+    Several comma-separated URLs start vLLM's router over them, routing by
+    ``engine_routing``, and the backend talks to the router (stopped when
+    the backend closes); without ``vllm-router`` installed,
+    EngineUnreachable says how to start it."""
     urls = engine_urls(settings.engine_url)
     if urls:
         from .remote.backend import RemoteBackend
@@ -85,18 +138,13 @@ def open_backend(
             router = RouterProcess(urls, policy=settings.engine_routing)
         try:
             return RemoteBackend(router.url if router else urls[0], model=settings.engine_model,
-                                 api_key=settings.engine_api_key, n_ctx=n_ctx, owned=router)
+                                 api_key=settings.engine_api_key, n_ctx=settings.n_ctx,
+                                 repeat_penalty=settings.repeat_penalty, owned=router)
         except BaseException:
             if router is not None:
                 router.stop(keep_log=True)
             raise
-    from .llama_cpp.backend import DEFAULT_N_CTX, LlamaCppBackend
+    from .llama_cpp.backend import LlamaCppBackend
 
-    return LlamaCppBackend(
-        model, n_ctx=n_ctx or DEFAULT_N_CTX, n_gpu_layers=settings.gpu_layers, flash_attn=settings.flash_attn,
-        kv_type=settings.kv_type, slots=settings.slots, kv_cells=settings.kv_cells, snapshot_dir=snapshot_dir,
-        snapshot_ram_bytes=snapshot_ram_bytes, snapshot_disk_bytes=snapshot_disk_bytes,
-        splice_fresh=settings.splice_fresh, exact_passages=settings.exact_passages, passage_ram_bytes=settings.passage_ram_bytes,
-        passage_disk_bytes=settings.passage_disk_bytes, check_dir=check_dir, notice=notice,
-        extra_bufts=extra_bufts,
-    )
+    return LlamaCppBackend(model, settings, snapshot_dir=snapshot_dir, check_dir=check_dir, notice=notice,
+                           extra_bufts=extra_bufts)

@@ -3,7 +3,10 @@
 Every field ``name`` may come from the variable ``RAG_NAME``; command-line
 flags (and arguments of :meth:`Settings.load`) override the variables, in
 that one place. The pipeline, every command and the service take their
-index, model, retrieval mode, target, paths and engine from it.
+index, model, retrieval mode, target, paths and engine from it. The engine's
+options are one field, ``engine`` (an ``engine.settings.EngineSettings``,
+where their defaults are written); each keeps its flat name: ``RAG_SLOTS``,
+``Settings.load(slots=2)``, read as ``settings.engine.slots``.
 
 Does not: open anything; it only says where and how.
 """
@@ -11,11 +14,13 @@ Does not: open anything; it only says where and how.
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from engine.settings import EngineSettings
 
@@ -26,9 +31,8 @@ from .index.location import as_index_location
 
 RetrievalMode = Literal["dense", "bm25", "hybrid"]
 DEFAULT_TARGET_TTFT = 2.0
-# Passage KV reuse is off by default: no R of `rag bench splice` reached 0.95 agreement (README).
-DEFAULT_SPLICE_FRESH = None
 NO_TARGET = ("none", "off", "inf")
+ENGINE_FIELDS = frozenset(EngineSettings.model_fields)  # Settings.engine's, each also a flat name here
 
 # The flag each field is set by on the command line, for error messages.
 FLAGS = {
@@ -38,7 +42,6 @@ FLAGS = {
     "no_server": "--no-server",
     "splice_fresh": "--splice-fresh", "exact_passages": "--exact-passages",
 }
-OFF = ("none", "off")
 
 
 # Evidence score (rag.qa.evidence: word share plus passage cosine) under which the documents are
@@ -73,38 +76,43 @@ class Settings(BaseSettings):
         None, description="conversation store: a SQLite file, or a postgresql:// URL (default: a file under the data folder)")
     data_dir: Optional[Path] = Field(None, description="user data (default: $XDG_DATA_HOME/rag-budget)")
     cache_dir: Optional[Path] = Field(None, description="rebuildable caches (default: $XDG_CACHE_HOME/rag-budget)")
-    n_ctx: Optional[int] = Field(None, ge=256, description="context window in tokens (default 4,096, or the server's)")
     max_file_mb: float = Field(16.0, gt=0, description="files larger than this many MiB are not ingested")
-    engine_url: Optional[str] = Field(
-        None, description="OpenAI-compatible server, e.g. http://127.0.0.1:8080; several, comma-separated, are "
-                          "served through vLLM's router, started over them")
-    engine_routing: Literal["cache_aware", "round_robin", "power_of_two", "consistent_hash", "random"] = Field(
-        "cache_aware", description="the policy of the vLLM router started over several engine URLs")
-    engine_model: Optional[str] = Field(None, description="the model name on that server (default: its first)")
-    engine_api_key: Optional[str] = Field(None, description="bearer key for that server")
-    gpu_layers: Optional[int] = Field(None, ge=-1, description="layers offloaded to the GPU; -1 all")
-    flash_attn: Optional[bool] = Field(None, description="flash attention (default: on)")
-    kv_type: Literal["f16", "q8_0"] = Field("f16", description="the KV cache's value type")
-    slots: int = Field(8, ge=1, le=250, description="requests the in-process engine serves at once")
-    kv_cells: Optional[int] = Field(None, ge=256, description="KV cells those requests share (default: twice n_ctx)")
+    engine: EngineSettings = Field(
+        default_factory=EngineSettings,
+        description="the engine's options, each also set by its flat name (RAG_SLOTS, RAG_ENGINE_URL, ...)")
     no_server: bool = Field(False, description="rag ask, chat and search answer in process, not through the resident server")
     server_idle_s: float = Field(900.0, gt=0, description="seconds a resident server waits idle before it exits")
     runtime_dir: Optional[Path] = Field(None, description="resident servers' sockets (default: $XDG_RUNTIME_DIR/rag-budget)")
-    splice_fresh: Optional[int] = Field(
-        DEFAULT_SPLICE_FRESH, ge=0,
-        description="passage KV reuse: tokens at a spliced passage's head evaluated again; off (the default) for none")
-    exact_passages: bool = Field(
-        True, description="lossless passage KV reuse: a prompt takes the exact KV of passages an earlier prompt "
-                          "evaluated after the same tokens (ignored while --splice-fresh is set)")
-    passage_ram_bytes: int = Field(1 << 30, ge=0, description="bytes of stored passage KV kept in RAM")
-    passage_disk_bytes: int = Field(8 << 30, ge=0, description="bytes of stored passage KV kept on disk")
 
-    @field_validator("target_ttft", "splice_fresh", mode="before")
     @classmethod
-    def _none_words(cls, value, info):
-        # "none"/"off" (and "inf" for a target) switch the setting off.
-        words = NO_TARGET if info.field_name == "target_ttft" else OFF
-        if isinstance(value, str) and value.strip().lower() in words:
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        return init_settings, env_settings, FlatEngineVariables(settings_cls), dotenv_settings, file_secret_settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_by_flat_names(cls, data):
+        # slots=2 (a flag, an argument of load) is engine.slots; over the variables', and over an engine given.
+        if not isinstance(data, dict) or not ENGINE_FIELDS & data.keys():
+            return data
+        data = dict(data)
+        engine = data.get("engine") or {}
+        engine = engine.model_dump(exclude_unset=True) if isinstance(engine, EngineSettings) else dict(engine)
+        data["engine"] = engine | {name: data.pop(name) for name in ENGINE_FIELDS & data.keys()}
+        return data
+
+    def __getattr__(self, name: str):
+        # The engine's options were flat before they were one field: settings.slots still reads one, with a warning.
+        if name in ENGINE_FIELDS:
+            warnings.warn(f"Settings.{name} is now Settings.engine.{name}", DeprecationWarning, stacklevel=2)
+            return getattr(self.engine, name)
+        return super().__getattr__(name)
+
+    @field_validator("target_ttft", mode="before")
+    @classmethod
+    def _none_words(cls, value):
+        # "none", "off" and "inf" switch the target off.
+        if isinstance(value, str) and value.strip().lower() in NO_TARGET:
             return None
         return value
 
@@ -144,20 +152,15 @@ class Settings(BaseSettings):
             return cls(**given)
         except ValidationError as exc:
             first = exc.errors()[0]
-            field = str(first["loc"][0]) if first.get("loc") else "settings"
-            source = FLAGS.get(field, field) if field in given else f"RAG_{field.upper()}"
+            loc = [str(part) for part in first.get("loc", ())]
+            field = loc[1] if loc[:1] == ["engine"] and len(loc) > 1 else (loc[0] if loc else "settings")
+            if field in given:
+                source = FLAGS.get(field, field)
+            elif loc[:1] == ["engine"] and "engine" in given:
+                source = ".".join(loc)
+            else:
+                source = f"RAG_{field.upper()}"
             raise RagError(f"{source}: {first['msg']}") from None
-
-    @property
-    def engine(self) -> EngineSettings:
-        """The engine options."""
-        return EngineSettings(
-            engine_url=self.engine_url, engine_routing=self.engine_routing, engine_model=self.engine_model,
-            engine_api_key=self.engine_api_key, gpu_layers=self.gpu_layers, flash_attn=self.flash_attn, kv_type=self.kv_type, slots=self.slots,
-            kv_cells=self.kv_cells, splice_fresh=self.splice_fresh, exact_passages=self.exact_passages,
-            passage_ram_bytes=self.passage_ram_bytes,
-            passage_disk_bytes=self.passage_disk_bytes,
-        )
 
     @property
     def max_file_bytes(self) -> int:
@@ -206,3 +209,17 @@ class Settings(BaseSettings):
     def kv_folder(self) -> Path:
         """Where KV snapshots are kept on disk."""
         return self.cache_folder / "kv"
+
+
+class FlatEngineVariables(PydanticBaseSettingsSource):
+    """The engine's options from their flat variables, ``RAG_SLOTS``,
+    ``RAG_ENGINE_URL`` and so on, as ``{"engine": {...}}`` (the names the
+    options had before they were one field, kept)."""
+
+    def get_field_value(self, field, field_name):
+        return None, field_name, False  # not used: __call__ reads them all
+
+    def __call__(self) -> dict[str, object]:
+        variables = {name.lower(): value for name, value in os.environ.items()}  # as RAG_* variables are read
+        found = {name: variables[f"rag_{name}"] for name in EngineSettings.model_fields if f"rag_{name}" in variables}
+        return {"engine": found} if found else {}

@@ -3,10 +3,12 @@ the set-up, with errors that name what to fix."""
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
 
+from engine.settings import EngineSettings, open_backend
 from rag.errors import RagError
 from rag.qa.options import MAX_CANDIDATES, AskOptions
 from rag.settings import Settings
@@ -64,6 +66,10 @@ def test_settings_come_from_variables_and_flags_override_them(monkeypatch, tmp_p
     ("RAG_SPLICE_FRESH", "-1", "RAG_SPLICE_FRESH"),
     ("RAG_SPLICE_FRESH", "many", "RAG_SPLICE_FRESH"),
     ("RAG_PASSAGE_RAM_BYTES", "-1", "RAG_PASSAGE_RAM_BYTES"),
+    ("RAG_SLOTS", "0", "RAG_SLOTS"),
+    ("RAG_KV_TYPE", "q4", "RAG_KV_TYPE"),
+    ("RAG_N_CTX", "100", "RAG_N_CTX"),
+    ("RAG_ENGINE_ROUTING", "nearest", "RAG_ENGINE_ROUTING"),
 ])
 def test_a_bad_variable_is_named(monkeypatch, name, value, fragment):
     monkeypatch.setenv(name, value)
@@ -83,7 +89,7 @@ def test_passage_kv_settings_reach_the_engine_settings(monkeypatch):
     s = Settings.load()
     assert (s.engine.splice_fresh, s.engine.passage_disk_bytes, s.engine.passage_ram_bytes) == (16, 1 << 20, 1 << 30)
     assert Settings.load(splice_fresh="off").engine.splice_fresh is None  # the flag overrides the variable
-    assert Settings.load(splice_fresh="0").splice_fresh == 0
+    assert Settings.load(splice_fresh="0").engine.splice_fresh == 0
     with pytest.raises(RagError, match="--splice-fresh"):
         Settings.load(splice_fresh="-3")
 
@@ -97,3 +103,65 @@ def test_resolved_options_take_the_set_ups_defaults_once():
     assert AskOptions.of(no_target=True).resolved(settings).target() is None
     assert AskOptions.of().resolved(Settings(target_ttft="none")).no_target  # no target anywhere: none
     assert plain.resolved(Settings(target_ttft=3.0)).target() == 1.5  # resolved once: kept after
+
+
+@pytest.fixture
+def no_engine_variables(monkeypatch):
+    for name in EngineSettings.model_fields:
+        monkeypatch.delenv(f"RAG_{name.upper()}", raising=False)
+
+
+def test_each_engine_default_is_declared_once(no_engine_variables):
+    """The engine's options are one field of the settings, not copies of
+    EngineSettings' fields; their defaults are EngineSettings', and the
+    in-process backend and open_backend take the settings object, not the
+    fields one by one."""
+    from engine.llama_cpp.backend import LlamaCppBackend
+
+    assert Settings().engine == EngineSettings() == Settings.load().engine
+    assert not set(Settings.model_fields) & set(EngineSettings.model_fields)
+    assert not set(inspect.signature(LlamaCppBackend).parameters) & set(EngineSettings.model_fields)
+    assert not set(inspect.signature(open_backend).parameters) & set(EngineSettings.model_fields)
+
+
+def test_flat_variables_and_flags_land_in_the_engine_settings(monkeypatch, no_engine_variables):
+    monkeypatch.setenv("RAG_SLOTS", "3")
+    monkeypatch.setenv("RAG_GPU_LAYERS", "0")
+    monkeypatch.setenv("RAG_N_CTX", "1024")
+    monkeypatch.setenv("RAG_ENGINE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("rag_exact_passages", "false")  # the names are not case-sensitive, as the others
+    engine = Settings.load().engine
+    assert (engine.slots, engine.gpu_layers, engine.n_ctx, engine.engine_url, engine.exact_passages) == \
+        (3, 0, 1024, "http://127.0.0.1:9", False)
+    flagged = Settings.load(slots=5, kv_type="q8_0", gpu_layers=None).engine  # None: the flag was not given
+    assert (flagged.slots, flagged.kv_type, flagged.gpu_layers, flagged.n_ctx) == (5, "q8_0", 0, 1024)
+    given = Settings.load(engine=EngineSettings(slots=2)).engine  # an engine given whole is taken as it is
+    assert given == EngineSettings(slots=2)
+    with pytest.raises(RagError, match="^slots: "):  # a flag without a name of its own is named as the field
+        Settings.load(slots=0)
+
+
+def test_a_flat_engine_attribute_still_reads_with_a_warning(no_engine_variables):
+    settings = Settings.load(slots=4)
+    with pytest.warns(DeprecationWarning, match="Settings.engine.slots"):
+        assert settings.slots == 4
+    with pytest.raises(AttributeError):
+        _ = settings.no_such_setting
+
+
+def test_engine_settings_change_into_a_validated_copy():
+    from engine.errors import EngineSettingsError
+
+    settings = EngineSettings(slots=3)
+    assert settings.changed(n_ctx=1024, splice_fresh="off") == EngineSettings(slots=3, n_ctx=1024)
+    with pytest.raises(EngineSettingsError, match="slots"):
+        settings.changed(slots=0)
+    with pytest.raises(TypeError, match="n_gpu_layers.*gpu_layers"):
+        settings.changed(n_gpu_layers=0)
+
+
+def test_an_unknown_backend_keyword_names_what_it_takes():
+    from engine.llama_cpp.backend import LlamaCppBackend
+
+    with pytest.raises(TypeError, match=r"n_gpu_layers.*gpu_layers.*snapshot_dir"):
+        LlamaCppBackend(n_gpu_layers=0)  # refused before any model is read

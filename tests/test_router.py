@@ -48,8 +48,7 @@ def _settings(urls: str, policy: str = "cache_aware") -> EngineSettings:
 
 
 def _open(urls: str, policy: str = "cache_aware") -> RemoteBackend:
-    backend = open_backend(_settings(urls, policy), model=None, n_ctx=None, snapshot_dir=None,
-                           snapshot_ram_bytes=0, snapshot_disk_bytes=0)
+    backend = open_backend(_settings(urls, policy), model=None, snapshot_dir=None)
     assert isinstance(backend, RemoteBackend)
     return backend
 

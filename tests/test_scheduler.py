@@ -353,13 +353,13 @@ def test_the_busy_step_budget_has_one_default_everywhere():
     tokens a busy step takes (they were 256, 64 and 64)."""
     import inspect
 
-    from engine.llama_cpp.backend import LlamaCppBackend
     from engine.llama_cpp.loop import EngineLoop
     from engine.scheduler import BUSY_STEP_TOKENS
+    from engine.settings import EngineSettings
 
     assert Load().busy_step_tokens == BUSY_STEP_TOKENS
     assert inspect.signature(EngineLoop).parameters["busy_step_tokens"].default == BUSY_STEP_TOKENS
-    assert inspect.signature(LlamaCppBackend).parameters["busy_step_tokens"].default == BUSY_STEP_TOKENS
+    assert EngineSettings().busy_step_tokens == BUSY_STEP_TOKENS  # the in-process engine's (LlamaCppBackend)
 
 
 def test_step_budgets_follow_the_measured_prompt_rate():

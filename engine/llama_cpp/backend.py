@@ -43,12 +43,8 @@ from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from ..models import default_model_path, model_file, model_identity, read_metadata
 from .passage_kv import PassageStore, find_spans
 from .passage_shelf import PassageShelf
-from ..scheduler import BUSY_STEP_TOKENS, Load
-
-DEFAULT_N_CTX = 4096
-DEFAULT_N_BATCH = 512
-DEFAULT_SLOTS = 8  # sequences served at once
-
+from ..scheduler import Load
+from ..settings import DEFAULT_N_CTX, EngineSettings
 
 def physical_cores() -> int:
     """Physical CPU cores this process may run on (hyper-threads not counted)."""
@@ -77,92 +73,111 @@ def _build_kind(system_info: str, gpu_offload: bool) -> str:
     return "GPU" if gpu_offload else "CPU"
 
 
+# What LlamaCppBackend takes beside the fields of EngineSettings (its keyword overrides).
+OWN_KEYWORDS = ("model_path", "settings", "snapshots", "snapshot_dir", "check_dir", "notice", "extra_bufts")
+
+
+def engine_settings(settings: EngineSettings | None, overrides: dict[str, object]) -> EngineSettings:
+    """``settings`` (default: the defaults) with the keyword ``overrides``
+    of a :class:`LlamaCppBackend` validated in; a TypeError that names what
+    it takes for a keyword that is not one."""
+    try:
+        return (settings or EngineSettings()).changed(**overrides)
+    except TypeError as exc:
+        raise TypeError(f"LlamaCppBackend(): {exc}; besides them it takes {', '.join(OWN_KEYWORDS)}") from None
+
+
 class LlamaCppBackend:
     """A :class:`~engine.backend.Backend` (with a :class:`~engine.backend.PrefixCache`
     and a load estimate) running a GGUF model in this process for up to
-    ``slots`` requests at once. ``n_ctx`` is the most one request may take;
-    ``kv_cells`` the cells all of them share (default: twice ``n_ctx``)."""
+    ``slots`` requests at once, as its :class:`~engine.settings.EngineSettings`
+    say. ``n_ctx`` is the most one request may take; ``kv_cells`` the cells
+    all of them share (default: twice ``n_ctx``)."""
 
     def __init__(
         self,
         model_path: str | os.PathLike[str] | None = None,
+        settings: EngineSettings | None = None,
         *,
-        n_ctx: int = DEFAULT_N_CTX,
-        n_threads: int | None = None,
-        n_batch: int = DEFAULT_N_BATCH,
-        n_gpu_layers: int | None = None,
-        flash_attn: bool | None = None,
-        kv_type: str = "f16",
-        slots: int = DEFAULT_SLOTS,
-        kv_cells: int | None = None,
-        busy_step_tokens: int = BUSY_STEP_TOKENS,
-        check_memory: bool = True,
-        repeat_penalty: float = 1.1,
         snapshots: SnapshotCache | None = None,
         snapshot_dir: str | os.PathLike[str] | None = None,
-        snapshot_ram_bytes: int = 512 << 20,
-        snapshot_disk_bytes: int = 2 << 30,
-        splice_fresh: int | None = None,
-        exact_passages: bool = True,
-        passage_ram_bytes: int = 1 << 30,
-        passage_disk_bytes: int = 8 << 30,
-        extra_bufts: bool | None = None,
         check_dir: str | os.PathLike[str] | None = None,
         notice: Callable[[str], None] | None = None,
+        extra_bufts: bool | None = None,
+        **overrides,
     ) -> None:
+        """The GGUF ``model_path`` (default: the bundled model) under
+        ``settings`` (default: :class:`~engine.settings.EngineSettings`'s
+        defaults), with ``overrides`` (its fields: ``n_ctx=1024, slots=2``)
+        on top. Session KV is saved into ``snapshots``, else a cache kept
+        under ``snapshot_dir`` (None: RAM only). The verdict of llama.cpp's
+        self-check is kept in ``check_dir``; ``extra_bufts`` given (the engine
+        bench) is used unchecked. Raises EngineSettingsError for settings
+        that cannot work, InsufficientMemory, ModelFileError."""
         import llama_cpp
 
         self._llama_cpp = llama_cpp
+        self.settings = engine_settings(settings, overrides)
         self.model_path = model_file(model_path) if model_path else default_model_path()
         self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
-        self.n_gpu_layers = n_gpu_layers if n_gpu_layers is not None else (-1 if self.gpu_offload else 0)
-        self.n_threads = n_threads or physical_cores()
-        self.n_batch = n_batch
-        self._n_ctx = n_ctx
-        if not 1 <= slots <= 250:
-            raise EngineSettingsError(f"slots must be between 1 and 250, not {slots}")
-        self.slots = slots
-        self.kv_cells = max(kv_cells or 2 * n_ctx, n_ctx)
-        kv_type_bytes(kv_type)  # EngineSettingsError for a type not offered
-        if kv_type != "f16" and flash_attn is False:
-            # llama.cpp quantises the V cache only inside flash attention.
-            raise EngineSettingsError(f"a {kv_type} KV cache needs flash attention; drop --no-flash-attn or use f16")
-        self.kv_type = kv_type
-        # On by default: on a 2-core CPU it prefilled 1.2-1.5x faster (decode
-        # 6% slower only at a 2k context; README, rag bench engine), and TTFT
-        # is what the budget spends; on a GPU it saves memory and time too.
-        self.flash_attn = True if flash_attn is None else flash_attn
+        self._configure(self.settings)
         self.shape = ModelShape.from_metadata(read_metadata(self.model_path))
-        self.memory_plan = (plan_memory(self.shape, self.model_path, self.kv_cells, kv_type=kv_type,
-                                        offloaded_layers=self.offloaded_layers) if check_memory else None)
+        self.memory_plan = (plan_memory(self.shape, self.model_path, self.kv_cells, kv_type=self.kv_type,
+                                        offloaded_layers=self.offloaded_layers) if self.settings.check_memory else None)
         # Before this process loads anything: a build that dies on this CPU
         # (AMX under a hypervisor) may only kill a child (``selfcheck``).
-        # ``extra_bufts`` given (the engine bench) is used unchecked.
         self.verdict = None if extra_bufts is not None else engine_verdict(
             self.model_path, n_gpu_layers=self.n_gpu_layers, n_threads=self.n_threads,
             folder=Path(check_dir) if check_dir else None, notice=notice)
         self.extra_bufts = extra_bufts if extra_bufts is not None else self.verdict.extra_bufts
         self._llm = self._load_model()
         self._formatter = chat_formatter(self._llm, self.model_path)
-        # On disk, one folder per model, build and context: a state is
-        # only meaningful to the set-up that wrote it.
+        self._open_stores(snapshots, snapshot_dir)
+        self._start_loop()
+
+    def _configure(self, s: EngineSettings) -> None:
+        """The set-up ``s`` describes, resolved on this machine."""
+        self.n_gpu_layers = s.gpu_layers if s.gpu_layers is not None else (-1 if self.gpu_offload else 0)
+        self.n_threads = s.n_threads or physical_cores()
+        self.n_batch = s.n_batch
+        self._n_ctx = s.n_ctx or DEFAULT_N_CTX
+        self.slots = s.slots
+        self.kv_cells = max(s.kv_cells or 2 * self._n_ctx, self._n_ctx)
+        kv_type_bytes(s.kv_type)  # EngineSettingsError for a type not offered
+        if s.kv_type != "f16" and s.flash_attn is False:
+            # llama.cpp quantises the V cache only inside flash attention.
+            raise EngineSettingsError(f"a {s.kv_type} KV cache needs flash attention; drop --no-flash-attn or use f16")
+        self.kv_type = s.kv_type
+        # On by default: on a 2-core CPU it prefilled 1.2-1.5x faster (decode
+        # 6% slower only at a 2k context; README, rag bench engine), and TTFT
+        # is what the budget spends; on a GPU it saves memory and time too.
+        self.flash_attn = True if s.flash_attn is None else s.flash_attn
+
+    def _open_stores(self, snapshots: SnapshotCache | None, snapshot_dir: str | os.PathLike[str] | None) -> None:
+        """The session snapshots and the passage store. On disk, one folder
+        per model, build and context: a state is only meaningful to the
+        set-up that wrote it."""
+        s = self.settings
         identity = json.dumps(self.profile_key(), sort_keys=True)
         disk = Path(snapshot_dir) / hashlib.sha256(identity.encode()).hexdigest()[:16] if snapshot_dir else None
-        if snapshots is None:
-            snapshots = SnapshotCache(snapshot_ram_bytes, disk, snapshot_disk_bytes)
-        self.snapshots = snapshots
-        self.passages = PassageStore.open(identity, disk / "passages" if disk else None, passage_ram_bytes,
-                                          passage_disk_bytes, fresh=splice_fresh, exact=exact_passages)
-        kv_ggml = getattr(llama_cpp, f"GGML_TYPE_{kv_type.upper()}")
-        self._ctx = NativeContext(model_pointer(self._llm), n_ctx=self.kv_cells, n_seq_max=slots + 2,
-                                  n_batch=n_batch, n_threads=self.n_threads, flash_attn=self.flash_attn,
-                                  kv_type=kv_ggml)
+        self.snapshots = snapshots if snapshots is not None else \
+            SnapshotCache(s.snapshot_ram_bytes, disk, s.snapshot_disk_bytes)
+        self.passages = PassageStore.open(identity, disk / "passages" if disk else None, s.passage_ram_bytes,
+                                          s.passage_disk_bytes, fresh=s.splice_fresh, exact=s.exact_passages)
+
+    def _start_loop(self) -> None:
+        """The llama.cpp context (``slots`` sequences, the system prompt's and
+        a spare) and the engine loop that serves it."""
+        llama_cpp, s = self._llama_cpp, self.settings
+        self._ctx = NativeContext(model_pointer(self._llm), n_ctx=self.kv_cells, n_seq_max=self.slots + 2,
+                                  n_batch=self.n_batch, n_threads=self.n_threads, flash_attn=self.flash_attn,
+                                  kv_type=getattr(llama_cpp, f"GGML_TYPE_{self.kv_type.upper()}"))
         vocab = vocab_pointer(self._llm)
         self.loop = EngineLoop(
-            self._ctx, slots=slots, kv_cells=self._ctx.n_ctx, snapshots=snapshots,
+            self._ctx, slots=self.slots, kv_cells=self._ctx.n_ctx, snapshots=self.snapshots,
             detokenize=lambda t: self._llm.detokenize([t], special=False),
-            is_end=lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t)), repeat_penalty=repeat_penalty,
-            busy_step_tokens=busy_step_tokens, passages=self.passages,
+            is_end=lambda t: bool(llama_cpp.llama_vocab_is_eog(vocab, t)), repeat_penalty=s.repeat_penalty,
+            busy_step_tokens=s.busy_step_tokens, passages=self.passages,
         )
         self.shelf = PassageShelf(self.loop, self.passages, self.tokenize)
 

@@ -65,6 +65,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..settings import DEFAULT_SNAPSHOT_DISK_BYTES, DEFAULT_SNAPSHOT_RAM_BYTES
 from ..tokens import common_prefix
 from . import snapshot_files
 from .job_worker import start_worker
@@ -93,7 +94,8 @@ class SnapshotCache:
     safe.
     """
 
-    def __init__(self, max_bytes: int = 512 << 20, disk_dir: Path | None = None, disk_max_bytes: int = 2 << 30) -> None:
+    def __init__(self, max_bytes: int = DEFAULT_SNAPSHOT_RAM_BYTES, disk_dir: Path | None = None,
+                 disk_max_bytes: int = DEFAULT_SNAPSHOT_DISK_BYTES) -> None:
         if max_bytes < 0 or disk_max_bytes < 0:
             raise ValueError("snapshot cache sizes must be >= 0 bytes")
         self.max_bytes = max_bytes

@@ -54,6 +54,7 @@ import httpx
 
 from ..backend import Generation, Message, Timings, check_fits
 from ..errors import ContextOverflow, EngineUnreachable
+from ..settings import DEFAULT_REPEAT_PENALTY
 from ..tokens import common_prefix
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -111,7 +112,7 @@ class RemoteBackend:
         model: str | None = None,
         api_key: str | None = None,
         n_ctx: int | None = None,
-        repeat_penalty: float = 1.1,
+        repeat_penalty: float = DEFAULT_REPEAT_PENALTY,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.BaseTransport | None = None,
         owned=None,

@@ -238,8 +238,8 @@ def in_process(s, extra_bufts: bool | None) -> Backend:
     stores (a bench must not share them)."""
     from engine.settings import open_backend
 
-    return open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=None, snapshot_ram_bytes=512 << 20,
-                        snapshot_disk_bytes=0, check_dir=s.engine_check_folder, extra_bufts=extra_bufts)
+    return open_backend(s.engine.changed(snapshot_disk_bytes=0), model=s.model, snapshot_dir=None,
+                        check_dir=s.engine_check_folder, extra_bufts=extra_bufts)
 
 
 def main() -> None:

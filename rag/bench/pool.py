@@ -449,7 +449,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, engines: int,
         folder.mkdir(parents=True, exist_ok=True)
         # As `rag serve --engine-url ROUTER_URL` would open it; its own profile folder, so each policy
         # starts from the same quick calibration and the user's profiles are left alone.
-        pipeline = h.open(s.model_copy(update={"engine_url": router_url}), conversations=folder / "conversations.sqlite",
+        pipeline = h.open(s.model_copy(update={"engine": s.engine.changed(engine_url=router_url)}), conversations=folder / "conversations.sqlite",
                           kv_dir=False, profile_dir=folder / "profiles")
         try:
             pipeline.prepare()

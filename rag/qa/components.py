@@ -27,14 +27,13 @@ from ..ingest.run import ingest
 from ..retrieval import QueryCache
 from ..settings import Settings
 
-KV_RAM_BYTES = 512 << 20
-KV_DISK_BYTES = 2 << 30
-
 
 class Components:
     """What a pipeline over ``index_location`` (a folder, or a PostgreSQL URL:
     see ``rag.index.location``) is made of, under ``settings``; parts given
-    to the constructor are used as they are."""
+    to the constructor are used as they are. ``kv_ram_bytes`` (default: the
+    engine settings' ``snapshot_ram_bytes``) bounds the saved session KV in
+    RAM, ``kv_dir`` is where it is saved on disk (``False``: nowhere)."""
 
     def __init__(
         self,
@@ -47,7 +46,7 @@ class Components:
         conversations: Conversations | Path | str | None = None,
         history: HistoryPolicy | None = None,
         kv_dir: Path | None | Literal[False] = None,
-        kv_ram_bytes: int = KV_RAM_BYTES,
+        kv_ram_bytes: int | None = None,
         notice: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.settings, self.index_location, self.use_sample = settings, as_index_location(index_location), use_sample
@@ -75,10 +74,9 @@ class Components:
             if self._backend is None:
                 s = self.settings
                 kv_dir = None if self.kv_dir is False else (self.kv_dir or s.kv_folder)
+                engine = s.engine if self.kv_ram_bytes is None else s.engine.changed(snapshot_ram_bytes=self.kv_ram_bytes)
                 with engine_errors():
-                    self._backend = open_backend(s.engine, model=s.model, n_ctx=s.n_ctx, snapshot_dir=kv_dir,
-                                                 snapshot_ram_bytes=self.kv_ram_bytes,
-                                                 snapshot_disk_bytes=KV_DISK_BYTES,
+                    self._backend = open_backend(engine, model=s.model, snapshot_dir=kv_dir,
                                                  check_dir=s.engine_check_folder, notice=self.notice)
                 self._opened_backend = True
             return self._backend
