@@ -15,8 +15,8 @@ import pytest
 
 from rag import Pipeline
 from rag.bench.page import CHROMIUM_ARGS, find_chromium, open_page
-from rag.bench.samples import make_pdf
 from rag.service import LoopbackServer, ServiceSettings, create_app
+from tests.support.samples import make_pdf
 
 from .conftest import CORPUS, write_corpus
 
