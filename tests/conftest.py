@@ -25,7 +25,7 @@ os.environ["XDG_CACHE_HOME"] = str(_HOME / "cache")
 os.environ["XDG_RUNTIME_DIR"] = str(_HOME / "run")  # resident servers' sockets: never the user's
 os.environ.pop("RAG_RUNTIME_DIR", None)
 
-from rag.bench.samples import make_pdf  # noqa: E402
+from tests.support.samples import make_pdf  # noqa: E402
 
 CORPUS = {
     "prefill.md": (

@@ -161,22 +161,22 @@ def test_the_held_path_goes_first_as_far_as_it_was_picked():
     assert held_first([1, 0], [7, 5], [3, 7]) == [1, 0]  # its first not picked: nothing goes ahead
 
 
-def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(tmp_path, embedder):
-    from engine.llama_cpp.backend import LlamaCppBackend
-    from rag.bench.grading import GoldQuestion
-    from rag.bench.reuse import bench_reuse
+def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(run, corpus, tmp_path):
+    import json
 
-    # An engine of its own: the shared one's KV cells are laid out by every test before this one, and
-    # with flash attention the order of a sequence's cells is the order its attention is summed in.
-    backend = LlamaCppBackend(n_ctx=2048)
+    from engine.models import default_model_path
 
-    questions = [GoldQuestion("What does prefill fill?", ("prefill.md",), (("kv", "cache"),)),
-                 GoldQuestion("What limits decode?", ("decode.txt",), (("bandwidth", "memory"),))]
-    p = prepared_pipeline(tmp_path, embedder, backend)
-    try:
-        result = bench_reuse(p, questions, fresh=(0,), target_ttft=5.0, max_tokens=12)
-    finally:
-        p.close()
+    questions = tmp_path / "gold.jsonl"
+    questions.write_text("".join(json.dumps(q) + "\n" for q in (
+        {"question": "What does prefill fill?", "gold": ["prefill.md"], "facts": [["kv", "cache"]]},
+        {"question": "What limits decode?", "gold": ["decode.txt"], "facts": [["bandwidth", "memory"]]})))
+    # --model: an engine of its own, not the shared one, whose KV cells are laid out by every test before
+    # this one (with flash attention the order of a sequence's cells is the order its attention is summed in).
+    out = run("bench", "reuse", "--corpus", corpus, "--include", "*", "--index", tmp_path / "index",
+              "--questions", questions, "--fresh", "0", "--target-ttft", "5", "--max-tokens", "12",
+              "--model", default_model_path(), "--json")
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout)
     fidelity = {row["mode"]: row for row in result["summary"]["fidelity"]}
     assert set(fidelity) == {"full", "exact", "prefix cache", "R=0"}
     # Lossless: answer for answer what llama.cpp's prefix cache gives when it holds as many tokens.
@@ -186,8 +186,6 @@ def test_bench_reuse_pairs_each_mode_with_the_full_prefill_and_counts_passes(tmp
         assert row["right"] - row["only_it_right"] + row["only_full_right"] == fidelity["full"]["right"]
     passes = {(row["reuse"], row["pass"]): row for row in result["summary"]["passes"]}
     assert passes[("off", 2)]["spliced_tokens"] == 0 and passes[("on", 2)]["spliced_tokens"] > 0
-    assert backend.exact_passages and backend.splice_fresh is None  # the engine's settings are given back
-    backend.close()
 
 
 def test_the_forms_recent_prompts_showed_are_remembered_and_bounded():

@@ -8,11 +8,11 @@ from __future__ import annotations
 import io
 import time
 
-from rag.bench import samples
 from rag.ingest.formats import LoadedDocument, load_document
 from rag.ingest.formats import epub as epub_module
 from rag.ingest.formats.document import Unit
 from rag.ingest.formats.pdf import _outline_units
+from tests.support import samples
 from tests.unit_contract import checked_units
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from rag.bench import samples
 from rag.errors import DocumentError
 from rag.ingest.chunking import Chunker
 from rag.ingest.formats import Location, LoadedDocument, family_of, load_document
 from rag.ingest.formats import sheets
 from rag.ingest.formats.code import python_outline
 from rag.ingest.formats.text import clean_heading, find_headings
+from tests.support import samples
 
 
 def _chunks(doc: LoadedDocument, size: int = 40):

@@ -9,10 +9,9 @@ import json
 
 import pytest
 
-from rag.bench import samples
-from rag.bench.formats import check_folder
-from rag.bench.mixed import write_mixed_folder
 from rag.ingest.formats.ocr import ocr_problem
+from tests.support import samples
+from tests.support.mixed import check_folder, write_mixed_folder
 
 TOOLS = '''"""Conversions for the harbour office."""
 

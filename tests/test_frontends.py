@@ -87,7 +87,7 @@ class FrontEnd:
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 240.0) -> None:
-        from rag.bench.llama_server import wait_until_ready
+        from engine.remote.process import wait_until_ready
 
         wait_until_ready(self.process, f"{self.url}/healthz", timeout_s, "rag serve", self.log_path)
 
@@ -129,7 +129,7 @@ def test_two_front_ends_share_one_conversation_without_losing_or_duplicating_a_t
         tmp_path_factory, embedder, postgres_url, tmp_path):
     from engine.models import default_model_path
     from rag.conversations import open_store
-    from tests.llama_server import LlamaServer
+    from engine.remote.llama_server import LlamaServer
 
     engines = [LlamaServer(default_model_path(), n_ctx=4096, slots=2, log=tmp_path_factory.mktemp(f"fe-{n}") / "log")
                for n in "ab"]
@@ -196,7 +196,7 @@ def test_two_front_ends_ingest_into_one_postgres_index_while_both_answer_through
     import psycopg
 
     from engine.models import default_model_path
-    from tests.llama_server import LlamaServer
+    from engine.remote.llama_server import LlamaServer
 
     engines = [LlamaServer(default_model_path(), n_ctx=4096, slots=2, threads=1,
                            log=tmp_path_factory.mktemp(f"pg-fe-{n}") / "log") for n in "ab"]

@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag.bench.samples import make_csv, make_docx, make_epub, make_pdf, make_pptx, make_xlsx
 from rag.errors import RagError
 from rag.ingest import ingest
 from rag.ingest.chunking import Chunker
 from rag.ingest.formats import load_document
+from tests.support.samples import make_csv, make_docx, make_epub, make_pdf, make_pptx, make_xlsx
 
 EXAMPLES = 40
 BOUND_S = 60  # per file: the files are a few KB; a hang or a blow-up is what this catches

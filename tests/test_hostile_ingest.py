@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from rag.bench.samples import make_docx, make_epub, make_xlsx
 from rag.errors import DocumentNotFound
 from rag.ingest import find_files, ingest
 from rag.ingest.content import file_in
 from rag.ingest.library import DocumentLibrary
+from tests.support.samples import make_docx, make_epub, make_xlsx
 
 from .conftest import indexed_sources, write_corpus
 

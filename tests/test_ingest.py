@@ -10,7 +10,7 @@ from rag.ingest.chunking import Chunker, ChunkerSettings
 from rag.ingest import find_files, ingest
 from rag.index.store import FolderIndex, FolderWriter, embedded_text
 from tests.conftest import write_corpus
-from rag.bench.samples import make_pdf
+from tests.support.samples import make_pdf
 
 
 @pytest.fixture

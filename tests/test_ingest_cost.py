@@ -14,13 +14,13 @@ import zipfile
 
 import pytest
 
-from rag.bench.samples import make_epub
 from rag.errors import DocumentError
 from rag.ingest import ingest
 from rag.ingest.formats import epub as epub_format
 from rag.ingest.formats import load_document
 from rag.ingest.library import DocumentLibrary
 from rag.ingest.run import EMBED_GROUP_CHUNKS
+from tests.support.samples import make_epub
 
 try:  # imported here so that each test fails on its own on the code before issue 37
     from rag.ingest.formats.document import MIN_TEXT_CHARS, text_limit
@@ -224,7 +224,7 @@ _LONG_HEADERS = ["Measurement timestamp (UTC)", "Station identifier code", "Air 
 def _readings_csv(target_bytes: int = 1_000_000) -> bytes:
     """A numeric CSV of about ``target_bytes`` under ten long headers: its
     text, each value beside its header, is some five times its bytes."""
-    from rag.bench.samples import make_csv
+    from tests.support.samples import make_csv
 
     row = [f"{(i * 37) % 1000 + 0.125:.3f}" for i in range(len(_LONG_HEADERS))]
     per_row = len(make_csv([row]))
@@ -240,7 +240,7 @@ def test_a_1mb_csv_with_long_headers_is_read_whole_not_refused_as_a_bomb():
 
 
 def test_a_sheet_whose_cells_expand_past_the_limit_is_still_refused():
-    from rag.bench.samples import make_xlsx
+    from tests.support.samples import make_xlsx
 
     cell = "The valve opens at dawn and closes at dusk. " * 11  # one shared string, some 480 characters
     data = make_xlsx({"S": [["A", "B"]] + [[cell, cell] for _ in range(3_000)]})  # ~2.9 MB of cells
@@ -260,7 +260,7 @@ def test_the_chunks_a_file_under_1mb_may_make_fit_a_minute_of_embedding():
 def test_a_docx_expanding_past_its_limit_is_refused_after_reading_part_of_it(monkeypatch):
     import docx.text.paragraph
 
-    from rag.bench.samples import make_docx
+    from tests.support.samples import make_docx
 
     paragraph = "The quick brown fox jumps over the lazy dog while the valve opens. " * 15  # ~1,000 characters
     data = make_docx("Long", [(f"Part {i}", [paragraph] * 20) for i in range(200)])  # ~4 MB of text
@@ -330,7 +330,7 @@ def test_a_csv_past_its_chunk_limit_keeps_its_first_rows_and_says_so(tmp_path, e
 
 
 def test_a_workbook_cut_at_its_chunk_limit_names_the_sheet_and_row_it_kept_to(embedder):
-    from rag.bench.samples import make_xlsx
+    from tests.support.samples import make_xlsx
     from rag.ingest.chunking import Chunker, OverChunkLimit
     from rag.ingest.formats.sheets import rows_cut_note
 

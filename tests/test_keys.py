@@ -81,13 +81,14 @@ def test_rag_keys_new_prints_a_key_and_the_entry_that_accepts_it(tmp_path):
     assert key not in path.read_text(encoding="utf-8")
 
 
-def test_the_serve_benchs_keys_each_read_their_own_collection_alone(tmp_path):
-    from rag.bench.serve import _key_file, _lanes
-
-    lanes = _lanes(2)
-    ring = KeyRing.read(_key_file(lanes, tmp_path))
-    (first, default), (second, other) = lanes
-    assert (default, other) == ("default", "second")
-    assert ring.caller(first).may_read("default") and not ring.caller(first).may_read("second")
-    assert ring.caller(second).may_read("second") and not ring.caller(second).may_write("second")
-    assert _key_file([], tmp_path) is None
+def test_the_serve_benchs_team_asks_each_collection_with_its_own_key(run, corpus, tmp_path):
+    # `rag bench serve --collections 2`: a key file gives each client's key the right to read one
+    # collection; a key without it would be refused (403), an error row.
+    result = run("bench", "serve", "--corpus", corpus, "--include", "*", "--index", tmp_path / "index",
+                 "--collections", "2", "--clients", "2", "--requests", "2", "--max-tokens", "1", "--slots", "2",
+                 "--system", "scheduler", "--target-ttft", "60", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    (only,) = d["summary"]["runs"]
+    assert d["config"]["collections"] == ["default", "second"] and only["errors"] == 0 and only["served"] == 2
+    assert sorted(r["collection"] for r in d["rows"]) == ["default", "second"]

@@ -11,8 +11,8 @@ from engine.models import default_model_path
 from prompt_budget import PromptShape
 from engine.errors import EngineSettingsError, EngineUnreachable, ModelFileError
 from engine.remote.backend import RemoteBackend
+from engine.remote.llama_server import LlamaServer
 from rag import EngineUnavailable, Pipeline
-from tests.llama_server import LlamaServer
 
 from .backend_contract import check_backend
 

@@ -18,10 +18,10 @@ from engine.errors import EngineUnreachable
 from engine.models import default_model_path
 from engine.remote import router as router_module
 from engine.remote.backend import RemoteBackend
+from engine.remote.llama_server import LlamaServer
 from engine.remote.router import RouterProcess, router_binary
 from engine.settings import EngineSettings, open_backend
 from rag import EngineUnavailable, Pipeline
-from tests.llama_server import LlamaServer
 
 pytestmark = pytest.mark.model
 

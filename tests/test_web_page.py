@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from rag import Pipeline
-from rag.bench.page import CHROMIUM_ARGS, find_chromium, open_page
-from rag.bench.samples import make_pdf
 from rag.service import LoopbackServer, ServiceSettings, create_app
+from rag.service.page_driver import CHROMIUM_ARGS, find_chromium, open_page
+from tests.support.samples import make_pdf
 
 from .conftest import CORPUS, write_corpus
 

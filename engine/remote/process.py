@@ -1,7 +1,7 @@
 """Processes that serve HTTP on 127.0.0.1 for this project: a free port,
 a log of their own, waiting until they answer, how one ended, and stopping
 one. Shared by vLLM's router as rag starts it (``router``) and the
-llama-server the tests and benches start (``rag.bench.llama_server``).
+llama-server the tests and benches start (``llama_server``).
 
 Does not: start anything itself.
 """

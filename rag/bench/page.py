@@ -21,8 +21,6 @@ Does not: assert anything.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -31,40 +29,12 @@ from typing import Callable, Optional, Sequence
 import httpx
 
 from ..errors import RagError
+from ..service.page_driver import CHROMIUM_ARGS, find_chromium, open_page
 from . import setup
 from .setup import Harness
 from .stats import percentile
 
-# Debian's Chromium without a display, a sandbox or any network of its own.
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
 SETTLE_S = 0.3  # pause after each answer, either way, before the next question
-
-
-def find_chromium(explicit: str | os.PathLike[str] | None = None) -> str | None:
-    """The Chromium to drive: ``explicit``, else ``$RAG_CHROMIUM``, else
-    ``chromium`` on the PATH; None if there is none."""
-    for candidate in (explicit, os.environ.get("RAG_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium"):
-        if candidate and Path(candidate).is_file():
-            return str(candidate)
-    return None
-
-
-def open_page(browser, url: str, key: str | None = None, errors: list[str] | None = None, **context):
-    """A new tab on the page at ``url``, past the key prompt when ``key``;
-    the page's script errors are added to ``errors``."""
-    page = browser.new_context(**context).new_page()
-    if errors is not None:
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"{url}/")
-    if key:
-        page.wait_for_selector("#key-dialog[open]")
-        page.fill("#key-input", key)
-        page.press("#key-input", "Enter")
-        page.wait_for_selector("#key-dialog:not([open])", state="attached")
-    return page
 
 
 def _ask_page(page, question: str, max_tokens: int) -> dict[str, object]:

@@ -416,7 +416,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, engines: int,
     from engine.models import default_model_path
     from engine.remote.router import RouterProcess, how_to_start, router_binary
 
-    from .llama_server import LlamaServer, server_binary
+    from engine.remote.llama_server import LlamaServer, server_binary
     from .serve import bench_service_settings
 
     conversations = load_conversations(setup.BENCH_DATA / "python_docs_chat.json")

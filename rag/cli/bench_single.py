@@ -1,7 +1,7 @@
 """The benchmarks of single parts: ``rag bench retrieval`` (search
 quality), ``search`` (FAISS index types) and ``engine`` (the engine alone);
 each parses its options, runs ``rag.bench.NAME.run`` and prints its
-figures; likewise ``formats`` and ``faults``.
+figures; likewise ``faults``.
 
 Does not: build pipelines or engines, or measure anything itself.
 """
@@ -67,44 +67,6 @@ def bench_retrieval(
         console.print(table)
     # On its own line so a narrow terminal that wraps the table cannot hide it.
     console.print(f"default retrieval: {summary['default']}", soft_wrap=True)
-
-
-@bench_app.command("formats")
-def bench_formats_cmd(
-    files: int = typer.Option(200, "--files", min=10, help="Good files to generate, spread over every format."),
-    million_rows: bool = typer.Option(True, "--million-rows/--no-million-rows",
-                                      help="Add a spreadsheet of a million rows to the bad inputs (slow to write)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the bench object as JSON."),
-) -> None:
-    """A generated folder of mixed documents and bad inputs: ingest rate per
-    format, every bad file reported, every good file searchable."""
-    from ..bench.formats import run
-
-    with user_errors():
-        result = run(harness(), files, million_rows=million_rows)
-    if as_json:
-        echo_json(result)
-        return
-    table = Table(title=f"rag bench formats ({files} files; each format ingested alone)", title_justify="left")
-    for c in ("format", "files", "chunks", "s", "files/s", "chunks/s", "reading s", "embedding s", "embedding share"):
-        table.add_column(c, justify="left" if c == "format" else "right")
-    for r in result["rows"]:
-        table.add_row(r["format"], str(r["files"]), str(r["chunks"]), f"{r['seconds']:.1f}", f"{r['files_per_s']:.1f}",
-                      f"{r['chunks_per_s']:.1f}", f"{r['reading_s']:.1f}", f"{r['embedding_s']:.1f}",
-                      f"{r['embedding_share']:.0%}")
-    console = Console(highlight=False)
-    console.print(table)
-    s = result["summary"]
-    console.print(f"whole folder: {s['files_indexed']} files, {s['chunks']} chunks in {s['seconds']} s "
-                  f"(reading {s['reading_s']} s, embedding {s['embedding_s']} s); "
-                  f"{s['failed']} failed and {s['warnings']} partly read, each on its own line:", soft_wrap=True)
-    for line in s["report_lines"]:
-        console.print(f"  {line}", soft_wrap=True, markup=False)
-    console.print(f"unreadable types counted: {s['unsupported']}; bad files unreported: {s['bad_unreported'] or 'none'}; "
-                  f"misreported: {s['bad_misreported'] or 'none'}; good files not found: {s['good_not_found'] or 'none'}",
-                  soft_wrap=True, markup=False)
-    if not s["ok"]:
-        raise typer.Exit(1)
 
 
 @bench_app.command("engine")

@@ -4,7 +4,7 @@ openpyxl, the standard library's zipfile for EPUB, as ``rag.ingest.formats``
 uses them) against markitdown. Install sizes are measured apart, with
 ``pip install --target DIR PACKAGE`` and ``du -sb DIR`` (README, "Formats").
 
-Run once: ``python tests/tools/compare_format_libraries.py [--markitdown DIR]``
+Run once from the repository root: ``python -m tests.tools.compare_format_libraries [--markitdown DIR]``
 where DIR holds markitdown installed with ``pip install --target DIR
 'markitdown[docx,pptx,xlsx]'`` (it is not a dependency of rag-budget).
 
@@ -18,8 +18,8 @@ import re
 import sys
 import time
 
-from rag.bench import samples
 from rag.ingest.formats import load_document
+from tests.support import samples
 
 SAMPLES = {
     ".docx": lambda: samples.make_docx(

@@ -1,5 +1,7 @@
-"""llama.cpp's own HTTP server on 127.0.0.1, for the tests of the remote
-backend and the engine pool, and for ``rag bench serve --engines``.
+"""llama.cpp's own HTTP server on 127.0.0.1: ``rag bench serve --engines``
+starts its workers with it, and the tests of the remote backend and the
+router start theirs. Beside ``router`` (vLLM's router, which rag starts):
+the engines in other processes that this project starts itself.
 
 The binary is built once from the llama.cpp sources that the installed
 llama-cpp-python release ships (its sdist, from the package index), CPU only

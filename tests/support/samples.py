@@ -2,7 +2,7 @@
 libraries people's tools use (python-docx, python-pptx, openpyxl; an EPUB is
 a zip), and the bad inputs an ingest must survive: password-protected
 Office files and PDFs, corrupt and bomb zips, a million-row spreadsheet,
-scanned pages. For tests and ``rag bench formats``.
+scanned pages. For the tests and ``python -m tests.tools.bench_formats``.
 
 Does not: ingest anything.
 """
