@@ -53,7 +53,7 @@ from .keywords import check_known, renamed
 from .passages import PassageReuse
 from .arrivals import Arrival
 from .planner import PlannedPrompt, check_fits
-from .stream import AnswerStream, Early
+from .stream import AnswerEvent, AnswerStream, EvidenceFound, TextPiece
 from .evidence import Ranked, rank
 
 _WORD = re.compile(r"\w[\w'.+-]*\w|\w")  # a word of a question as a reader writes it: "conf.py", "tcp_nodelay"
@@ -393,9 +393,7 @@ class Pipeline:
         # leaves room for the rest of it (8 at once: the first took 415 prompt tokens, 1.5 s, and the
         # other seven started 2.4 s after they asked).
         arrival = self.dispatcher.arrived()
-        early = Early()
-        stream = AnswerStream(self._answer(question, options, received, cancel, arrival, early), cancel=cancel,
-                              early=early)
+        stream = AnswerStream(self._answer(question, options, received, cancel, arrival), cancel=cancel)
         weakref.finalize(stream, arrival.close)  # a stream dropped unread is no longer on its way
         return stream
 
@@ -443,7 +441,7 @@ class Pipeline:
         return ranked
 
     def _answer(self, question: str, options: AskOptions, received: float,
-                cancel: Cancel, arrival: Arrival, early: Early) -> Generator[str, None, Answer]:
+                cancel: Cancel, arrival: Arrival) -> Generator[AnswerEvent, None, Answer]:
         session = options.session
         with arrival, engine_errors(), self.memory.turn(session):
             with self.memory.question():
@@ -456,9 +454,9 @@ class Pipeline:
                 hits, ranked = self.evidence(question, hits, options).leading(hits)
                 if ranked.declines(options.evidence_floor) and not (conversation and (conversation.turns or conversation.summary)):
                     # A follow-up leans on the turns before it ("and at what heat?"): it is always asked.
-                    early.evidence = ()
+                    yield EvidenceFound(())
                     declined = self._declined(question, hits, ranked, options, target, received, session)
-                    yield declined.answer  # what the reader sees: "rag ask" and a stream's reader print pieces
+                    yield TextPiece(declined.answer)  # what the reader sees: "rag ask" and a stream's reader print pieces
                     return declined
                 # Where the prompt's own text begins the answer stops: the engine decodes nothing after it.
                 stops = STOP_SEQUENCES if options.stop else ()
@@ -469,14 +467,13 @@ class Pipeline:
                 # Closed however the reader leaves: at the evidence, at the quoted opening or at any piece
                 # (a reader gone after the opening left the engine decoding to max_tokens before).
                 with generation:
-                    early.evidence = prompt.evidence
-                    yield ""  # the evidence is known: a reader may show it before the first token
+                    yield EvidenceFound(prompt.evidence)  # a reader may show it before the first token
                     # Where the answer opens with the evidence (``evidence="open"``), that opening is the
                     # answer's first text: the reader sees it now, and the model goes on from it.
                     opening = prompt.lead if options.evidence == "open" else ""
                     if opening:
                         pieces.append(opening)
-                        yield opening
+                        yield TextPiece(opening)
                     # Citations the prompt did not show are removed as the text streams (see citations).
                     guard = GroundedText(Grounding(len(prompt.hits), tuple(h.source for h in prompt.hits),
                                                    prompt.text), stops)
@@ -487,11 +484,11 @@ class Pipeline:
                         shown = guard.feed(piece)
                         if shown:
                             pieces.append(shown)
-                            yield shown
+                            yield TextPiece(shown)
                     rest = guard.finish()
                     if rest:
                         pieces.append(rest)
-                        yield rest
+                        yield TextPiece(rest)
                 timings = generation.timings_since(received)
                 self.costs.observe(timings, prompt.planned_at_s)
             text = "".join(pieces).strip()

@@ -13,13 +13,6 @@ from engine.backend import TextStream
 from .answer import Answer, Evidence
 
 
-class Early:
-    """What an answer knows before its first text: the evidence, once its
-    prompt is planned (None until then)."""
-
-    evidence: tuple[Evidence, ...] | None = None
-
-
 @dataclass(frozen=True)
 class EvidenceFound:
     """The prompt is planned: what the answer rests on, known before its
@@ -45,46 +38,52 @@ class AnswerStream(TextStream[Answer]):
     the engine; :meth:`cancel` does so from another thread without waiting
     for the next piece (a client that went away while the prompt is
     evaluated), and the thread iterating it then ends with a RagError.
-    :attr:`evidence` is known before the first piece of text; :meth:`events`
-    says when, as a typed event, beside each piece."""
+    :meth:`events` gives the same answer as typed events: the evidence
+    (:class:`EvidenceFound`, known before the first token) and each piece
+    of text (:class:`TextPiece`).
+
+    Made from a generator of :data:`AnswerEvent` that returns the
+    :class:`Answer` (the pipeline's, or the resident client's read from
+    the server's events)."""
 
     _what = "answer stream"
 
-    def __init__(self, run: Generator[str, None, Answer], *, cancel: Callable[[], None] | None = None,
-                 early: Early | None = None) -> None:
-        super().__init__(run, cancel=cancel)
-        self._early = early or Early()
+    def __init__(self, run: Generator[AnswerEvent, None, Answer], *,
+                 cancel: Callable[[], None] | None = None) -> None:
+        super().__init__(run, cancel=cancel)  # type: ignore[arg-type]  # events, read by _event
+        self._evidence: tuple[Evidence, ...] | None = None
 
     @property
     def evidence(self) -> tuple[Evidence, ...] | None:
         """The answer's evidence as soon as its prompt is planned, before
         the first token (:class:`EvidenceFound` in :meth:`events`); None
         until then."""
-        return self._early.evidence
+        return self._evidence
+
+    def _event(self) -> AnswerEvent:
+        event = super().__next__()
+        if isinstance(event, EvidenceFound):
+            self._evidence = event.evidence
+        return event  # type: ignore[return-value]
 
     def __next__(self) -> str:
         """The next piece of the answer's text (never an empty one)."""
         while True:
-            piece = super().__next__()
-            if piece:
-                return piece
+            event = self._event()
+            if isinstance(event, TextPiece) and event.text:
+                return event.text
 
     def events(self) -> Iterator[AnswerEvent]:
         """The answer as it comes, typed: :class:`EvidenceFound` once its
         prompt is planned (where it has evidence), then a :class:`TextPiece`
         for each piece of text; :attr:`answer` once they are all read."""
-        told = False
         while True:
             try:
-                # The generator marks the moment the prompt is planned with an empty piece; it goes no further.
-                piece = super().__next__()
+                event = self._event()
             except StopIteration:
                 return
-            if not told and self.evidence is not None:
-                told = True
-                yield EvidenceFound(self.evidence)
-            if piece:
-                yield TextPiece(piece)
+            if not isinstance(event, TextPiece) or event.text:
+                yield event
 
     @property
     def answer(self) -> Answer:

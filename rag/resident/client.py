@@ -24,7 +24,7 @@ from ..errors import RagError
 from ..index.collection_names import DEFAULT_COLLECTION
 from ..qa.answer import Answer, Evidence
 from ..qa.options import AskOptions
-from ..qa.stream import AnswerStream, Early
+from ..qa.stream import AnswerEvent, AnswerStream, EvidenceFound, TextPiece
 from ..retrieval.scope import Scope
 from ..settings import Settings
 from .address import Address
@@ -91,8 +91,7 @@ class ResidentClient:
         hangs up, which stops the generation on the server."""
         if options.session is not None:
             self._sessions.add(options.session)
-        early = Early()
-        return AnswerStream(self._answer(self._ask_body(question, options), early), early=early)
+        return AnswerStream(self._answer(self._ask_body(question, options)))
 
     def _ask_body(self, question: str, options: AskOptions) -> dict:
         # Every option the HTTP surface offers, by its wire name, with this set-up's defaults written in.
@@ -102,7 +101,7 @@ class ResidentClient:
             body["cache_scope"] = options.cache_scope  # the caller MCP answers for (its socket is trusted)
         return body
 
-    def _answer(self, body: dict, early: Early) -> Generator[str, None, Answer]:
+    def _answer(self, body: dict) -> Generator[AnswerEvent, None, Answer]:
         for attempt in range(ATTEMPTS):
             try:
                 with exchange(self._socket, "POST", "/v1/ask", body, timeout=None) as response:
@@ -110,10 +109,10 @@ class ResidentClient:
                         raise error_of(response, response.read())  # Unanswered (nothing yielded) if stopping
                     for event in events(response):
                         if "delta" in event:
-                            yield event["delta"]
+                            yield TextPiece(event["delta"])
                         elif "evidence" in event:
-                            early.evidence = tuple(Evidence.from_dict(e) for e in event["evidence"])
-                            yield ""  # as in process: the evidence is known before the first token
+                            # As in process: the evidence is known before the first token.
+                            yield EvidenceFound(tuple(Evidence.from_dict(e) for e in event["evidence"]))
                         elif "answer" in event:
                             return Answer.from_dict(event["answer"])
                         elif "error" in event:
