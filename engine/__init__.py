@@ -12,7 +12,7 @@ parts are in ``engine.llama_cpp``, the engines over HTTP (one server, a pool
 of them and its routing) in ``engine.remote``.
 """
 
-from .backend import Backend, Generation, LoadAware, Message, PrefixCache, Timings
+from .backend import Backend, Generation, LoadAware, Message, PrefixCache, Scheduled, Timings
 from .errors import (
     ContextOverflow,
     EngineError,
@@ -38,6 +38,7 @@ __all__ = [
     "GenerationFailed",
     "InsufficientMemory",
     "LoadAware",
+    "Scheduled",
     "LlamaCppBackend",
     "Message",
     "ModelFileError",

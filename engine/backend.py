@@ -34,9 +34,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Generator, Generic, Iterator, Literal, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import (TYPE_CHECKING, Callable, Generator, Generic, Iterator, Literal, Protocol, Sequence, TypeVar,
+                    runtime_checkable)
 
 from .errors import ContextOverflow, GenerationFailed
+
+if TYPE_CHECKING:
+    from .scheduler import Ahead, Cost, Load
 
 Role = Literal["system", "user", "assistant"]
 
@@ -350,9 +354,26 @@ class PrefixCache(Protocol):
 @runtime_checkable
 class LoadAware(Protocol):
     """An optional ability: an engine that serves several requests at once
-    and says what a new one would wait behind (see ``engine.scheduler``)."""
+    and reports what a new one meets behind them: the in-process engine
+    from its scheduler's queue, a server from the requests this client has
+    in flight there. The one report a question is admitted and planned by."""
 
-    def load(self):
+    def ahead(self, deadline: float | None, cost: "Cost") -> "Ahead":
+        """What a request due at ``deadline`` (a ``time.perf_counter()``
+        instant; None: none) meets now, its prefill costed by ``cost``
+        (seconds for ``n_new`` tokens on ``n_cached`` beside ``n_others``
+        cells)."""
+        ...
+
+
+@runtime_checkable
+class Scheduled(Protocol):
+    """An optional ability: an engine whose own loop orders the requests it
+    serves by deadline and runs background work only when nothing else
+    waits (the in-process one); its :class:`~engine.scheduler.Load` is the
+    queue as the loop holds it."""
+
+    def load(self) -> "Load":
         """The :class:`~engine.scheduler.Load` a new request meets now."""
         ...
 

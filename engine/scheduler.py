@@ -333,6 +333,33 @@ def step_beside(load: Load, wait: Wait, cost: Cost) -> float:
     return load.decode_s(others, cost(load.busy_step_tokens, 0, 0) / max(load.busy_step_tokens, 1))
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """What a new request meets on an engine now, as the engine reports it:
+    seconds before its prompt starts being evaluated (``wait_s``), how
+    much slower its prefill runs for others' decode steps interleaved with
+    it (``slowdown``), the seconds of one such step (``step_s``: each
+    stored passage spliced in ends a step of its own), and the KV cells the
+    engine's sequences hold (``cells``: its prompt passes over them)."""
+
+    wait_s: float = 0.0
+    slowdown: float = 1.0
+    step_s: float = 0.0
+    cells: int = 0
+
+    def others(self, n_cached: int) -> int:
+        """Cells other sequences hold beside a prompt with ``n_cached`` of its tokens held."""
+        return others_cells(self.cells, n_cached)
+
+
+def ahead_of(load: Load, deadline: float | None, cost: Cost) -> Ahead:
+    """What a request due at ``deadline`` (None: none) meets under
+    ``load``, its prefill costed by ``cost``: the scheduler's rules run
+    forward (:func:`expected_wait`, :func:`slowdown`, :func:`step_beside`)."""
+    wait = expected_wait(load, deadline if deadline is not None else math.inf, cost)
+    return Ahead(wait.seconds, slowdown(load, wait, cost), step_beside(load, wait, cost), load.cells)
+
+
 class StepStats:
     """What the loop's steps did: counts for reports, the step running now,
     and the seconds a decode-only step of each batch size takes (a moving

@@ -66,12 +66,11 @@ def test_an_upload_before_the_run_is_answered_first_and_refusals_are_counted_by_
 def test_the_bench_servers_have_the_default_limits_or_none():
     from rag.bench.serve import bench_service_settings
 
-    default, plain = bench_service_settings("default", "deadline"), ServiceSettings()
+    default, plain = bench_service_settings("default"), ServiceSettings()
     for name in ("rate_limit_per_minute", "questions_in_flight", "uploads_in_flight", "upload_bytes_in_flight"):
         assert getattr(default, name) == getattr(plain, name)
-    off = bench_service_settings("off", "queue")
+    off = bench_service_settings("off")
     assert off.rate_limit_per_minute == 0 and off.questions_in_flight == 0 and off.uploads_in_flight == 0
-    assert off.admission == "queue"
 
 
 def test_bench_serve_refuses_unknown_limits_and_an_upload_time_without_an_upload():

@@ -15,7 +15,7 @@ TABLE = Path(__file__).resolve().parent.parent / "engine" / "README.md"
 ROW = re.compile(r"^\|\s*`([\w.]+)(?:\((\w+)\))?`\s*\|\s*`?([^|`]+?)`?\s*\|")
 TIMING_MODULES = (
     "engine.scheduler", "engine.llama_cpp.backend", "engine.llama_cpp.loop",
-    "prompt_budget.cost", "rag.qa.planner", "rag.qa.dispatch", "rag.qa.arrivals", "rag.service.admission",
+    "prompt_budget.cost", "rag.qa.planner", "rag.qa.dispatch", "rag.qa.arrivals", "engine.remote.in_flight",
 )
 # Not tuned: the context window (the model's and the memory's), codes and markers, a memory bound.
 NOT_TUNED = {"DEFAULT_N_CTX", "FOREGROUND", "BACKGROUND", "SYSTEM_SEQ", "UNKNOWN_CONTEXT", "SESSIONS_REMEMBERED"}

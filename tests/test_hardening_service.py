@@ -203,14 +203,14 @@ def test_a_client_that_leaves_a_plain_request_stops_its_generation(pipeline):
                        b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
                        b"\r\n\r\n" + body)
         deadline = time.monotonic() + 60  # a hang guard, not a timing claim
-        while not app.state.queue.depth and time.monotonic() < deadline:
+        while not app.state.service.answering.depth and time.monotonic() < deadline:
             time.sleep(0.002)
-        assert app.state.queue.depth == 1
+        assert app.state.service.answering.depth == 1
         client.close()
         deadline = time.monotonic() + 60  # a hang guard, not a timing claim
-        while app.state.queue.depth and time.monotonic() < deadline:
+        while app.state.service.answering.depth and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert app.state.queue.depth == 0
+        assert app.state.service.answering.depth == 0
         assert app.state.metrics.requests.labels("ask", "ok")._value.get() == 0  # never finished
     finally:
         s.stop()

@@ -120,16 +120,32 @@ def test_api_keys_are_required_when_set(keyed):
     assert r.status_code == 200
 
 
-def test_a_wait_over_the_target_is_answered_429(pipeline):
-    app = create_app(pipeline, ServiceSettings(admission="queue"))
-    s = Server(app)
+def _busy_engine(monkeypatch, pipeline, wait_s: float = 50.0) -> None:
+    # The engine reports fifty seconds of queue ahead of a new request: its one report, at the seam.
+    from engine.scheduler import Ahead
+
+    monkeypatch.setattr(pipeline.backend, "ahead", lambda deadline, cost: Ahead(wait_s=wait_s), raising=False)
+
+
+def test_a_wait_over_the_target_is_answered_429(pipeline, monkeypatch):
+    _busy_engine(monkeypatch, pipeline)
+    s = Server(create_app(pipeline, ServiceSettings(rate_limit_per_minute=0)))
     try:
-        app.state.queue.depth = 50  # fifty requests ahead, a second each
-        r = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "target_ttft_s": 1.0})
-        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        r = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "target_ttft_s": 1.0}, timeout=120)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 49  # the wait the engine reported
         assert "busy" in r.json()["error"]["message"]
     finally:
-        app.state.queue.depth = 0
+        s.stop()
+
+
+def test_over_the_target_can_be_served_with_the_least_context(pipeline, monkeypatch):
+    _busy_engine(monkeypatch, pipeline)
+    s = Server(create_app(pipeline, ServiceSettings(reject_over_target=False, rate_limit_per_minute=0)))
+    try:
+        r = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "target_ttft_s": 1.0, "max_tokens": 4},
+                       timeout=120)
+        assert r.status_code == 200 and r.json()["budget"]["chosen"] == 1 and len(r.json()["sources"]) == 1
+    finally:
         s.stop()
 
 
@@ -238,9 +254,9 @@ def test_a_client_that_disconnects_cancels_its_generation(pipeline):
                 if line.startswith("data: ") and "delta" in line:
                     break  # one piece, then hang up
         deadline = time.monotonic() + 60
-        while app.state.queue.depth and time.monotonic() < deadline:
+        while app.state.service.answering.depth and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert app.state.queue.depth == 0
+        assert app.state.service.answering.depth == 0
         # A finished answer would have been stored as the session's turn 1.
         assert pipeline.conversation("gone").turns == ()
         ok = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "max_tokens": 4}, timeout=120)
@@ -251,7 +267,7 @@ def test_a_client_that_disconnects_cancels_its_generation(pipeline):
 
 def _engine_idle(app, loop) -> bool:
     published = loop.published
-    return not (app.state.queue.depth or published.active or published.waiting or published.warming)
+    return not (app.state.service.answering.depth or published.active or published.waiting or published.warming)
 
 
 def _wait(check, what: str, within_s: float = 300) -> None:
@@ -319,19 +335,6 @@ def test_a_client_that_leaves_before_the_first_piece_stops_the_prefill(pipeline,
         prefilled = loop.stats.counters["prefill_tokens"] - before
         assert 0 < prefilled < asked, f"{prefilled} prompt tokens evaluated for a question of {asked}"
     finally:
-        s.stop()
-
-
-def test_over_the_target_can_be_served_with_the_least_context(pipeline):
-    app = create_app(pipeline, ServiceSettings(admission="queue", reject_over_target=False, rate_limit_per_minute=0))
-    s = Server(app)
-    try:
-        app.state.queue.depth = 50
-        r = httpx.post(f"{s.url}/v1/ask", json={"question": "What is prefill?", "target_ttft_s": 1.0, "max_tokens": 4},
-                       timeout=120)
-        assert r.status_code == 200 and r.json()["budget"]["chosen"] == 1 and len(r.json()["sources"]) == 1
-    finally:
-        app.state.queue.depth = 0
         s.stop()
 
 

@@ -43,7 +43,7 @@ from .memory import ModelShape, kv_type_bytes, nvidia_devices, plan_memory
 from ..models import default_model_path, model_file, model_identity, read_metadata
 from .passage_kv import PassageStore, find_spans
 from .passage_shelf import PassageShelf
-from ..scheduler import Load
+from ..scheduler import Ahead, Cost, Load, ahead_of
 from ..settings import DEFAULT_N_CTX, EngineSettings
 
 def physical_cores() -> int:
@@ -290,6 +290,11 @@ class LlamaCppBackend:
     def load(self) -> Load:
         """The engine as a new request would find it now."""
         return self.loop.load()
+
+    def ahead(self, deadline: float | None, cost: Cost) -> Ahead:
+        """What a request due at ``deadline`` meets behind the loop's queue
+        now, its prefill costed by ``cost`` (see :func:`~engine.scheduler.ahead_of`)."""
+        return ahead_of(self.loop.load(), deadline, cost)
 
     # -- the prefix cache ----------------------------------------------------------
 

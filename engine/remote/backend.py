@@ -54,8 +54,10 @@ import httpx
 
 from ..backend import Generation, Message, Timings, check_fits
 from ..errors import ContextOverflow, EngineUnreachable
+from ..scheduler import Ahead, Cost
 from ..settings import DEFAULT_REPEAT_PENALTY
 from ..tokens import common_prefix
+from .in_flight import InFlight
 
 DEFAULT_TIMEOUT_S = 600.0
 # vllm-router sends requests other than completions (/tokenize, /apply-template) to a worker
@@ -144,6 +146,7 @@ class RemoteBackend:
         # The prompts this client sent last, one per slot of each worker, each with the cache scope
         # it was sent for: what the prefix caches hold, as far as this client can know.
         self._recent: deque[tuple[list[int], str]] = deque(maxlen=self.parallel)
+        self.in_flight = InFlight(self.parallel)  # what a new request meets there, as far as this client knows
         self._lock = threading.Lock()
 
     # -- talking to the server ---------------------------------------------
@@ -203,6 +206,13 @@ class RemoteBackend:
         ``total_slots``), times the workers behind a router (all alike: the
         router's workers serve the same model); 1 where the server does not say."""
         return int(self._props.get("total_slots") or 1) * max(len(self.workers), 1)
+
+    def ahead(self, deadline: float | None, cost: Cost) -> Ahead:
+        """What a request sent now meets: the wait for a free slot behind
+        the requests this client has in flight there (see ``in_flight``);
+        ``deadline`` and ``cost`` change nothing (the server orders its
+        requests by arrival)."""
+        return self.in_flight.ahead()
 
     def router_facts(self) -> dict[str, object]:
         """``{"router": "vllm-router", "workers": [...]}`` behind a router, else ``{}``."""
@@ -308,6 +318,14 @@ class RemoteBackend:
 
     def _stream(self, tokens: list[int], max_tokens: int, temperature: float,
                 stop: tuple[str, ...] = (), cache_scope: str = "") -> Generator[str, None, Timings]:
+        with self.in_flight.holding() as ahead:
+            timings = yield from self._streamed(tokens, max_tokens, temperature, stop, cache_scope)
+            if timings.prefill_s < timings.ttft_s:  # the server's own clock: the rest is the wait for it
+                self.in_flight.learn_wait(ahead, timings.ttft_s - timings.prefill_s)
+            return timings
+
+    def _streamed(self, tokens: list[int], max_tokens: int, temperature: float,
+                  stop: tuple[str, ...], cache_scope: str) -> Generator[str, None, Timings]:
         started = time.perf_counter()
         ttft: float | None = None
         pieces = 0

@@ -453,7 +453,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, engines: int,
                           kv_dir=False, profile_dir=folder / "profiles")
         try:
             pipeline.prepare()
-            server = LoopbackServer(create_app(pipeline, bench_service_settings("off", "deadline")))
+            server = LoopbackServer(create_app(pipeline, bench_service_settings("off")))
         except BaseException:
             pipeline.close()  # and the engine it opened: the router's client
             raise

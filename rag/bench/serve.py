@@ -425,21 +425,20 @@ def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Pa
             slots: int, tmp: Path, only: Sequence[str] = (),
             prepared: Callable[[str, "Pipeline"], None] = lambda name, p: None, fresh: bool = False,
             limits: str = "off", keys_file: Path | None = None):
-    """Two servers over one index (or those named in ``only``): the deadline
-    scheduler on ``slots`` sequences, and one sequence with the queue
-    admission of before; yields ``([(name, url, counters, started)],
+    """Two servers over one index (or those named in ``only``): the
+    scheduler on ``slots`` sequences, and on one sequence; yields ``([(name, url, counters, started)],
     first pipeline)``, ``started`` the perf_counter instant each started,
     and stops them all on leaving. ``fresh``: nothing is prepared before a
     server starts (it warms itself up). ``limits``, ``keys_file``: see
     :func:`bench_service_settings`."""
     from ..service import LoopbackServer, create_app
 
-    setups = [s for s in (("scheduler", slots, "deadline"), ("one at a time", 1, "queue")) if not only or s[0] in only]
+    setups = [s for s in (("scheduler", slots), ("one at a time", 1)) if not only or s[0] in only]
     if not setups:
         raise RagError("--system: scheduler or 'one at a time'")
     pipelines = {}
     try:
-        for name, n, admission in setups:
+        for name, n in setups:
             p = setup.bench_pipeline(h, corpus, include, index, model, slots=n, conversations=tmp / f"{n}.sqlite",
                                      kv_dir=False)
             pipelines[name] = (p, None, None)  # closed on the way out even if its server never starts
@@ -447,7 +446,7 @@ def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Pa
                 p.prepare()
                 prepared(name, p)
             started = time.perf_counter()
-            server = LoopbackServer(create_app(p, bench_service_settings(limits, admission, keys_file)),
+            server = LoopbackServer(create_app(p, bench_service_settings(limits, keys_file)),
                                     ready=not fresh)
             pipelines[name] = (p, server, started)
         yield ([(name, server.url, _counters(p), started) for name, (p, server, started) in pipelines.items()],
@@ -459,15 +458,15 @@ def serving(h: Harness, corpus: Path, include: Sequence[str], index: Optional[Pa
             p.close()  # and the engine it opened
 
 
-def bench_service_settings(limits: str, admission: str, keys_file: Path | None = None):
-    """A bench server's settings: ``admission``, the caller limits
+def bench_service_settings(limits: str, keys_file: Path | None = None):
+    """A bench server's settings: the caller limits
     ``"default"`` (as ``rag serve`` starts) or ``"off"`` (none: the engine's
     own admission alone decides), and the key file (None: no keys)."""
     from ..service import ServiceSettings
 
     if limits == "default":
-        return ServiceSettings(admission=admission, keys_file=keys_file)
-    return ServiceSettings(admission=admission, rate_limit_per_minute=0, questions_in_flight=0, uploads_in_flight=0,
+        return ServiceSettings(keys_file=keys_file)
+    return ServiceSettings(rate_limit_per_minute=0, questions_in_flight=0, uploads_in_flight=0,
                            upload_bytes_in_flight=0, keys_file=keys_file)
 
 

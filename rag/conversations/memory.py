@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Literal, Sequence
 
-from engine.backend import Backend, LoadAware, Message, PrefixCache, Timings, scoped
+from engine.backend import Backend, Message, PrefixCache, Scheduled, Timings, scoped
 from engine.errors import EngineError
 from prompt_budget import HistoryPolicy, PastTurn, system_message, turns_to_fold
 from prompt_budget.layout import history_messages
@@ -126,7 +126,7 @@ class ConversationMemory:
     def _busy(self) -> bool:
         """Whether background work should give way now: a question is in
         progress and the engine cannot put it first by itself."""
-        if isinstance(self._backend(), LoadAware):
+        if isinstance(self._backend(), Scheduled):
             return False  # its scheduler runs background work only when nothing else waits
         with self._questions_lock:
             return self._questions > 0

@@ -13,7 +13,6 @@ Does not: retrieve, generate or store anything.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -22,7 +21,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from engine.backend import Backend, LoadAware, PassageKV, PrefixCache, scoped
-from engine.scheduler import expected_wait, others_cells, slowdown, step_beside
+from engine.backend import check_fits as fits_the_context  # the engine's own check, not a second one
+from engine.errors import ContextOverflow
+from engine.scheduler import Ahead
 from prompt_budget import (
     BudgetRequest,
     PastTurn,
@@ -71,11 +72,10 @@ LATE_GRACE = 0.2
 @dataclass(frozen=True)
 class LoadPlan:
     """What the engine's load adds to a request's time to first token:
-    seconds before its prompt starts being evaluated, how much slower its
-    prefill runs for the others' decode steps interleaved with it, and the
-    seconds of one such decode step (each stored passage spliced in ends a
-    step of its own, so under load it costs one more of them), and the KV
-    cells the engine's sequences hold (its prompt passes over them)."""
+    what the engine reports it meets (:class:`~engine.scheduler.Ahead`:
+    the wait before its prompt is evaluated, the slowdown and the decode
+    step of the others beside it, the cells they hold), and the requests
+    this process knows are on their way to the engine after it."""
 
     wait_s: float = 0.0
     slowdown: float = 1.0
@@ -84,9 +84,14 @@ class LoadPlan:
     cells: int = 0
     coming: float = 0.0  # requests expected to arrive before its first token (see ``arrivals``)
 
+    @classmethod
+    def of(cls, ahead: Ahead, behind: int = 0, coming: float = 0.0) -> "LoadPlan":
+        """The plan for what the engine reported, ``behind`` and ``coming``."""
+        return cls(ahead.wait_s, ahead.slowdown, max(behind, 0), ahead.step_s, ahead.cells, max(coming, 0.0))
+
     def others(self, n_cached: int) -> int:
         """Cells other sequences hold beside a prompt with ``n_cached`` of its tokens held."""
-        return others_cells(self.cells, n_cached)
+        return Ahead(cells=self.cells).others(n_cached)
 
 
 @dataclass(frozen=True)
@@ -124,14 +129,11 @@ def load_plan(backend: Backend, cost: PrefillCostModel, deadline: float | None, 
               coming: float = 0.0) -> LoadPlan:
     """What the engine's current load adds for a question due at ``deadline``
     with ``behind`` other requests already arrived and waiting to be planned
-    after it and ``coming`` more expected before its first token (nothing
-    for an engine that serves one request at a time)."""
-    if not isinstance(backend, LoadAware):
-        return LoadPlan()
-    load = backend.load()
-    wait = expected_wait(load, deadline if deadline is not None else math.inf, cost.prefill_s)
-    return LoadPlan(wait.seconds, slowdown(load, wait, cost.prefill_s), max(behind, 0),
-                    step_beside(load, wait, cost.prefill_s), load.cells, max(coming, 0.0))
+    after it and ``coming`` more expected before its first token: the
+    engine's own report of what it meets (nothing for an engine that does
+    not report one)."""
+    ahead = backend.ahead(deadline, cost.prefill_s) if isinstance(backend, LoadAware) else Ahead()
+    return LoadPlan.of(ahead, behind, coming)
 
 
 def under_load(idle: BudgetRequest, load: LoadPlan, bare_s: float, idle_bare_s: float,
@@ -171,12 +173,21 @@ def too_long(prompt_tokens: int, max_tokens: int, n_ctx: int) -> QuestionTooLong
     )
 
 
+def must_fit(prompt_tokens: int, max_tokens: int, n_ctx: int) -> None:
+    """Nothing when a prompt of ``prompt_tokens`` leaves ``max_tokens`` of
+    a context of ``n_ctx`` to answer, by the engine's own check
+    (:func:`engine.backend.check_fits`, the one every engine makes before
+    it works); else QuestionTooLong, in the user's words."""
+    try:
+        fits_the_context(prompt_tokens, max_tokens, n_ctx)
+    except ContextOverflow:
+        raise too_long(prompt_tokens, max_tokens, n_ctx) from None
+
+
 def check_fits(backend: Backend, question: str, max_tokens: int) -> None:
     """QuestionTooLong when ``question`` alone, with nothing else in its
     prompt, cannot fit ``backend``'s context with ``max_tokens`` to answer."""
-    bare = len(backend.tokenize(backend.render(build_messages(question, []))))
-    if bare > backend.n_ctx - max_tokens:
-        raise too_long(bare, max_tokens, backend.n_ctx)
+    must_fit(len(backend.tokenize(backend.render(build_messages(question, [])))), max_tokens, backend.n_ctx)
 
 
 class ShownForms:
@@ -258,9 +269,8 @@ class PromptPlanner:
         render = self._renderer(question, summary, past, place, collection)
         fixed_tokens = backend.tokenize(render([]))
         evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens, collection)
-        if len(fixed_tokens) > backend.n_ctx - max_tokens:
-            # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
-            raise too_long(len(fixed_tokens), max_tokens, backend.n_ctx)
+        # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
+        must_fit(len(fixed_tokens), max_tokens, backend.n_ctx)
         cached = self._cached(fixed_tokens, scope)
         safety = cost.safety_factor(n_cached=cached)
         planned_at = elapsed()
@@ -555,8 +565,7 @@ class PromptPlanner:
             if n + max_tokens <= n_ctx or not picked:
                 break
             picked.pop()
-        if n + max_tokens > n_ctx:
-            raise too_long(n, max_tokens, n_ctx)
+        must_fit(n, max_tokens, n_ctx)
         return text, shown, [picked[j][0] for j in order], tokens
 
     def _focused(self, passage: ContextPassage, terms: set[str], cap: int, number: int,

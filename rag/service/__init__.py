@@ -8,7 +8,7 @@ each document's text and file), ``/v1/sessions``, ``/v1/profile``,
 ``/docs``, and the web page at ``/`` (``web``), a client of the same API.
 
 One model serves every request: requests queue for the engine, and the
-queue is visible to the budgeter (``admission``). The names below are
+engine's report of its queue is what the budgeter plans and admits by. The names below are
 imported on first use (:func:`rag.lazy_exports`), so that what the MCP
 server shares with it (``keys``, ``owners``) comes without FastAPI.
 """

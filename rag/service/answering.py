@@ -1,6 +1,7 @@
-"""Running questions for the HTTP layer: admission by the queue's expected
-wait, the pipeline's answer stream on a thread of its own, read from the
-event loop piece by piece, and the metrics of each answer.
+"""Running questions for the HTTP layer: the pipeline's answer stream on a
+thread of its own (admitted and planned by the engine's own report of its
+queue), read from the event loop piece by piece, and the metrics of each
+answer.
 
 Does not: speak any wire format (the routes do) or plan prompts.
 """
@@ -11,24 +12,13 @@ import asyncio
 import threading
 from typing import AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
-from engine.backend import LoadAware, Replicated
-
 from ..errors import RagError
 from ..qa.answer import Answer
 from ..qa.options import AskOptions
 from ..qa.pipeline import Pipeline
 from ..qa.stream import AnswerEvent, AnswerStream, TextPiece
-from .admission import EngineQueue, admit
 from .metrics import Metrics
 from .settings import ServiceSettings
-
-
-class Rejected(Exception):
-    """The engine is too busy for this request's target: retry after ``retry_after_s``."""
-
-    def __init__(self, retry_after_s: float) -> None:
-        super().__init__(f"retry after {retry_after_s:.1f} s")
-        self.retry_after_s = retry_after_s
 
 
 T = TypeVar("T")
@@ -182,52 +172,54 @@ class ThreadedAnswer:
 
 
 class Answering:
-    """Questions to answers for the routes: each request is admitted by the
-    queue's expected wait (see ``admission``), planned with that wait, run on
-    its own thread, and counted in the metrics."""
+    """Questions to answers for the routes: each request is admitted and
+    planned by the one decision the pipeline takes from the engine's own
+    report of its queue (``engine.backend.LoadAware``: fewer passages under
+    load, Overloaded only when the question alone cannot meet its target
+    behind it), run on its own thread, and counted in the metrics."""
 
     def __init__(self, pipeline: Pipeline, settings: ServiceSettings, metrics: Metrics) -> None:
         self.pipeline, self.settings, self.metrics = pipeline, settings, metrics
-        self.queue = EngineQueue()
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._service_s = 1.0  # a moving average of an answer's seconds, from its arrival; one answer to start
+
+    @property
+    def depth(self) -> int:
+        """Requests started here and not yet finished."""
+        with self._lock:
+            return self._depth
+
+    @property
+    def service_s(self) -> float:
+        """Seconds an answer has lately taken, from its arrival (a moving average)."""
+        with self._lock:
+            return self._service_s
+
+    def _count(self, change: int) -> None:
+        with self._lock:
+            self._depth += change
+            self.metrics.queue_depth.set(self._depth)
 
     def start(self, endpoint: str, question: str, asked: Mapping[str, object]) -> ThreadedAnswer:
         """The answer to ``question`` with the :class:`AskOptions` fields
-        ``asked`` (those left out: the service's defaults), started.
-        Rejected when the expected wait alone exceeds the target, RagError
-        for bad options or more answer tokens than this server allows."""
+        ``asked`` (those left out: the service's defaults), started; a
+        RagError for bad options or more answer tokens than this server
+        allows, and Overloaded (while it is read) for a question the
+        engine's load keeps from its target even without passages, where
+        the service refuses those (``reject_over_target``)."""
         options = AskOptions.of(**asked).resolved(self.pipeline.settings)
         limit = self.settings.max_tokens_limit
         if options.max_tokens > limit:
             raise RagError(f"max_tokens {options.max_tokens} is over this server's limit of {limit}")
-        planned_wait: float | None = None  # the queue's wait planned for (its path only)
-        if self.settings.admission == "deadline" and isinstance(self.pipeline.backend, LoadAware):
-            # The engine's scheduler knows the load: the plan takes fewer passages, or refuses.
-            stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
-        else:
-            # A server serves as many at once as its slots (over every worker behind a router).
-            backend = self.pipeline.backend
-            parallel = backend.parallel if isinstance(backend, Replicated) else 1
-            decision = admit(self.queue.expected_wait(parallel), options.target(),
-                             load_aware=self.settings.load_aware, reject_over_target=self.settings.reject_over_target)
-            if not decision.admit:
-                self.metrics.requests.labels(endpoint, "rejected").inc()
-                raise Rejected(decision.retry_after_s)
-            least = {"max_k": 1, "min_k": 1} if decision.least_context else {}
-            stream = self.pipeline.stream(question, options, expected_wait_s=decision.expected_wait_s, **least)
-            planned_wait = decision.expected_wait_s
-        ahead = self.queue.depth
-        self.queue.enter()
-        self.metrics.queue_depth.set(self.queue.depth)
+        stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
+        self._count(+1)
 
         def finished(answer: Answer | None) -> None:
-            engine_s = answer.timings.total_s - answer.timings.queue_s if answer is not None else None
-            self.queue.leave(engine_s)
-            self.metrics.queue_depth.set(self.queue.depth)
-            if answer is not None and planned_wait is not None and not answer.declined:
-                # How long it waited beyond its idle prediction, with `ahead` before it: the queue learns.
-                idle = answer.budget.predicted_ttft_s - planned_wait
-                self.queue.learn_wait(ahead, answer.timings.ttft_s - idle)
+            self._count(-1)
             if answer is not None:
+                with self._lock:
+                    self._service_s = 0.8 * self._service_s + 0.2 * answer.timings.total_s
                 self.metrics.observe(answer)
                 self.metrics.requests.labels(endpoint, "ok").inc()
 

@@ -61,7 +61,6 @@ def create_app(pipeline: Pipeline, settings: ServiceSettings | None = None, *,
     app.state.keyless_caller = SHELL_USER if audience == "shell" else LOCAL_USER
     # Kept for tests and the bench: the parts they look at.
     app.state.pipeline, app.state.settings, app.state.metrics = pipeline, settings, state.metrics
-    app.state.queue = state.answering.queue
     _add_error_handlers(app)
     app.add_middleware(TrackUploads, uploads=state.uploads)  # inside the gate: only uploads it let through
     app.add_middleware(Gate, state=state)  # keys, rate and body limits, before any body is read

@@ -199,7 +199,7 @@ class Gate:
             return None, _too_many(f"the most a caller may have is {settings.upload_bytes_in_flight} bytes of uploads "
                                    "in flight (upload_bytes_in_flight)", RETRY_IN_FLIGHT_S)
         if kind == "questions":
-            wait = max(RETRY_IN_FLIGHT_S, self.state.answering.queue.service_s)
+            wait = max(RETRY_IN_FLIGHT_S, self.state.answering.service_s)
             return None, _too_many(f"this caller already has {counter.most} questions in flight, the most it may "
                                    "(questions_in_flight)", wait)
         return None, _too_many(f"this caller already has {counter.most} upload{'s' if counter.most != 1 else ''} "

@@ -21,8 +21,8 @@ from ..index.collection_names import DEFAULT_COLLECTION
 from ..qa.answer import Answer
 from ..qa.stream import AnswerEvent
 from ..qa.options import DEFAULT_MAX_TOKENS
-from .answering import ClientGone, Rejected, ThreadedAnswer
-from .errors import busy, error, error_event, failure, outcome, sse
+from .answering import ClientGone, ThreadedAnswer
+from .errors import error, error_event, failure, outcome, sse
 from .schemas import ChatBody
 from .keys import LOCAL_USER, Caller
 from .owners import as_seen_by, asking
@@ -67,8 +67,6 @@ async def chat_completions(body: ChatBody, request: Request, state: ServiceState
         first = None
     except ClientGone:
         return Response(status_code=499)
-    except Rejected as exc:
-        return busy(exc.retry_after_s)
     except RagError as exc:
         state.metrics.requests.labels("chat", outcome(exc)).inc()
         return failure(exc)

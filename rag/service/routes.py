@@ -25,8 +25,8 @@ from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.answer import Answer
 from ..qa.stream import AnswerEvent, EvidenceFound
 from ..qa.options import CollectionName
-from .answering import ClientGone, Rejected, ThreadedAnswer
-from .errors import NO_DOCUMENTS, busy, error, error_event, failure, for_the_web, outcome, sse
+from .answering import ClientGone, ThreadedAnswer
+from .errors import NO_DOCUMENTS, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, CollectionBody, SearchBody
 from .owners import SHELL_USER, as_seen_by, asking
 from .rights import COLLECTION_QUERY, readable, refusal, service_wide_refusal
@@ -45,7 +45,7 @@ async def healthz(state: ServiceState = Depends(service)) -> dict:
     up; with its queue depth, how many collections and documents the index
     holds (never their names), and, behind a router, the router's workers."""
     warmup = state.warmup
-    found: dict[str, object] = {"status": warmup.status, "queue_depth": state.answering.queue.depth}
+    found: dict[str, object] = {"status": warmup.status, "queue_depth": state.answering.depth}
     if warmup.error is not None:
         found["error"] = for_the_web(str(warmup.error))
     if warmup.seconds is not None:
@@ -133,8 +133,6 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
         first = None  # an empty answer: straight to the final event
     except ClientGone:
         return Response(status_code=499)
-    except Rejected as exc:
-        return busy(exc.retry_after_s)
     except RagError as exc:
         state.metrics.requests.labels("ask", outcome(exc)).inc()
         return failure(exc)

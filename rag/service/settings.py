@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import warnings
 from pathlib import Path
 from typing import Annotated, Literal, NamedTuple, Optional
 
@@ -72,13 +73,24 @@ class ServiceSettings(BaseSettings):
         80 << 20, ge=0, description="Bytes of uploads one caller may have in flight at once (at least "
                                     "max_upload_bytes); 0: no limit")
     reject_over_target: bool = Field(True, description="429 when the queue alone exceeds the target; else minimum context")
-    load_aware: bool = Field(True, description="Plan each request's budget with the queue wait expected ahead of it")
-    admission: Literal["deadline", "queue"] = Field(
-        "deadline", description="deadline: the engine's scheduler plans and refuses; queue: one request at a time")
+    # One admission decision since issue 56: the engine's own report of its queue (rag.service.README).
+    # These chose between that and a queue estimate the service kept; accepted for one more release,
+    # with a warning, and no longer read.
+    load_aware: bool = Field(True, description="deprecated, no longer read")
+    admission: Literal["deadline", "queue"] = Field("deadline", description="deprecated, no longer read")
     watch: Annotated[list[WatchedFolder], NoDecode] = Field(
         default_factory=list, description="Folders kept indexed: ingested at start and whenever a file changes, "
                                           "each DIR or DIR=COLLECTION (default: the default collection; "
                                           "comma-separated or a JSON list)")
+
+    @field_validator("load_aware", "admission")
+    @classmethod
+    def _no_longer_read(cls, value, info):
+        if value != cls.model_fields[info.field_name].default:
+            warnings.warn(f"the service setting {info.field_name} is no longer read: every request is admitted and "
+                          "planned by the engine's own report of its queue (rag/service/README.md)",
+                          DeprecationWarning, stacklevel=2)
+        return value
 
     @field_validator("api_keys", "watch", mode="before")
     @classmethod

@@ -1,5 +1,5 @@
 """What the service's routes share: the pipeline, the settings, the
-metrics, the answering queue, the limits per caller, the ingest lock and
+metrics, the answering in progress, the limits per caller, the ingest lock and
 the uploads in flight.
 
 Does not: handle requests.
