@@ -39,7 +39,7 @@ FLAGS = {
     "index": "--index", "model": "--model", "retrieval": "--retrieval", "target_ttft": "--target-ttft",
     "engine_url": "--engine-url", "engine_routing": "--engine-routing", "engine_model": "--engine-model",
     "gpu_layers": "--gpu-layers", "flash_attn": "--flash-attn", "kv_type": "--kv-type", "max_file_mb": "--max-file-mb",
-    "no_server": "--no-server",
+    "no_server": "--no-server", "service_url": "--service-url",
     "splice_fresh": "--splice-fresh", "exact_passages": "--exact-passages",
 }
 
@@ -81,6 +81,10 @@ class Settings(BaseSettings):
         default_factory=EngineSettings,
         description="the engine's options, each also set by its flat name (RAG_SLOTS, RAG_ENGINE_URL, ...)")
     no_server: bool = Field(False, description="rag ask, chat and search answer in process, not through the resident server")
+    service_url: Optional[str] = Field(
+        None, pattern=r"^https?://", description="rag ask, chat and search answer through the rag server at this URL "
+                                                 "(`rag serve` elsewhere), not through a server of their own")
+    service_key: Optional[str] = Field(None, description="the bearer key that server wants (RAG_SERVICE_KEY only)")
     server_idle_s: float = Field(900.0, gt=0, description="seconds a resident server waits idle before it exits")
     runtime_dir: Optional[Path] = Field(None, description="resident servers' sockets (default: $XDG_RUNTIME_DIR/rag-budget)")
 

@@ -36,7 +36,7 @@ from .seen import clock
 
 if TYPE_CHECKING:  # the pipeline imports the index and the engine: only commands that answer here load it
     from ..qa.pipeline import Pipeline
-    from ..resident.client import ResidentClient
+    from ..qa.answerer import Answerer
 
 app = typer.Typer(
     name="rag",
@@ -101,13 +101,17 @@ def _engine_options(
         None, "--exact-passages/--no-exact-passages",
         help="Lossless passage KV reuse: keep the exact KV of prompts' passages and reuse it where a later prompt "
              "begins the same way (default: $RAG_EXACT_PASSAGES, else on; see README)."),
+    service_url: Optional[str] = typer.Option(
+        None, "--service-url",
+        help="Ask, chat and search through the rag server at this URL (`rag serve` elsewhere) "
+             "($RAG_SERVICE_URL; its key: $RAG_SERVICE_KEY)."),
 ) -> None:
     """Local document question answering that treats the prompt as a cost."""
     clock.invoked()
     _ENGINE_FLAGS.clear()
     _ENGINE_FLAGS.update(engine_url=engine_url, engine_routing=engine_routing, engine_model=engine_model,
                          gpu_layers=gpu_layers, flash_attn=flash_attn, kv_type=kv_type, splice_fresh=splice_fresh,
-                         exact_passages=exact_passages)
+                         exact_passages=exact_passages, service_url=service_url)
 
 
 def settings(**flags) -> Settings:
@@ -133,10 +137,16 @@ def command_pipeline(settings: Settings, **options) -> Pipeline:
     return open_pipeline(settings, notice=note, **options)
 
 
-def question_pipeline(settings: Settings) -> Pipeline | ResidentClient:
-    """What ``rag ask``, ``chat`` and ``search`` answer with: the resident
-    server of this set-up, started in the background if none runs; with
-    ``--no-server`` (``RAG_NO_SERVER=1``) a pipeline in this process."""
+def question_pipeline(settings: Settings) -> Answerer:
+    """What ``rag ask``, ``chat`` and ``search`` answer with: the rag server
+    at ``--service-url`` (``RAG_SERVICE_URL``) where one is named; else the
+    resident server of this set-up, started in the background if none
+    runs; with ``--no-server`` (``RAG_NO_SERVER=1``) a pipeline in this
+    process."""
+    if settings.service_url:
+        from ..service.client import ServiceClient
+
+        return ServiceClient.of(settings)
     if settings.no_server:
         return command_pipeline(settings)
     from ..resident.client import ResidentClient

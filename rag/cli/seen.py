@@ -88,7 +88,8 @@ class Seen:
     """One answer as the person saw it: from ``started`` (the command's
     start, or in ``rag chat`` the question's) to the first text written
     (``first_text``) and to the end, and whether a resident server
-    (``via="server"``, its pid) or this process (``"process"``) answered."""
+    (``via="server"``, its pid), a ``rag serve`` elsewhere (``"service"``) or
+    this process (``"process"``) answered."""
 
     started: float
     via: str = "process"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Mapping
 from ..errors import CollectionNotFound, DocumentNotFound, RagError
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.answer import Answer, where
+from ..qa.answerer import SharesStore
 from ..qa.options import AskOptions, valid_text
 from ..retrieval.scope import Scope
 from ..service.keys import LOCAL_USER, Caller
@@ -64,9 +65,16 @@ def ask(connection: Connection, question: str, asked: Mapping[str, object] | Non
     session, collection = asked.get("session"), asked.get("collection") or DEFAULT_COLLECTION
     readable(caller, collection)
     answerer = connection.get()
-    # No store opened without a session for the local user (whose prompts' cache scope is "").
-    stored, caches = asking(answerer.conversations, caller, collection, session) \
-        if session is not None or caller != LOCAL_USER else (None, "")
+    if not isinstance(answerer, SharesStore):
+        # A rag serve elsewhere keeps its sessions, by its own key: one caller's only (the local user's).
+        if caller != LOCAL_USER:
+            raise RagError("the rag server these tools ask keeps its own conversations: serve MCP callers "
+                           "with keys from a set-up of its own, not through --service-url")
+        stored, caches = session, ""
+    elif session is not None or caller != LOCAL_USER:
+        stored, caches = asking(answerer.conversations, caller, collection, session)
+    else:  # no store opened without a session for the local user (whose prompts' cache scope is "")
+        stored, caches = None, ""
     options = AskOptions.of(**asked | {"session": stored, "collection": collection, "cache_scope": caches})
     text = ""
     with answerer.stream(question, options) as stream:

@@ -1,7 +1,10 @@
 """What answers a question for a front end: the one protocol the command
 line and MCP call, whether the question is answered in this process
-(:class:`~rag.qa.pipeline.Pipeline`) or by the resident server
-(:class:`~rag.resident.client.ResidentClient`) (issue 56).
+(:class:`~rag.qa.pipeline.Pipeline`), by this set-up's resident server
+(:class:`~rag.resident.client.ResidentClient`) or by a ``rag serve``
+elsewhere (:class:`~rag.service.client.ServiceClient`) (issue 56). The
+HTTP service's routes answer through a Pipeline, and the LangChain
+retriever reads a Pipeline's budget.
 
 Does not: answer anything itself; it only says what an answerer offers.
 """
@@ -20,8 +23,9 @@ if TYPE_CHECKING:
 @runtime_checkable
 class Answerer(Protocol):
     """Questions answered and documents read, by this process or a server.
-    ``via``: ``"process"`` or ``"server"``; ``server_pid``: the server's
-    process (None in process)."""
+    ``via``: ``"process"``, ``"server"`` (this set-up's resident server) or
+    ``"service"`` (a ``rag serve`` elsewhere); ``server_pid``: the resident
+    server's process (None otherwise)."""
 
     via: str
     server_pid: int | None
@@ -50,11 +54,6 @@ class Answerer(Protocol):
         """The stored conversation ``session``: its summary and recent turns."""
         ...
 
-    @property
-    def conversations(self) -> "Conversations":
-        """The conversation store."""
-        ...
-
     def reset(self, session: str) -> None:
         """Forget conversation ``session``."""
         ...
@@ -73,4 +72,18 @@ class Answerer(Protocol):
 
     def close(self) -> None:
         """Release what is held."""
+        ...
+
+
+@runtime_checkable
+class SharesStore(Protocol):
+    """An answerer whose conversation store this process may open too (a
+    pipeline here, or this set-up's resident server, whose store is a file
+    or database both reach): where the MCP tools claim a session id for
+    their caller before it is answered in. A ``rag serve`` elsewhere keeps
+    its own."""
+
+    @property
+    def conversations(self) -> "Conversations":
+        """The conversation store."""
         ...
