@@ -1,5 +1,5 @@
-"""How the engine is set up: a validated value object, and the one function
-that opens the backend it describes.
+"""How the engine is set up: a validated value object (``engine.opening``
+opens the backend it describes).
 
 Every engine default is written here once, in :class:`EngineSettings`. The
 values come from ``rag.settings.Settings``, whose ``engine`` field they are
@@ -11,13 +11,10 @@ Does not: decide prompts or keep profiles.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .backend import Backend
 from .errors import EngineSettingsError
 from .scheduler import BUSY_STEP_TOKENS
 
@@ -105,46 +102,3 @@ class EngineSettings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             raise EngineSettingsError(f"{'.'.join(map(str, first['loc'])) or 'engine settings'}: {first['msg']}") from None
-
-
-def open_backend(
-    settings: EngineSettings,
-    *,
-    model: str | os.PathLike[str] | None,
-    snapshot_dir: Path | None,
-    check_dir: Path | None = None,
-    notice: Callable[[str], None] | None = None,
-    extra_bufts: bool | None = None,
-) -> Backend:
-    """The backend ``settings`` describe: a remote server, or the GGUF
-    ``model`` (default: the bundled one) in this process, its session KV
-    saved under ``snapshot_dir`` (None: in RAM only). Raises an EngineError
-    with a message for the user: ModelFileError, EngineSettingsError,
-    InsufficientMemory or EngineUnreachable, or EngineCrashed (llama.cpp
-    dies on this machine; the verdict of its self-check is kept in
-    ``check_dir``; ``extra_bufts`` given skips it, see ``LlamaCppBackend``).
-    Several comma-separated URLs start vLLM's router over them, routing by
-    ``engine_routing``, and the backend talks to the router (stopped when
-    the backend closes); without ``vllm-router`` installed,
-    EngineUnreachable says how to start it."""
-    urls = engine_urls(settings.engine_url)
-    if urls:
-        from .remote.backend import RemoteBackend
-
-        router = None
-        if len(urls) > 1:
-            from .remote.router import RouterProcess
-
-            router = RouterProcess(urls, policy=settings.engine_routing)
-        try:
-            return RemoteBackend(router.url if router else urls[0], model=settings.engine_model,
-                                 api_key=settings.engine_api_key, n_ctx=settings.n_ctx,
-                                 repeat_penalty=settings.repeat_penalty, owned=router)
-        except BaseException:
-            if router is not None:
-                router.stop(keep_log=True)
-            raise
-    from .llama_cpp.backend import LlamaCppBackend
-
-    return LlamaCppBackend(model, settings, snapshot_dir=snapshot_dir, check_dir=check_dir, notice=notice,
-                           extra_bufts=extra_bufts)

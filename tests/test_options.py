@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from engine.settings import EngineSettings, open_backend
+from engine.opening import open_backend
+from engine.settings import EngineSettings
 from rag.errors import RagError
 from rag.qa.options import MAX_CANDIDATES, AskOptions
 from rag.settings import Settings

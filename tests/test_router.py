@@ -20,7 +20,8 @@ from engine.remote import router as router_module
 from engine.remote.backend import RemoteBackend
 from engine.remote.llama_server import LlamaServer
 from engine.remote.router import RouterProcess, router_binary
-from engine.settings import EngineSettings, open_backend
+from engine.opening import open_backend
+from engine.settings import EngineSettings
 from rag import EngineUnavailable, Pipeline
 
 pytestmark = pytest.mark.model

@@ -236,7 +236,7 @@ def in_process(s, extra_bufts: bool | None) -> Backend:
     """The in-process engine of settings ``s``, with llama.cpp's extra buffer
     types as its self-check decides (None) or as given, and without on-disk
     stores (a bench must not share them)."""
-    from engine.settings import open_backend
+    from engine.opening import open_backend
 
     return open_backend(s.engine.changed(snapshot_disk_bytes=0), model=s.model, snapshot_dir=None,
                         check_dir=s.engine_check_folder, extra_bufts=extra_bufts)

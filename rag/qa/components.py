@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from engine.backend import Backend
-from engine.settings import open_backend
+from engine.opening import open_backend
 from prompt_budget import HistoryPolicy
 
 from .. import paths

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from prompt_budget import (
     plan_budget,
     turns_to_skip,
 )
-from prompt_budget.budgeter import passage_room
+from prompt_budget.budgeter import Plan, passage_room
 from prompt_budget.layout import evidence_block
 from prompt_budget.focus import best_window, focus_cap
 from prompt_budget.trim import sentence_ends, trim_to_tokens
@@ -92,6 +92,18 @@ class LoadPlan:
     def others(self, n_cached: int) -> int:
         """Cells other sequences hold beside a prompt with ``n_cached`` of its tokens held."""
         return Ahead(cells=self.cells).others(n_cached)
+
+
+class _Frame(NamedTuple):
+    """What a prompt's passages are chosen within (see ``PromptPlanner._frame``)."""
+
+    cached: int
+    safety: float
+    planned_at: float
+    idle: BudgetRequest
+    request: BudgetRequest
+    busy: bool
+    loaded: Callable[[int, int], float]
 
 
 @dataclass(frozen=True)
@@ -259,57 +271,32 @@ class PromptPlanner:
         target under this load. ``ranked``: the evidence units of ``hits``
         (``rag.qa.evidence``); the best of those the prompt shows are quoted
         where ``options.evidence`` says, their tokens costed."""
-        backend, max_tokens = self.backend, options.max_tokens
-        summary, past = history.summary, self._turns_in_view(question, history, max_tokens)
+        max_tokens = options.max_tokens
+        past = self._turns_in_view(question, history, max_tokens)
         place = options.evidence if ranked is not None else "off"
-
         # The default collection's prompts stay as before; a named one heads its passages and each names it.
         collection = named(options.collection)
         scope = options.cache_scope  # what the engine will find cached for it: its own scope's cells only
-        render = self._renderer(question, summary, past, place, collection)
-        fixed_tokens = backend.tokenize(render([]))
-        evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens, collection)
-        # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
-        must_fit(len(fixed_tokens), max_tokens, backend.n_ctx)
-        cached = self._cached(fixed_tokens, scope)
-        safety = cost.safety_factor(n_cached=cached)
-        planned_at = elapsed()
-        idle = BudgetRequest(
-            fixed_tokens=len(fixed_tokens) + evidence_room, n_ctx=backend.n_ctx, reserve_tokens=max_tokens, target_ttft=target_ttft,
-            cached_tokens=cached, overhead_s=planned_at + cost.overhead() + options.expected_wait_s,
-            safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
-        )
-        def loaded(n_new: int, n_cached: int) -> float:
-            return load.slowdown * cost.predict(PromptShape(n_new, n_cached, load.others(n_cached)))
-
-        new = max(len(fixed_tokens) - cached, 0)
-        request, busy = under_load(idle, load, cost.overhead() + loaded(new, cached),
-                                   cost.overhead() + cost.predict(PromptShape(new, cached)), options.refuse_late)
-        passages, candidates, path = self._candidates(question, hits, request, loaded,
+        render = self._renderer(question, history.summary, past, place, collection)
+        frame = self._frame(render, hits, options, target_ttft, cost, elapsed(), load, ranked, place, collection)
+        passages, candidates, path = self._candidates(question, hits, frame.request, frame.loaded,
                                                       lambda kept: cost.splice_seconds(kept) + load.step_s,
-                                                      render, cached, ranked, collection, scope)
-        if path and hits:
-            request = replace(request, prefer_stored=PREFER_HELD * abs(hits[0].score))
-        try:
-            plan, candidates = held_budget(candidates, path, request, loaded)
-            cut = 0
-            if busy:
-                cut = max(len(plan_budget(candidates, idle, cost.prefill_s).chosen) - len(plan.chosen), 0)
-        except ContextTooSmall as exc:
-            raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
+                                                      render, frame.cached, ranked, collection, scope)
+        plan, candidates, cut = self._budgeted(candidates, path, hits, frame, cost, max_tokens)
         picked = self._picked(plan, passages, self._evidence_starts(ranked, hits, passages))
         text, shown, chosen, tokens = self._fitted(picked, hits, render, max_tokens, options.passage_order, path)
         bare = len(tokens)
         evidence, quotes, text, tokens = self._quoted(ranked, hits, chosen, shown, render, place, text, tokens,
                                                       max_tokens)
-        held, extra_s = self._held_after_splice(tokens, shown, chosen, plan, candidates, cached, path, cost, load,
-                                                collection, scope)
-        seconds = loaded(max(len(tokens) - held, 0), held) + extra_s
+        held, extra_s = self._held_after_splice(tokens, shown, chosen, plan, candidates, frame.cached, path, cost,
+                                                load, collection, scope)
+        seconds = frame.loaded(max(len(tokens) - held, 0), held) + extra_s
+        overhead, safety = frame.request.overhead_s, frame.safety
         budget = Budget(
-            target_ttft=target_ttft, predicted_ttft_s=request.overhead_s + seconds, candidates=len(hits),
-            chosen=len(chosen), planned_ttft_s=request.overhead_s + safety * seconds,
-            feasible=target_ttft is None or request.overhead_s + safety * seconds <= target_ttft,
-            safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=cached,
+            target_ttft=target_ttft, predicted_ttft_s=overhead + seconds, candidates=len(hits),
+            chosen=len(chosen), planned_ttft_s=overhead + safety * seconds,
+            feasible=target_ttft is None or overhead + safety * seconds <= target_ttft,
+            safety=safety, decisions=_decisions(plan, hits, candidates, chosen), cached_tokens=frame.cached,
             load_wait_s=load.wait_s, cut_for_load=cut, turns_left_out=len(history.turns) - len(past),
             predicted_prefill_s=seconds, behind=load.behind, coming=round(load.coming, 2),
             evidence_s=round(ranked.seconds, 4) if ranked is not None else 0.0, evidence_tokens=len(tokens) - bare)
@@ -317,9 +304,56 @@ class PromptPlanner:
             self.forms.note([(hits[i].chunk_id, p) for i, p in zip(chosen, shown)], scope)
         user = build_messages(question, shown, evidence=quotes if place in ("last", "both") else (),
                               collection=collection)
-        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past), planned_at,
-                             tuple(passage_body(p) for p in shown), self._to_keep(hits, plan, candidates, collection),
-                             tuple(evidence), lead_for(place, quotes))
+        return PlannedPrompt(text, tuple(hits[i] for i in chosen), budget, user[-1].content, len(past),
+                             frame.planned_at, tuple(passage_body(p) for p in shown),
+                             self._to_keep(hits, plan, candidates, collection), tuple(evidence), lead_for(place, quotes))
+
+    def _frame(self, render: Callable[..., str], hits: Sequence[Hit], options: AskOptions, target_ttft: float | None,
+               cost: PrefillCostModel, planned_at: float, load: LoadPlan, ranked: Ranked | None, place: str,
+               collection: str | None) -> "_Frame":
+        """What the passages are chosen within: the prompt without them (a
+        QuestionTooLong where even that cannot fit), its cached tokens, the
+        budget request on an idle engine and as the load changes it (an
+        Overloaded where ``options.refuse_late`` and only the load keeps it
+        from its target), and the prefill seconds under that load."""
+        backend, max_tokens = self.backend, options.max_tokens
+        fixed_tokens = backend.tokenize(render([]))
+        evidence_room = self._evidence_room(ranked, hits, place, len(fixed_tokens), max_tokens, collection)
+        # Before any refusal for load: no wait makes it fit, so it is a 413, never a 429 (issue 27).
+        must_fit(len(fixed_tokens), max_tokens, backend.n_ctx)
+        cached = self._cached(fixed_tokens, options.cache_scope)
+        safety = cost.safety_factor(n_cached=cached)
+        idle = BudgetRequest(
+            fixed_tokens=len(fixed_tokens) + evidence_room, n_ctx=backend.n_ctx, reserve_tokens=max_tokens,
+            target_ttft=target_ttft, cached_tokens=cached, overhead_s=planned_at + cost.overhead() + options.expected_wait_s,
+            safety=safety, min_k=options.min_k, max_k=options.max_k, relevance_floor=options.relevance_floor,
+        )
+
+        def loaded(n_new: int, n_cached: int) -> float:
+            return load.slowdown * cost.predict(PromptShape(n_new, n_cached, load.others(n_cached)))
+
+        new = max(len(fixed_tokens) - cached, 0)
+        request, busy = under_load(idle, load, cost.overhead() + loaded(new, cached),
+                                   cost.overhead() + cost.predict(PromptShape(new, cached)), options.refuse_late)
+        return _Frame(cached, safety, planned_at, idle, request, busy, loaded)
+
+    @staticmethod
+    def _budgeted(candidates: Sequence[Candidate], path: Sequence[int], hits: Sequence[Hit], frame: "_Frame",
+                  cost: PrefillCostModel, max_tokens: int) -> tuple[Plan, list[Candidate], int]:
+        """The budget's choice among ``candidates`` (held passages first,
+        along ``path``), the candidates as it took them, and how many fewer
+        it chose for the load than an idle engine would have."""
+        request = frame.request
+        if path and hits:
+            request = replace(request, prefer_stored=PREFER_HELD * abs(hits[0].score))
+        try:
+            plan, candidates = held_budget(candidates, path, request, frame.loaded)
+            cut = 0
+            if frame.busy:
+                cut = max(len(plan_budget(candidates, frame.idle, cost.prefill_s).chosen) - len(plan.chosen), 0)
+        except ContextTooSmall as exc:
+            raise too_long(exc.fixed_tokens, max_tokens, exc.n_ctx) from None
+        return plan, candidates, cut
 
     def _renderer(self, question: str, summary: str | None, past: Sequence, place: str, collection: str | None
                   ) -> Callable[..., str]:
