@@ -39,9 +39,9 @@ import httpx
 from engine.backend import StepCounters
 
 from ..errors import RagError
+from ..evaluation.stats import percentile
 from . import setup
 from .setup import Harness
-from .stats import percentile
 
 if TYPE_CHECKING:
     from ..qa.pipeline import Pipeline
