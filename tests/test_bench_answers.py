@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rag.bench.grading import GoldQuestion, facts_found, is_right, load_gold, normalise, token_f1
-from rag.bench.stats import bootstrap_interval, mean
 from rag.errors import RagError
+from rag.evaluation.grading import GoldQuestion, facts_found, is_right, load_gold, normalise, token_f1
+from rag.evaluation.stats import bootstrap_interval, mean
 
 BUNDLED = Path(__file__).resolve().parent.parent / "rag" / "bench" / "data" / "python_docs_answers.jsonl"
 DOCS = Path("/usr/share/doc/python3.11/html/_sources")

@@ -175,16 +175,9 @@ subprocess.run([sys.executable, "-m", f"PKG.{name}", "--help"])
     assert bench_imports_in(f'"""See {PACKAGE}.ttft."""\nfrom rag import cli\nrun("bench", "ttft")\n') == []
 
 
-# Tests of bench internals not yet driven through their commands (issue 56): this list only shrinks.
-NOT_YET = {"tests/test_bench_answers.py", "tests/test_bench_plot.py", "tests/test_bench_serve.py",
-           "tests/test_bench_splice.py", "tests/test_bench_ttft.py", "tests/test_question_sets.py",
-           "tests/test_service.py"}
-
-
 def test_no_test_reaches_the_bench_package():
     modules = sorted(TESTS.rglob("*.py"))
     assert len(modules) > 80
     found = [f for path in modules
              for f in bench_imports_in(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
-    assert not [f for f in found if f.split(":")[0] not in NOT_YET], "\n".join(found)
-    assert {f.split(":")[0] for f in found} == NOT_YET  # one converted: take it off the list
+    assert not found, "\n".join(found)

@@ -17,7 +17,7 @@ from .conftest import assert_clean_error
 
 pytest.importorskip("matplotlib", reason="the bench extra is not installed")
 
-from rag.bench.plot import MEASURED, PREDICTED, check_plot_path, plot_ttft, ttft_figure  # noqa: E402
+from rag.evaluation.plot import MEASURED, PREDICTED, check_plot_path, plot_ttft, ttft_figure  # noqa: E402
 
 SVG = "{http://www.w3.org/2000/svg}"
 

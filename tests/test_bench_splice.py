@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rag.bench.splice import agreement, kl_divergence, splice_summary
+from rag.evaluation.agreement import agreement, kl_divergence, splice_summary
 
 
 def test_agreement_is_position_wise_over_the_full_prefills_answer():

@@ -346,7 +346,10 @@ def test_every_variable_reaches_every_command(run, corpus, tmp_path, monkeypatch
     assert_clean_error(run("search", "bread"), "RAG_RETRIEVAL")
 
 
-def test_bench_serve_runs_the_scheduler_and_one_at_a_time_side_by_side(run, corpus, tmp_path):
+def test_bench_serve_runs_the_scheduler_and_one_at_a_time_side_by_side(run, corpus, tmp_path, monkeypatch):
+    # Its servers take no caller limits (--limits off, the default), whatever RAG_SERVE_* says: with one
+    # question in flight a caller, the two clients' questions side by side would be refused (rate_limited).
+    monkeypatch.setenv("RAG_SERVE_QUESTIONS_IN_FLIGHT", "1")
     result = run("bench", "serve", "--corpus", corpus, "--include", "*", "--index", tmp_path / "index",
                  "--clients", "1,2", "--requests", "2", "--max-tokens", "4", "--slots", "2", "--json")
     assert result.exit_code == 0, result.output
@@ -356,6 +359,7 @@ def test_bench_serve_runs_the_scheduler_and_one_at_a_time_side_by_side(run, corp
                                                           (2, "scheduler"), (2, "one at a time")]
     keys = {"goodput_rps", "served_share", "degraded_share", "tok_s", "mean_decode_batch", "p95_ttft_s", "errors"}
     assert all(keys <= set(r) for r in runs) and all(r["errors"] == 0 for r in runs)
+    assert not any("rate_limited" in r["refused"] for r in runs) and d["config"]["limits"] == "off"
     assert all(r["mean_decode_batch"] >= 1 for r in runs if r["served"])
     assert d["summary"]["bound"]["requests_per_window"] > 0
 

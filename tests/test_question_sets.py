@@ -1,13 +1,15 @@
 """The question sets' split and their lines (pure: no model)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from rag.bench import setup
-from rag.bench.grading import GoldQuestion, load_gold
-from rag.bench.sets import half_of, split, summarise
 from rag.errors import RagError
+from rag.evaluation.grading import GoldQuestion, load_gold
+from rag.evaluation.sets import half_of, split, summarise
+
+SETS = Path(__file__).resolve().parent.parent / "rag" / "bench" / "data"  # beside the benches that read them
 
 
 def _q(i, answerable=True, lang="en"):
@@ -38,7 +40,7 @@ def test_an_unanswerable_line_needs_no_facts_but_an_answerable_one_does(tmp_path
 
 @pytest.mark.parametrize("name", ["git_docs.jsonl", "french_docs.jsonl"])
 def test_the_bundled_sets_load_with_ids_unique_and_unanswerable_questions(name):
-    qs = load_gold(setup.BENCH_DATA / name)
+    qs = load_gold(SETS / name)
     assert len({q.id for q in qs}) == len(qs)
     assert any(not q.answerable for q in qs) and all(q.gold for q in qs if q.answerable)
 

@@ -28,11 +28,11 @@ from engine.llama_cpp.snapshots import SnapshotCache
 from ..qa.citations import Grounding
 from ..qa.options import DEFAULT_CANDIDATES, DEFAULT_EVIDENCE
 from ..qa.pipeline import Pipeline
+from ..evaluation.grading import GoldQuestion, facts_found, load_gold, token_f1
+from ..evaluation.stats import bootstrap_interval, mean, percentile
 from . import setup
-from .grading import GoldQuestion, facts_found, load_gold, token_f1
 from .setup import Harness
 from .peer import WARM_UP_QUESTION, LangChainRag
-from .stats import bootstrap_interval, mean, percentile
 
 OURS = "rag-budget"
 OURS_FREE = "rag-budget, no target"

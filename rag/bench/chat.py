@@ -26,9 +26,9 @@ from prompt_budget.layout import SYSTEM_PROMPT, PastTurn, history_messages, pass
 
 from ..errors import RagError
 from ..qa.pipeline import Pipeline
+from ..evaluation.stats import mean, percentile
 from . import setup
 from .setup import Harness
-from .stats import mean, percentile
 
 
 def load_conversations(path) -> list[list[str]]:

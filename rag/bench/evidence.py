@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..qa.pipeline import Pipeline
+from ..evaluation.grading import GoldQuestion, facts_found
+from ..evaluation.questions import json_lines
+from ..evaluation.stats import mean
 from . import setup
 from .answers import MAX_EVIDENCE_WORDS, questions_and_pipeline
-from .grading import GoldQuestion, facts_found
 from .setup import Harness
-from .questions import json_lines
-from .stats import mean
 
 
 def bench_evidence(pipeline: Pipeline, questions: Sequence[GoldQuestion], unanswerable: Sequence[str], *,

@@ -30,9 +30,9 @@ import httpx
 
 from ..errors import RagError
 from ..service.page_driver import CHROMIUM_ARGS, find_chromium, open_page
+from ..evaluation.stats import percentile
 from . import setup
 from .setup import Harness
-from .stats import percentile
 
 SETTLE_S = 0.3  # pause after each answer, either way, before the next question
 

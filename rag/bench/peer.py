@@ -43,9 +43,9 @@ from prompt_budget.layout import SYSTEM_PROMPT
 from ..errors import RagError
 from ..qa.passages import splicing
 from ..index.store import embedded_text
+from ..evaluation.questions import Question
 from . import setup
 from .setup import Harness
-from .questions import Question
 from .ttft import settle
 from ..qa.pipeline import Pipeline
 

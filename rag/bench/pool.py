@@ -51,11 +51,11 @@ import httpx
 from engine.remote.router import POLICIES, ROUTER_FLAGS
 
 from ..errors import RagError
+from ..evaluation.stats import percentile
 from . import setup
 from .chat import load_conversations
 from .setup import Harness
 from .serve import GOOD_FACTOR, run_clients, summarise_run
-from .stats import percentile
 
 DEFAULT_POLICIES = ("cache_aware", "round_robin")
 ENGINE_SLOT_CTX = 4096

@@ -21,9 +21,9 @@ from typing import Callable, Optional, Sequence
 
 from prompt_budget.recent import quantile
 
+from ..evaluation.questions import Question, gold_ranks, metrics_from_ranks
 from . import setup
 from .setup import Harness
-from .questions import Question, gold_ranks, metrics_from_ranks
 from ..qa.pipeline import Pipeline
 from ..retrieval import DEFAULT_MODE, RRF_K, retrieve
 

@@ -47,10 +47,10 @@ from ..errors import RagError
 from ..qa.citations import Grounding, GroundedText
 from ..qa.pipeline import Pipeline
 from ..qa.planner import PlannedPrompt
+from ..evaluation.grading import GoldQuestion, is_right, load_gold
+from ..evaluation.stats import bootstrap_interval, mean, percentile
 from . import setup
-from .grading import GoldQuestion, is_right, load_gold
 from .setup import Harness
-from .stats import bootstrap_interval, mean, percentile
 
 FULL, EXACT, PREFIX = "full", "exact", "prefix cache"
 PASSES = 2

@@ -18,7 +18,8 @@ decode tokens per decode step (the batch size) from the engine's counters.
 :func:`run` is the whole of ``rag bench serve``: the corpus indexed, the
 servers started over it (the deadline scheduler, and one request at a time
 as before), measured by :func:`bench_serve` (which starts nothing: it is
-given their URLs), and stopped; with ``engines``, :func:`rag.bench.pool.run`.
+given their URLs), and stopped; with ``engines``, :func:`rag.bench.pool.run`;
+with ``url``, a server already running measured as it is.
 
 Does not: assert anything.
 """
@@ -39,9 +40,9 @@ import httpx
 from engine.backend import StepCounters
 
 from ..errors import RagError
+from ..evaluation.stats import percentile
 from . import setup
 from .setup import Harness
-from .stats import percentile
 
 if TYPE_CHECKING:
     from ..qa.pipeline import Pipeline
@@ -367,7 +368,7 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[i
         target_ttft: float = 2.0, max_tokens: int = 32, slots: int = 8, index: Optional[Path] = None,
         model: Optional[Path] = None, only: Sequence[str] = (), warm_passages: bool = False, fresh: bool = False,
         upload: Optional[Path] = None, upload_at: str = "during", limits: str = "off",
-        collections: int = 0) -> dict[str, object]:
+        collections: int = 0, url: Optional[str] = None) -> dict[str, object]:
     """``rag bench serve``: ``corpus`` indexed, two servers over it on
     127.0.0.1 (or those of ``only``, see :func:`serving`), the bundled
     Python-docs conversations' questions asked by ``clients`` concurrent
@@ -379,8 +380,10 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[i
     servers' caller limits. ``collections`` (1 or 2): a team on one
     service: the corpus in that many collections (the second ingested as
     "second", removed again at the end), each with a key that may read it
-    alone, the clients taking them in turn. A RagError, before anything
-    starts, for values out of range."""
+    alone, the clients taking them in turn. ``url``: instead, the server
+    already running there (one that asks no key) is measured as it is:
+    nothing indexed or started, no bound, its own limits. A RagError,
+    before anything starts, for values out of range."""
     from .chat import load_conversations
 
     if max(clients) > 64 or not 1 <= requests <= 10_000 or target_ttft <= 0:
@@ -391,9 +394,19 @@ def run(h: Harness, corpus: Path, include: Sequence[str], *, clients: Sequence[i
         raise RagError(f"--upload-at: {' or '.join(UPLOAD_AT)}, with --upload FILE")
     if collections not in (0, 1, 2):
         raise RagError("--collections: 1 or 2")
+    if url is not None and (collections or fresh or warm_passages or only or limits != "off"
+                            or not url.startswith(("http://", "https://"))):
+        raise RagError("--url: an http(s) URL of a server already running, measured as it is (no --system, --fresh, "
+                       "--warm-store, --limits or --collections)")
     questions = [q for c in load_conversations(setup.BENCH_DATA / "python_docs_chat.json") for q in c]
     warmed: dict[str, float | None] = {}
     document = (upload.name, read_upload(upload)) if upload is not None else None
+    if url is not None:
+        result = bench_serve([(url, url.rstrip("/"), None)], questions, clients=clients, requests=requests,
+                             target_ttft=target_ttft, max_tokens=max_tokens, progress=h.line, upload=document,
+                             upload_at=upload_at)
+        result["config"]["url"] = url
+        return result
 
     lanes = _lanes(collections)
 

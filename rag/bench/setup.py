@@ -69,7 +69,7 @@ class Harness:
 
 def questions_of(path: Path):
     """The questions of a JSON-lines file; a RagError if it holds none."""
-    from .questions import load_questions
+    from ..evaluation.questions import load_questions
 
     qs = load_questions(path)
     if not qs:

@@ -23,7 +23,8 @@ Agreement (what decides the default R) is position-wise: the share of the
 agreement is the share before the first difference. KL is
 KL(full || spliced) of the next-token distributions (softmax of the raw
 logits, no penalty), averaged over the ``n`` positions of a question, then
-over questions.
+over questions (:mod:`rag.evaluation.agreement` computes both, and the
+summary per R).
 
 :func:`run` is the whole of ``rag bench splice``: the corpus indexed, then
 every question measured.
@@ -38,50 +39,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-import numpy as np
-
 from engine.llama_cpp.passage_kv import find_spans
 from engine.llama_cpp.requests import Trace
 
 from ..errors import RagError
+from ..evaluation.agreement import AGREEMENT, agreement, kl_divergence, splice_summary
+from ..evaluation.questions import Question
+from ..evaluation.stats import mean
 from ..qa.pipeline import Pipeline
 from . import setup
 from .setup import Harness
-from .questions import Question
-from .stats import mean, percentile
 
 FRESH = (0, 4, 16, 32)
 ANSWER_TOKENS = 32
-AGREEMENT = 0.95  # the least mean agreement a default R must reach
-
-
-def kl_divergence(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
-    """KL(p || q) in nats of the softmax distributions of two logit rows.
-
-    ``kl_divergence(np.zeros(3), np.zeros(3)) -> 0.0``
-    """
-    lp = _log_softmax(np.asarray(p_logits, dtype=np.float64))
-    lq = _log_softmax(np.asarray(q_logits, dtype=np.float64))
-    return max(float(np.sum(np.exp(lp) * (lp - lq))), 0.0)
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    shifted = x - x.max()
-    return shifted - np.log(np.exp(shifted).sum())
-
-
-def agreement(full: Sequence[int], other: Sequence[int]) -> tuple[float, float]:
-    """Position-wise and prefix agreement of ``other`` with ``full``: the
-    share of ``full``'s positions holding the same token in ``other``, and
-    the share before their first difference (1.0 both for an empty ``full``).
-
-    ``agreement([1, 2, 3, 4], [1, 9, 3]) -> (0.5, 0.25)``
-    """
-    if not full:
-        return 1.0, 1.0
-    same = [i < len(other) and other[i] == t for i, t in enumerate(full)]
-    first = same.index(False) if False in same else len(full)
-    return sum(same) / len(full), first / len(full)
 
 
 class _Runner:
@@ -164,31 +134,6 @@ def bench_splice(
         "rows": rows,
         "summary": splice_summary(rows, fresh),
     }
-
-
-def splice_summary(rows: Sequence[dict], fresh: Sequence[int]) -> dict[str, object]:
-    """Per R: mean agreement, prefix agreement and KL, TTFT p50 cold and
-    warm; and the default R (the smallest whose agreement reaches 0.95
-    while something is still spliced and the warm TTFT beats the cold one:
-    an R past every passage's length agrees fully because it splices nothing)."""
-    table = []
-    for r in fresh:
-        mine = [row for row in rows if row["fresh"] == r]
-        table.append({
-            "fresh": r, "questions": len(mine), "agreement": round(mean(x["agreement"] for x in mine), 4),
-            "prefix_agreement": round(mean(x["prefix_agreement"] for x in mine), 4),
-            "kl": round(mean(x["kl"] for x in mine), 5),
-            "ttft_cold_p50_s": percentile([x["ttft_cold_s"] for x in mine], 0.5),
-            "ttft_warm_p50_s": percentile([x["ttft_warm_s"] for x in mine], 0.5),
-            "spliced_tokens": round(mean(x["spliced_tokens"] for x in mine), 1),
-            "passages_found": round(mean(x["passages_found"] / max(x["passages"], 1) for x in mine), 3),
-        })
-    ok = [row for row in table if row["questions"] and row["agreement"] >= AGREEMENT and row["spliced_tokens"] > 0
-          and row["ttft_warm_p50_s"] < row["ttft_cold_p50_s"]]
-    default = ok[0] if ok else None
-    return {"per_r": table, "default_r": default["fresh"] if default else None,
-            "agreement_at_default": default["agreement"] if default else None,
-            "timings_hold": all(row["timings_hold"] for row in rows)}
 
 
 def run(h: Harness, corpus: Path, include: Sequence[str], *, questions: Optional[Path] = None, limit: int = 0,

@@ -26,10 +26,10 @@ from typing import Callable, ContextManager, Iterator, Optional, Sequence
 from engine.backend import LoadAware, PassageKV, PrefixCache
 
 from ..qa.pipeline import Pipeline
+from ..evaluation.questions import Question
+from ..evaluation.stats import quantile
 from . import setup
 from .setup import Harness
-from .questions import Question
-from .stats import quantile
 
 SETTLE_S = 600.0  # the longest wait between passes for the engine to finish warming its passage store
 
@@ -206,7 +206,7 @@ def run(h: Harness, corpus: Path, questions: Path, targets: Sequence[float], *, 
     (:func:`bench_ttft`); KV snapshots and stored passages kept in RAM only,
     so every run starts cold. ``plot``: also drawn into that SVG or PNG
     (checked before anything runs). ``learn``: False freezes the cost model."""
-    from .plot import check_plot_path, plot_ttft
+    from ..evaluation.plot import check_plot_path, plot_ttft
 
     if plot is not None:
         check_plot_path(plot)

@@ -217,6 +217,7 @@ def bench_serve(
     upload_at: str = typer.Option("during", "--upload-at", help="With --upload: 'during' the first run, or just 'before' it (answered, then the documents listed, as the page does)."),
     limits: str = typer.Option("off", "--limits", help="The servers' caller limits: 'off', or 'default' (as `rag serve` has them; every client comes from 127.0.0.1)."),
     collections: int = typer.Option(0, "--collections", help="A team: the corpus in 1 or 2 collections, each with a key that reads it alone, the clients taking them in turn."),
+    url: Optional[str] = typer.Option(None, "--url", help="Instead: the server already running at this URL (a `rag serve` that asks no key), measured as it is: nothing indexed or started."),
 ) -> None:
     """Concurrent clients against real servers on 127.0.0.1: the deadline
     scheduler over several sequences, and one request at a time as before,
@@ -224,7 +225,8 @@ def bench_serve(
     decode tok/s and the decode batch size. With --engines N: one service
     through vLLM's router over N llama-server workers, each router policy in
     turn, concurrent clients each in a conversation: served and lost, TTFT
-    against the target, cached share, prediction error, requests per worker."""
+    against the target, cached share, prediction error, requests per worker.
+    With --url: the same clients against a server already running, as it is."""
     if engines is not None:
         from ..bench.pool import run as run_pool
 
@@ -247,7 +249,7 @@ def bench_serve(
         result = run(harness(), corpus, include, clients=levels, requests=requests, target_ttft=target_ttft,
                      max_tokens=max_tokens, slots=slots, index=index, model=model, only=only,
                      warm_passages=warm_store, fresh=fresh, upload=upload, upload_at=upload_at, limits=limits,
-                     collections=collections)
+                     collections=collections, url=url)
     if as_json:
         echo_json(result)
         return
@@ -285,7 +287,10 @@ def _print_serve(result: dict, requests: int, target_ttft: float) -> None:
         if r.get("refused"):
             kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(r["refused"].items()))
             console.print(f"{r['clients']} clients, {r['system']}: 429s by type: {kinds}")
-    console.print(f"caller limits: {result['config'].get('limits') or 'off'} (all clients from 127.0.0.1)")
+    if result["config"].get("url"):
+        console.print(f"caller limits: those of the server at {result['config']['url']}")
+    else:
+        console.print(f"caller limits: {result['config'].get('limits') or 'off'} (all clients from 127.0.0.1)")
     bound = result["summary"]["bound"]
     if bound:
         console.print(f"physical bound: {bound['prefill_tok_s']:g} prefill tok/s x {target_ttft:g} s / "

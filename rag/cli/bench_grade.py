@@ -60,7 +60,8 @@ def bench_answers(
         if unknown:
             raise RagError(f"--evidence/--evidence-variants: {', '.join(unknown)}? use {', '.join(EVIDENCE_PLACES)}")
         if half is not None:
-            from ..bench.sets import HALVES, run as run_set
+            from ..bench.sets import run as run_set
+            from ..evaluation.sets import HALVES
 
             if half not in HALVES or questions is None:
                 raise RagError(f"--half takes {', '.join(HALVES)}, with --questions FILE")
