@@ -324,3 +324,12 @@ def test_ctrl_c_while_the_command_starts_is_one_line(tmp_path):
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
     assert proc.returncode in (1, 130), (proc.returncode, text)
     assert len([line for line in text.splitlines() if line.strip()]) == 1, text
+
+
+def test_a_collection_named_in_the_query_is_checked_as_a_body_names_it(server):
+    # Found by the generated requests: "?collection=/" reached the uploads folder's name (a 500).
+    for method, path, extra in (("POST", "/v1/documents", {"files": {"file": ("a.md", b"# A\n\nText.\n")}}),
+                                ("GET", "/v1/documents", {}), ("GET", "/v1/sessions", {})):
+        r = httpx.request(method, f"{server.url}{path}", params={"collection": "a/../b"}, timeout=60, **extra)
+        assert 400 <= r.status_code < 500, (path, r.status_code, r.text[:200])
+        assert "cannot name a collection" in r.json()["error"]["message"]

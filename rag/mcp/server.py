@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Iterator, Optional
 
 import anyio
-from annotated_types import Le
 import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError, UnexpectedToolError
@@ -203,9 +202,9 @@ def asked_parameters(most_tokens: int, options: "type[AskOptions] | None" = None
         words = o.words(default=False)
         annotation, default, extra = Optional[o.field.annotation], None, ()
         if o.name == "max_tokens":
-            annotation, default, extra = int, min(int(o.field.default), most_tokens), (Le(most_tokens),)
+            annotation, default, extra = int, min(int(o.field.default), most_tokens), (Field(le=most_tokens),)
         elif o.name == "target_ttft":
-            extra, words = (Le(tools.MAX_TARGET_TTFT_S),), f"{words} (default: the set-up's)"
+            extra, words = (Field(le=tools.MAX_TARGET_TTFT_S),), f"{words} (default: the set-up's)"
         elif o.name == "scope":
             words += ', e.g. {"sources": ["reports/**"], "types": ["md"]}; default all'
         info = FieldInfo.merge_field_infos(o.field, default=default, description=words + ".")

@@ -20,9 +20,9 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import DocumentError, DocumentNotFound, IndexNotFound, RagError
 from .errors import error, failure
-from ..qa.options import CollectionName
 from .keys import Caller
-from .rights import COLLECTION_QUERY, refusal
+from ..index.collection_names import DEFAULT_COLLECTION
+from .rights import CollectionQuery, refusal
 from .state import ServiceState, caller, service
 
 router = APIRouter()
@@ -39,7 +39,7 @@ def _refused(exc: RagError):
 
 
 @router.get("/v1/documents/{doc_id}/text")
-async def document_text(doc_id: str = DOC_ID, collection: CollectionName = COLLECTION_QUERY,
+async def document_text(doc_id: str = DOC_ID, collection: CollectionQuery = DEFAULT_COLLECTION,
                         state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """The document's text as the index holds it: ``text``, ``pages``
     (``[page, offset]`` pairs, empty without pages) and ``current`` (false
@@ -58,7 +58,7 @@ FILE_RESPONSES = {200: {"description": "The file: a PDF as application/pdf, any 
 
 
 @router.get("/v1/documents/{doc_id}/file", response_class=Response, responses=FILE_RESPONSES)
-async def document_file(doc_id: str = DOC_ID, collection: CollectionName = COLLECTION_QUERY,
+async def document_file(doc_id: str = DOC_ID, collection: CollectionQuery = DEFAULT_COLLECTION,
                         state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """The document's file as it lies now: PDFs as ``application/pdf``,
     every other type as plain text (an HTML page is shown, never run)."""

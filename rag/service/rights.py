@@ -9,18 +9,22 @@ Does not: find the caller (``gate`` does, from its key) or keep the rights
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import Query
 from fastapi.responses import JSONResponse
 
 from ..errors import CollectionNotFound
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
-from ..qa.options import AskOptions
+from ..qa.options import AskOptions, CollectionName
 from .errors import error, failure
 from .keys import EVERY_COLLECTION, Caller
 
 
 # ``?collection=NAME`` on the document routes (uploads, lists, deletes, reads).
-COLLECTION_QUERY = Query(DEFAULT_COLLECTION, description=AskOptions.describe("collection"))
+# A collection named in the query, checked as a body's is: FastAPI applies the name's validator only
+# where Query() sits inside the annotation (a Query() default let "/" through to the uploads folder, a 500).
+CollectionQuery = Annotated[CollectionName, Query(description=AskOptions.describe("collection"))]
 
 
 def refusal(caller: Caller, collection: str, *, write: bool = False) -> JSONResponse | None:

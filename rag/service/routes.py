@@ -29,7 +29,7 @@ from .answering import ClientGone, ThreadedAnswer
 from .errors import NO_DOCUMENTS, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, CollectionBody, SearchBody
 from .owners import SHELL_USER, as_seen_by, asking
-from .rights import COLLECTION_QUERY, readable, refusal, service_wide_refusal
+from .rights import CollectionQuery, readable, refusal, service_wide_refusal
 from .keys import Caller
 from .state import ServiceState, caller, service
 from .uploads import first_index
@@ -193,7 +193,7 @@ async def _ingest_while_connected(state: ServiceState, request: Request, name: s
 @router.post("/v1/documents", openapi_extra=UPLOAD_LINKS)
 async def upload(request: Request,
                  file: UploadFile = File(..., description="A document of a type rag-budget reads (.pdf, .docx, .md, ...)"),
-                 collection: CollectionName = COLLECTION_QUERY,
+                 collection: CollectionQuery = DEFAULT_COLLECTION,
                  state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """Upload a document into ``collection`` and ingest it (incremental and
     atomic: queries meanwhile run on the index as it was). A client that
@@ -223,7 +223,7 @@ async def upload(request: Request,
 
 
 @router.get("/v1/documents")
-async def list_documents(collection: CollectionName = COLLECTION_QUERY, state: ServiceState = Depends(service),
+async def list_documents(collection: CollectionQuery = DEFAULT_COLLECTION, state: ServiceState = Depends(service),
                          who: Caller = Depends(caller)):
     """Every document of ``collection``."""
     refused = refusal(who, collection)
@@ -238,7 +238,7 @@ async def list_documents(collection: CollectionName = COLLECTION_QUERY, state: S
 
 
 @router.delete("/v1/documents/{doc_id}")
-async def delete_document(doc_id: str, collection: CollectionName = COLLECTION_QUERY,
+async def delete_document(doc_id: str, collection: CollectionQuery = DEFAULT_COLLECTION,
                           state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """Remove a document of ``collection`` from the index (atomically) and,
     if uploaded, its file (404 where the key may not read the collection,

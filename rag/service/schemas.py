@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated, Literal, Optional, Union
 
-from annotated_types import Le
 
 from pydantic.json_schema import SkipJsonSchema
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -46,7 +45,7 @@ def _given(option) -> tuple[object, FieldInfo]:
     # ten minutes is no target a person waits for.
     annotation = Optional[option.field.annotation]
     if option.name == "target_ttft":
-        annotation = Annotated[annotation, Le(600)]
+        annotation = Annotated[annotation, Field(le=600)]
     info = FieldInfo.merge_field_infos(option.field, default=None, description=option.words(option.name != "max_tokens"))
     return annotation, info
 

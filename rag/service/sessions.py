@@ -12,10 +12,10 @@ from starlette.concurrency import run_in_threadpool
 
 from ..errors import RagError, SessionNotFound
 from .errors import error, failure
-from ..qa.options import CollectionName
 from .keys import Caller
 from .owners import own_sessions, stored_session
-from .rights import COLLECTION_QUERY, refusal
+from ..index.collection_names import DEFAULT_COLLECTION
+from .rights import CollectionQuery, refusal
 from .state import ServiceState, caller, service
 
 router = APIRouter()
@@ -24,7 +24,7 @@ SESSION = PathParam(..., max_length=128, description="A session id, as given to 
 
 
 @router.get("/v1/sessions")
-async def list_sessions(collection: CollectionName = COLLECTION_QUERY, state: ServiceState = Depends(service),
+async def list_sessions(collection: CollectionQuery = DEFAULT_COLLECTION, state: ServiceState = Depends(service),
                         who: Caller = Depends(caller)):
     """The stored conversations of the index this service answers from
     (a conversation store may be shared by services over other indexes):
@@ -44,7 +44,7 @@ async def list_sessions(collection: CollectionName = COLLECTION_QUERY, state: Se
 
 
 @router.get("/v1/sessions/{session}")
-async def show_session(session: str = SESSION, collection: CollectionName = COLLECTION_QUERY,
+async def show_session(session: str = SESSION, collection: CollectionQuery = DEFAULT_COLLECTION,
                        state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """One conversation: its ``summary`` of older turns, how many turns
     were ``folded`` into it, and the recent ``turns`` (number, question,
@@ -69,7 +69,7 @@ async def show_session(session: str = SESSION, collection: CollectionName = COLL
 
 
 @router.delete("/v1/sessions/{session}")
-async def reset_session(session: str = SESSION, collection: CollectionName = COLLECTION_QUERY,
+async def reset_session(session: str = SESSION, collection: CollectionQuery = DEFAULT_COLLECTION,
                         state: ServiceState = Depends(service), who: Caller = Depends(caller)):
     """Forget a conversation: its turns, summary and KV snapshot; 404 if it
     has none (or it is another key's)."""
