@@ -75,6 +75,7 @@ ROUTES = {
     "search": (False, lambda c: ("POST", "/v1/search", {"json": {"query": "contract", "collection": c}})),
     "ask": (False, lambda c: ("POST", "/v1/ask", {"json": {"question": "What is it about?", "collection": c,
                                                           "max_tokens": 4}})),
+    "retrieve": (False, lambda c: ("POST", "/v1/retrieve", {"json": {"question": "What is it about?", "collection": c}})),
     "chat": (False, lambda c: ("POST", "/v1/chat/completions", {"json": {
         "model": "rag", "messages": [{"role": "user", "content": "What is it about?"}], "collection": c,
         "max_tokens": 4}})),

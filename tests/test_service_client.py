@@ -60,3 +60,16 @@ def test_rag_ask_and_search_go_to_the_named_service(served, run, monkeypatch):
     assert found.exit_code == 0 and len(json.loads(found.stdout)["results"]) == 1
     bad = run("--service-url", "ftp://nowhere", "search", "prefill")
     assert bad.exit_code != 0 and "--service-url" in bad.output
+
+
+def test_the_langchain_retriever_reads_a_servers_budget(served):
+    from rag.integrations.langchain import BudgetedRetriever
+
+    client = ServiceClient(served.url, Settings(), key="the-key")
+    chosen = client.budgeted("What does prefill do?", max_k=2, target_ttft=30.0)
+    assert 1 <= len(chosen.hits) <= 2 and chosen.budget.chosen == len(chosen.hits)
+    assert chosen.budget.target_ttft == 30.0  # the options this side sent
+    documents = BudgetedRetriever(pipeline=client, max_k=2, target_ttft=30.0).invoke("What does prefill do?")
+    assert [d.metadata["chunk_id"] for d in documents] == [h.chunk_id for h in chosen.hits]
+    with pytest.raises(RagError, match="key"):
+        ServiceClient(served.url, Settings(), key="not-it").budgeted("What does prefill do?")

@@ -27,8 +27,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, create_model
 
+from ..qa.answerer import Answerer
 from ..qa.options import AskOptions, offered
-from ..qa.pipeline import Pipeline
 
 
 def retriever_fields(options: "type[AskOptions] | None" = None) -> dict[str, Any]:
@@ -40,14 +40,17 @@ def retriever_fields(options: "type[AskOptions] | None" = None) -> dict[str, Any
 class _Retriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    pipeline: Pipeline
+    pipeline: Answerer  # a Pipeline here, the resident server's client, or a rag serve elsewhere's
 
 
 class BudgetedRetriever(create_model("_BudgetedOptions", __base__=_Retriever, **retriever_fields())):
     """Documents for a query: the chunks rag-budget's budgeter would put into
     the prompt under ``target_ttft`` (default: ``$RAG_TARGET_TTFT``, else
     2 s), leaving ``max_tokens`` of the context for the answer; its other
-    fields are the question options ``AskOptions`` offers to LangChain."""
+    fields are the question options ``AskOptions`` offers to LangChain.
+    ``pipeline`` is any answerer (:class:`~rag.qa.answerer.Answerer`): a
+    Pipeline in this process, or a server's client
+    (``ServiceClient("http://host:8000", Settings(), key=...)``)."""
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         chosen = self.pipeline.budgeted(query, **{o.name: getattr(self, o.name) for o in offered("langchain")})

@@ -4,7 +4,7 @@ line and MCP call, whether the question is answered in this process
 (:class:`~rag.resident.client.ResidentClient`) or by a ``rag serve``
 elsewhere (:class:`~rag.service.client.ServiceClient`) (issue 56). The
 HTTP service's routes answer through a Pipeline, and the LangChain
-retriever reads a Pipeline's budget.
+retriever reads any answerer's budget.
 
 Does not: answer anything itself; it only says what an answerer offers.
 """
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..conversations import Conversation, Conversations
     from ..index.records import Hit
     from .options import AskOptions
+    from .pipeline import Retrieval
     from .stream import AnswerStream
 
 
@@ -36,6 +37,12 @@ class Answerer(Protocol):
 
     def stream(self, question: str, options: "AskOptions") -> "AnswerStream":
         """The answer to ``question``, as it is generated."""
+        ...
+
+    def budgeted(self, question: str, options: "AskOptions | None" = None, **changes) -> "Retrieval":
+        """The chunks :meth:`stream` would put into the prompt for
+        ``question``, in prompt order, with the budget that chose them;
+        nothing is generated (the LangChain retriever reads this)."""
         ...
 
     def search(self, query: str, k: int = 5, **options) -> list["Hit"]:

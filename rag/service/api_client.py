@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Generator, Iterator
+from typing import TYPE_CHECKING, Generator, Iterator
 from urllib.parse import quote
 
 from ..conversations.store import Conversation, Turn
 from ..errors import Overloaded, QuestionTooLong, RagError
 from ..index.collection_names import DEFAULT_COLLECTION
-from ..qa.answer import Answer, Evidence
+from ..qa.answer import Answer, Budget, Evidence
 from ..qa.options import AskOptions
 from ..qa.stream import AnswerEvent, AnswerStream, EvidenceFound, TextPiece
 from ..retrieval.scope import Scope
 from ..settings import Settings
+
+if TYPE_CHECKING:
+    from ..qa.pipeline import Retrieval
 
 
 def api_error(status: int, data: bytes, retry_after: str | None = None) -> RagError:
@@ -106,6 +109,18 @@ class ApiAnswerer:
                 elif "error" in event:
                     raise RagError(event["error"]["message"])
         raise self._unfinished()
+
+    def budgeted(self, question: str, options: AskOptions | None = None, **changes) -> "Retrieval":
+        """The chunks :meth:`stream` would put into the prompt for
+        ``question`` (same options), in prompt order, with the budget that
+        chose them, as the server plans them (``POST /v1/retrieve``);
+        nothing is generated."""
+        from ..index.store import Hit  # numpy comes with it; a question does not need it
+        from ..qa.pipeline import Retrieval
+
+        options = AskOptions.of(options, **changes).resolved(self.settings)
+        d = self._call("POST", "/v1/retrieve", options.wire() | {"question": question})
+        return Retrieval(tuple(Hit(**h) for h in d["hits"]), Budget.from_dict(d["budget"]))
 
     def search(self, query: str, k: int = 5, *, mode: str | None = None, scope: Scope | None = None,
                collection: str = DEFAULT_COLLECTION) -> list:

@@ -24,7 +24,7 @@ from ..ingest.run import IngestCancelled
 from ..index.collection_names import DEFAULT_COLLECTION, missing_collection
 from ..qa.answer import Answer
 from ..qa.stream import AnswerEvent, EvidenceFound
-from ..qa.options import CollectionName
+from ..qa.options import AskOptions, CollectionName
 from .answering import ClientGone, ThreadedAnswer
 from .errors import NO_DOCUMENTS, error, error_event, failure, for_the_web, outcome, sse
 from .schemas import AskBody, CollectionBody, SearchBody
@@ -93,6 +93,31 @@ async def profile(state: ServiceState = Depends(service), who: Caller = Depends(
         return await run_in_threadpool(view)
     except RagError as exc:
         return failure(exc)
+
+
+@router.post("/v1/retrieve")
+async def retrieve(body: AskBody, request: Request, state: ServiceState = Depends(service),
+                   who: Caller = Depends(caller)):
+    """The chunks ``POST /v1/ask`` would put into the prompt for the same
+    question and options, in prompt order, with the budget that chose them
+    (``{"hits": [...], "budget": {...}}``); nothing is generated. What the
+    LangChain retriever reads from a server (``Pipeline.budgeted``). A
+    collection the key may not read is 404, as one that holds no documents."""
+    collection = body.collection or DEFAULT_COLLECTION
+    refused = refusal(who, collection)
+    if refused is not None:
+        return refused
+    waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
+    if waited is not None:
+        return waited
+    try:
+        _, caches = await run_in_threadpool(asking, state.pipeline.conversations, who, collection, None,
+                                            body.cache_scope if who == SHELL_USER else None)
+        options = AskOptions.of(**body.options() | {"session": None, "collection": collection, "cache_scope": caches})
+        chosen = await run_in_threadpool(state.pipeline.budgeted, body.question, options)
+    except RagError as exc:
+        return failure(exc)
+    return {"hits": [h.to_dict() for h in chosen.hits], "budget": chosen.budget.to_dict()}
 
 
 @router.post("/v1/ask", response_model=Answer,
