@@ -20,7 +20,7 @@ from rag.qa.answer import DECLINED, Answer
 from rag.qa.evidence import rank
 from rag.qa.options import AskOptions
 from rag.qa.planner import PromptPlanner
-from rag.qa.stream import EvidenceFound, TextPiece
+from rag.qa.stream import AnswerDone, EvidenceFound, TextPiece
 
 QUESTION = "What is the default maxsize of lru_cache?"
 DOC = (
@@ -145,8 +145,9 @@ def test_the_stream_says_when_the_evidence_is_found_as_a_typed_event(pipeline):
         events = list(stream.events())
         answer = stream.answer
     assert isinstance(events[0], EvidenceFound) and events[0].evidence == answer.evidence
-    assert events[1:] and all(isinstance(e, TextPiece) and e.text for e in events[1:])
-    assert "".join(e.text for e in events[1:]) == answer.answer
+    assert isinstance(events[-1], AnswerDone) and events[-1].answer is answer  # the final answer, last
+    assert events[1:-1] and all(isinstance(e, TextPiece) and e.text for e in events[1:-1])
+    assert "".join(e.text for e in events[1:-1]) == answer.answer
     with pipeline.stream("What limits decode?", max_tokens=8) as stream:
         assert all(piece for piece in stream)  # iterated, only text: no empty piece marks the evidence
 

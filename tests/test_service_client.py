@@ -12,7 +12,7 @@ import pytest
 from rag.errors import RagError
 from rag.qa.answerer import Answerer
 from rag.qa.options import AskOptions
-from rag.qa.stream import EvidenceFound, TextPiece
+from rag.qa.stream import AnswerDone, EvidenceFound, TextPiece
 from rag.service import LoopbackServer, ServiceSettings, create_app
 from rag.service.client import ServiceClient
 from rag.settings import Settings
@@ -35,8 +35,9 @@ def test_the_service_client_answers_as_the_pipeline_does(served):
     with client.stream("What does prefill do?", AskOptions.of(max_tokens=8, max_k=2)) as stream:
         events = list(stream.events())
     answer = stream.answer
-    assert isinstance(events[0], EvidenceFound) and all(isinstance(e, TextPiece) for e in events[1:])
-    assert "".join(e.text for e in events[1:]) == answer.answer and answer.sources
+    assert isinstance(events[0], EvidenceFound) and all(isinstance(e, TextPiece) for e in events[1:-1])
+    assert isinstance(events[-1], AnswerDone) and events[-1].answer is answer
+    assert "".join(e.text for e in events[1:-1]) == answer.answer and answer.sources
     assert answer.budget.target_ttft is None and answer.budget.chosen <= 2  # this side's options, sent
     hits = client.search("prefill", k=2)
     assert len(hits) == 2 and hits[0].text

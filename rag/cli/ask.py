@@ -22,7 +22,7 @@ from rich.table import Table
 
 from ..errors import RagError
 from ..qa.answer import Answer, Evidence, where
-from ..qa.stream import EvidenceFound
+from ..qa.stream import EvidenceFound, TextPiece
 from ..qa.options import AskOptions
 from .asked import with_question_options
 from .common import (
@@ -128,6 +128,8 @@ def stream_answer(pipeline: Answerer, question: str, options: AskOptions, seen: 
                         print_evidence(event.evidence, quoted=options.evidence == "open")
                     seen.evidence_known()
                     continue
+                if not isinstance(event, TextPiece):
+                    continue  # AnswerDone: read below, as the stream's answer
                 if echo:
                     sys.stdout.write(event.text)
                     sys.stdout.flush()

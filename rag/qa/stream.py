@@ -28,7 +28,15 @@ class TextPiece:
     text: str
 
 
-AnswerEvent = Union[EvidenceFound, TextPiece]
+@dataclass(frozen=True)
+class AnswerDone:
+    """The answer is complete: its text, sources, budget and timings (the
+    stream's :attr:`AnswerStream.answer`)."""
+
+    answer: Answer
+
+
+AnswerEvent = Union[EvidenceFound, TextPiece, AnswerDone]
 
 
 class AnswerStream(TextStream[Answer]):
@@ -39,8 +47,8 @@ class AnswerStream(TextStream[Answer]):
     for the next piece (a client that went away while the prompt is
     evaluated), and the thread iterating it then ends with a RagError.
     :meth:`events` gives the same answer as typed events: the evidence
-    (:class:`EvidenceFound`, known before the first token) and each piece
-    of text (:class:`TextPiece`).
+    (:class:`EvidenceFound`, known before the first token), each piece
+    of text (:class:`TextPiece`) and the final answer (:class:`AnswerDone`).
 
     Made from a generator of :data:`AnswerEvent` that returns the
     :class:`Answer` (the pipeline's, or the resident client's read from
@@ -75,12 +83,14 @@ class AnswerStream(TextStream[Answer]):
 
     def events(self) -> Iterator[AnswerEvent]:
         """The answer as it comes, typed: :class:`EvidenceFound` once its
-        prompt is planned (where it has evidence), then a :class:`TextPiece`
-        for each piece of text; :attr:`answer` once they are all read."""
+        prompt is planned (where it has evidence), a :class:`TextPiece` for
+        each piece of text, then :class:`AnswerDone` with the final answer
+        (also :attr:`answer` from then on)."""
         while True:
             try:
                 event = self._event()
             except StopIteration:
+                yield AnswerDone(self.answer)
                 return
             if not isinstance(event, TextPiece) or event.text:
                 yield event
