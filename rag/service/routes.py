@@ -95,6 +95,19 @@ async def profile(state: ServiceState = Depends(service), who: Caller = Depends(
         return failure(exc)
 
 
+async def _ready_to_ask(body: AskBody, request: Request, state: ServiceState, who: Caller
+                        ) -> tuple[str, Response | None]:
+    """The collection a question's body names, and the response that ends
+    the request first where there is one: 404 for a collection the key may
+    not read (as one that holds no documents), or what waiting for a first
+    index said (see ``uploads.first_index``)."""
+    collection = body.collection or DEFAULT_COLLECTION
+    refused = refusal(who, collection)
+    if refused is not None:
+        return collection, refused
+    return collection, await first_index(state.pipeline, state.uploads, request.is_disconnected)
+
+
 @router.post("/v1/retrieve")
 async def retrieve(body: AskBody, request: Request, state: ServiceState = Depends(service),
                    who: Caller = Depends(caller)):
@@ -103,13 +116,9 @@ async def retrieve(body: AskBody, request: Request, state: ServiceState = Depend
     (``{"hits": [...], "budget": {...}}``); nothing is generated. What the
     LangChain retriever reads from a server (``Pipeline.budgeted``). A
     collection the key may not read is 404, as one that holds no documents."""
-    collection = body.collection or DEFAULT_COLLECTION
-    refused = refusal(who, collection)
-    if refused is not None:
-        return refused
-    waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
-    if waited is not None:
-        return waited
+    collection, ended = await _ready_to_ask(body, request, state, who)
+    if ended is not None:
+        return ended
     try:
         _, caches = await run_in_threadpool(asking, state.pipeline.conversations, who, collection, None,
                                             body.cache_scope if who == SHELL_USER else None)
@@ -133,13 +142,9 @@ async def ask(body: AskBody, request: Request, state: ServiceState = Depends(ser
     is no index yet but a first upload is on its way, it waits for that
     upload's ingest (see ``uploads.first_index``). A collection the key may
     not read is 404, as one that holds no documents."""
-    collection = body.collection or DEFAULT_COLLECTION
-    refused = refusal(who, collection)
-    if refused is not None:
-        return refused
-    waited = await first_index(state.pipeline, state.uploads, request.is_disconnected)
-    if waited is not None:
-        return waited
+    collection, ended = await _ready_to_ask(body, request, state, who)
+    if ended is not None:
+        return ended
     shown = {"session": body.session} if body.session is not None else {}  # the id the caller gave, not the stored one
     try:
         session, caches = await run_in_threadpool(  # a store read: off the loop
