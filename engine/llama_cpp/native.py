@@ -157,10 +157,6 @@ class NativeContext:
 
     # -- counters and life ---------------------------------------------------------
 
-    def synchronize(self) -> None:
-        """Wait for the computation in flight."""
-        self._lc.llama_synchronize(self.ctx)
-
     def close(self) -> None:
         """Free the batch and the context (before the model)."""
         if self.ctx:
