@@ -36,6 +36,12 @@ DEFAULT_SNAPSHOT_DISK_BYTES = 2 << 30
 OFF = ("none", "off")  # the words that switch passage splicing off
 
 
+def none_for(value: object, words: tuple[str, ...] = OFF) -> object:
+    """None where ``value`` is one of ``words`` (a setting switched off by a
+    word, ``"off"``), else ``value`` as it came, for pydantic to check."""
+    return None if isinstance(value, str) and value.strip().lower() in words else value
+
+
 class EngineSettings(BaseModel):
     """The engine options, each default written here once. With
     ``engine_url`` set, a server answers (``RemoteBackend``) and the
@@ -82,10 +88,7 @@ class EngineSettings(BaseModel):
     @field_validator("splice_fresh", mode="before")
     @classmethod
     def _off_words(cls, value):
-        # "none"/"off" switch splicing off.
-        if isinstance(value, str) and value.strip().lower() in OFF:
-            return None
-        return value
+        return none_for(value)  # "none"/"off" switch splicing off
 
     def changed(self, **changes) -> EngineSettings:
         """A copy with ``changes`` validated (``settings.changed(slots=2)``); a

@@ -22,7 +22,7 @@ from typing import Literal, Optional, Union
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, none_for
 
 from . import paths
 from .errors import RagError
@@ -115,10 +115,7 @@ class Settings(BaseSettings):
     @field_validator("target_ttft", mode="before")
     @classmethod
     def _none_words(cls, value):
-        # "none", "off" and "inf" switch the target off.
-        if isinstance(value, str) and value.strip().lower() in NO_TARGET:
-            return None
-        return value
+        return none_for(value, NO_TARGET)  # "none", "off" and "inf" switch the target off
 
     @field_validator("target_ttft", "max_file_mb", "server_idle_s")
     @classmethod

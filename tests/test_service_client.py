@@ -5,7 +5,10 @@ real model)."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
+import threading
 
 import pytest
 
@@ -50,6 +53,29 @@ def test_a_wrong_key_or_no_server_is_one_clear_error(served):
         ServiceClient(served.url, Settings(), key="not-it").search("prefill")
     with pytest.raises(RagError, match="does not answer"):
         ServiceClient("http://127.0.0.1:9", Settings()).search("prefill")  # the discard port: nothing listens
+    with _web_page_server() as url, pytest.raises(RagError, match="is it a rag server"):
+        ServiceClient(url, Settings()).documents()  # a web server that is not rag's: one clear error
+
+
+@contextlib.contextmanager
+def _web_page_server():
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>a page</html>")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_rag_ask_and_search_go_to_the_named_service(served, run, monkeypatch):

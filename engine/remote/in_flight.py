@@ -81,18 +81,26 @@ class InFlight:
             learned = self._wait_per_ahead
             self._wait_per_ahead = per if learned is None else (1 - SERVICE_WEIGHT) * learned + SERVICE_WEIGHT * per
 
+    def enter(self) -> int:
+        """One request more in flight; how many others were in flight when it was sent."""
+        with self._lock:
+            self._count += 1
+            return self._count - 1
+
+    def leave(self, seconds: float | None) -> None:
+        """One request fewer in flight; it held the server ``seconds`` (None: not known)."""
+        with self._lock:
+            self._count -= 1
+            if seconds is not None:
+                self._service_s = (1 - SERVICE_WEIGHT) * self._service_s + SERVICE_WEIGHT * seconds
+
     @contextlib.contextmanager
     def holding(self) -> Iterator[int]:
         """One request in flight while the block runs, timed when it ends;
         gives how many others were in flight when it was sent."""
         started = time.perf_counter()
-        with self._lock:
-            ahead = self._count
-            self._count += 1
+        ahead = self.enter()
         try:
             yield ahead
         finally:
-            seconds = time.perf_counter() - started
-            with self._lock:
-                self._count -= 1
-                self._service_s = (1 - SERVICE_WEIGHT) * self._service_s + SERVICE_WEIGHT * seconds
+            self.leave(time.perf_counter() - started)

@@ -44,7 +44,7 @@ from pydantic.fields import FieldInfo
 
 from ..errors import DocumentNotFound, RagError
 from ..index.collection_names import DEFAULT_COLLECTION
-from ..qa.options import AskOptions, CollectionName, offered
+from ..qa.options import MAX_TARGET_TTFT_S, AskOptions, CollectionName, offered
 from ..retrieval.scope import Scope
 from ..service.keys import Caller, KeyRing
 from . import tools
@@ -68,8 +68,8 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_wo
 # ask keeps the turns of its session: not read-only, nothing destroyed
 ANSWERS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
-SCOPE = Field(description=AskOptions.describe("scope") + ', e.g. {"sources": ["reports/**"], "types": ["md"]}; '
-                          "default all.")
+SCOPE_EXAMPLE = ', e.g. {"sources": ["reports/**"], "types": ["md"]}; default all'
+SCOPE = Field(description=AskOptions.describe("scope") + SCOPE_EXAMPLE + ".")
 
 
 def one_line(exc: ValidationError) -> str:
@@ -204,9 +204,9 @@ def asked_parameters(most_tokens: int, options: "type[AskOptions] | None" = None
         if o.name == "max_tokens":
             annotation, default, extra = int, min(int(o.field.default), most_tokens), (Field(le=most_tokens),)
         elif o.name == "target_ttft":
-            extra, words = (Field(le=tools.MAX_TARGET_TTFT_S),), f"{words} (default: the set-up's)"
+            extra, words = (Field(le=MAX_TARGET_TTFT_S),), f"{words} (default: the set-up's)"
         elif o.name == "scope":
-            words += ', e.g. {"sources": ["reports/**"], "types": ["md"]}; default all'
+            words += SCOPE_EXAMPLE
         info = FieldInfo.merge_field_infos(o.field, default=default, description=words + ".")
         made.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                       annotation=Annotated[(annotation, info, *extra)]))

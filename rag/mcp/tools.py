@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 MAX_SEARCH_K = 50  # chunks one search returns: more only fills an assistant's context
 MAX_QUESTION_CHARS = 20_000  # as POST /v1/ask
 MAX_ANSWER_TOKENS = 4096
-MAX_TARGET_TTFT_S = 600.0  # as POST /v1/ask
 MAX_READ_CHARS = 20_000  # characters one read_document call returns; ask for the next range for more
 MAX_DOC_ID_CHARS = 64
 

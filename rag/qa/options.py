@@ -33,6 +33,7 @@ DEFAULT_MAX_K = 8
 DEFAULT_MIN_K = 1
 DEFAULT_RELEVANCE_FLOOR = 0.05  # cosine; below it a chunk is noise, whatever the budget
 MAX_CANDIDATES = 1000  # more is never useful to a budget, and costs memory
+MAX_TARGET_TTFT_S = 600.0  # the most a request body or tool call may name: no person waits longer for a first word
 # Where the evidence goes (see rag.qa.evidence): quoted after the passages ("last"), written as
 # the start of the answer for the model ("prefill"), both, as the start of the answer the reader
 # sees too ("open": the answer keeps what the evidence found, issue 54), or nowhere ("off": the

@@ -278,7 +278,7 @@ class PromptPlanner:
         collection = named(options.collection)
         scope = options.cache_scope  # what the engine will find cached for it: its own scope's cells only
         render = self._renderer(question, history.summary, past, place, collection)
-        frame = self._frame(render, hits, options, target_ttft, cost, elapsed(), load, ranked, place, collection)
+        frame = self._frame(render, hits, options, target_ttft, cost, elapsed, load, ranked, place, collection)
         passages, candidates, path = self._candidates(question, hits, frame.request, frame.loaded,
                                                       lambda kept: cost.splice_seconds(kept) + load.step_s,
                                                       render, frame.cached, ranked, collection, scope)
@@ -309,7 +309,7 @@ class PromptPlanner:
                              self._to_keep(hits, plan, candidates, collection), tuple(evidence), lead_for(place, quotes))
 
     def _frame(self, render: Callable[..., str], hits: Sequence[Hit], options: AskOptions, target_ttft: float | None,
-               cost: PrefillCostModel, planned_at: float, load: LoadPlan, ranked: Ranked | None, place: str,
+               cost: PrefillCostModel, elapsed: Callable[[], float], load: LoadPlan, ranked: Ranked | None, place: str,
                collection: str | None) -> "_Frame":
         """What the passages are chosen within: the prompt without them (a
         QuestionTooLong where even that cannot fit), its cached tokens, the
@@ -323,6 +323,7 @@ class PromptPlanner:
         must_fit(len(fixed_tokens), max_tokens, backend.n_ctx)
         cached = self._cached(fixed_tokens, options.cache_scope)
         safety = cost.safety_factor(n_cached=cached)
+        planned_at = elapsed()  # the seconds spent so far, the prompt's fixed part tokenized: counted as spent
         idle = BudgetRequest(
             fixed_tokens=len(fixed_tokens) + evidence_room, n_ctx=backend.n_ctx, reserve_tokens=max_tokens,
             target_ttft=target_ttft, cached_tokens=cached, overhead_s=planned_at + cost.overhead() + options.expected_wait_s,

@@ -19,6 +19,7 @@ import socket
 from typing import Iterator
 
 from ..errors import RagError
+from ..service.api_client import api_error
 
 CONNECT_S = 5.0
 Response = http.client.HTTPResponse
@@ -85,12 +86,16 @@ def exchange(socket_path: str, method: str, path: str, body: dict | None = None,
 
 def error_of(response: Response, data: bytes) -> RagError:
     """The one-line error a failed response carries (the service's
-    ``{"error": {"message", "type"}}``); Unanswered for a server stopping."""
+    ``{"error": {"message", "type"}}``, read as every client of the service
+    reads it: :func:`~rag.service.api_client.api_error`); Unanswered for a
+    server stopping."""
     try:
         error = json.loads(data)["error"]
-        return (Unanswered if error.get("type") == STOPPING else RagError)(error["message"])
+        if error.get("type") == STOPPING:
+            return Unanswered(error["message"])
     except (ValueError, KeyError, TypeError, AttributeError):
-        return RagError(f"the rag server answered {response.status} {response.reason}")
+        pass
+    return api_error(response.status, data, response.getheader("Retry-After"))
 
 
 def call(socket_path: str, method: str, path: str, body: dict | None = None, *,

@@ -12,6 +12,8 @@ import asyncio
 import threading
 from typing import AsyncIterator, Awaitable, Callable, Mapping, TypeVar
 
+from engine.remote.in_flight import InFlight
+
 from ..errors import RagError
 from ..qa.answer import Answer
 from ..qa.options import AskOptions
@@ -180,26 +182,19 @@ class Answering:
 
     def __init__(self, pipeline: Pipeline, settings: ServiceSettings, metrics: Metrics) -> None:
         self.pipeline, self.settings, self.metrics = pipeline, settings, metrics
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._service_s = 1.0  # a moving average of an answer's seconds, from its arrival; one answer to start
+        # Requests started here and not finished, and how long one has lately taken from its arrival: the
+        # queue's depth in /metrics and /healthz, and the Retry-After of a caller over its questions in flight.
+        self.in_progress = InFlight()
 
     @property
     def depth(self) -> int:
         """Requests started here and not yet finished."""
-        with self._lock:
-            return self._depth
+        return self.in_progress.count
 
     @property
     def service_s(self) -> float:
         """Seconds an answer has lately taken, from its arrival (a moving average)."""
-        with self._lock:
-            return self._service_s
-
-    def _count(self, change: int) -> None:
-        with self._lock:
-            self._depth += change
-            self.metrics.queue_depth.set(self._depth)
+        return self.in_progress.service_s
 
     def start(self, endpoint: str, question: str, asked: Mapping[str, object]) -> ThreadedAnswer:
         """The answer to ``question`` with the :class:`AskOptions` fields
@@ -208,18 +203,18 @@ class Answering:
         allows, and Overloaded (while it is read) for a question the
         engine's load keeps from its target even without passages, where
         the service refuses those (``reject_over_target``)."""
-        options = AskOptions.of(**asked).resolved(self.pipeline.settings)
+        options = AskOptions.of(**asked)
         limit = self.settings.max_tokens_limit
         if options.max_tokens > limit:
             raise RagError(f"max_tokens {options.max_tokens} is over this server's limit of {limit}")
         stream = self.pipeline.stream(question, options, refuse_late=self.settings.reject_over_target)
-        self._count(+1)
+        self.in_progress.enter()
+        self.metrics.queue_depth.set(self.depth)
 
         def finished(answer: Answer | None) -> None:
-            self._count(-1)
+            self.in_progress.leave(answer.timings.total_s if answer is not None else None)
+            self.metrics.queue_depth.set(self.depth)
             if answer is not None:
-                with self._lock:
-                    self._service_s = 0.8 * self._service_s + 0.2 * answer.timings.total_s
                 self.metrics.observe(answer)
                 self.metrics.requests.labels(endpoint, "ok").inc()
 

@@ -52,7 +52,10 @@ class ServiceClient(ApiAnswerer):
             return None
         if response.status_code >= 400:
             raise api_error(response.status_code, response.content, response.headers.get("retry-after"))
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise RagError(f"{self.url} answered {path} with something other than JSON: is it a rag server?") from None
 
     def _events(self, path: str, body: dict) -> Iterator[dict]:
         try:

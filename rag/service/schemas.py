@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 from ..conversations.store import valid_session_id
 
 from ..index.collection_names import DEFAULT_COLLECTION
-from ..qa.options import MAX_CANDIDATES, AskOptions, CollectionName, offered
+from ..qa.options import MAX_CANDIDATES, MAX_TARGET_TTFT_S, AskOptions, CollectionName, offered
 from ..retrieval.scope import Scope
 
 
@@ -45,7 +45,7 @@ def _given(option) -> tuple[object, FieldInfo]:
     # ten minutes is no target a person waits for.
     annotation = Optional[option.field.annotation]
     if option.name == "target_ttft":
-        annotation = Annotated[annotation, Field(le=600)]
+        annotation = Annotated[annotation, Field(le=MAX_TARGET_TTFT_S)]
     info = FieldInfo.merge_field_infos(option.field, default=None, description=option.words(option.name != "max_tokens"))
     return annotation, info
 
